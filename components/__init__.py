@@ -1,0 +1,1 @@
+"""vllm-gke: Pulumi components that deploy multi-node vLLM + Ray serving on GKE."""

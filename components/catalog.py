@@ -1,0 +1,170 @@
+"""Accelerator catalog: the one table of GPU and machine-type facts the program relies on.
+
+Sources (checked 2026-11): GKE "About GPUs" and Compute Engine "GPU machine types" pages for
+machine types and GPU counts; GPU memory is the total `nvidia-smi` reports on those machines;
+compact placement from GKE "Define compact placement for GKE nodes" and Compute Engine
+placement-policy docs (N1 is not supported); Hyperdisk ML machine-series support from
+Compute Engine "About Hyperdisk ML" (N1 supports no Hyperdisk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024**2
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class MachineType:
+    """A Compute Engine machine type that carries GPUs."""
+
+    name: str
+    gpus: int
+    vcpus: int
+    memory_gib: float
+    local_ssd_count: int = 0
+    """Local NVMe SSDs (375 GiB each) bundled with the machine type; 0 where none are bundled."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A GKE accelerator type and the machine types that carry it."""
+
+    type: str
+    display: str
+    memory_mib: int
+    machines: tuple[MachineType, ...]
+    compact_placement: bool
+    hyperdisk_ml: bool
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * MIB
+
+    def gpu_counts(self) -> list[int]:
+        return sorted({m.gpus for m in self.machines})
+
+    def machine(self, name: str) -> MachineType | None:
+        return next((m for m in self.machines if m.name == name), None)
+
+    def default_machine(self, gpus: int) -> MachineType | None:
+        """The first listed machine type with `gpus` GPUs (the list is ordered by preference)."""
+        return next((m for m in self.machines if m.gpus == gpus), None)
+
+
+def _m(name: str, gpus: int, vcpus: int, memory_gib: float, local_ssd_count: int = 0) -> MachineType:
+    return MachineType(name, gpus, vcpus, memory_gib, local_ssd_count)
+
+
+# Order inside `machines` matters: the first machine type with a given GPU count is the default
+# for that count (e.g. g2-standard-8 rather than g2-standard-4 for one L4, since vLLM needs host
+# memory to stage weights and for the CPU swap space).
+ACCELERATORS: dict[str, Accelerator] = {
+    a.type: a
+    for a in (
+        Accelerator(
+            "nvidia-tesla-t4", "NVIDIA T4", 15_360,
+            (_m("n1-standard-8", 1, 8, 30), _m("n1-standard-4", 1, 4, 15),
+             _m("n1-standard-16", 2, 16, 60), _m("n1-standard-32", 4, 32, 120)),
+            compact_placement=False, hyperdisk_ml=False,
+        ),
+        Accelerator(
+            "nvidia-l4", "NVIDIA L4", 23_034,
+            (_m("g2-standard-8", 1, 8, 32), _m("g2-standard-4", 1, 4, 16),
+             _m("g2-standard-12", 1, 12, 48), _m("g2-standard-16", 1, 16, 64),
+             _m("g2-standard-32", 1, 32, 128), _m("g2-standard-24", 2, 24, 96),
+             _m("g2-standard-48", 4, 48, 192), _m("g2-standard-96", 8, 96, 384)),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+        Accelerator(
+            "nvidia-tesla-a100", "NVIDIA A100 40GB", 40_960,
+            (_m("a2-highgpu-1g", 1, 12, 85), _m("a2-highgpu-2g", 2, 24, 170),
+             _m("a2-highgpu-4g", 4, 48, 340), _m("a2-highgpu-8g", 8, 96, 680),
+             _m("a2-megagpu-16g", 16, 96, 1360)),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+        Accelerator(
+            "nvidia-a100-80gb", "NVIDIA A100 80GB", 81_920,
+            (_m("a2-ultragpu-1g", 1, 12, 170, 1), _m("a2-ultragpu-2g", 2, 24, 340, 2),
+             _m("a2-ultragpu-4g", 4, 48, 680, 4), _m("a2-ultragpu-8g", 8, 96, 1360, 8)),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+        Accelerator(
+            "nvidia-h100-80gb", "NVIDIA H100 80GB", 81_559,
+            (_m("a3-highgpu-1g", 1, 26, 234, 2), _m("a3-highgpu-2g", 2, 52, 468, 4),
+             _m("a3-highgpu-4g", 4, 104, 936, 8), _m("a3-highgpu-8g", 8, 208, 1872, 16)),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+        Accelerator(
+            "nvidia-h100-mega-80gb", "NVIDIA H100 80GB (Mega)", 81_559,
+            (_m("a3-megagpu-8g", 8, 208, 1872, 16),),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+        Accelerator(
+            "nvidia-h200-141gb", "NVIDIA H200 141GB", 143_771,
+            (_m("a3-ultragpu-8g", 8, 224, 2952, 32),),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+        Accelerator(
+            "nvidia-b200", "NVIDIA B200", 183_359,
+            (_m("a4-highgpu-8g", 8, 224, 3968, 32),),
+            compact_placement=True, hyperdisk_ml=True,
+        ),
+    )
+}
+
+
+def machine_family(machine_type: str) -> str:
+    """`a3-highgpu-8g` -> `a3`."""
+    return machine_type.split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class DiskType:
+    """Read-side facts of a Compute Engine disk type used for the weights image."""
+
+    name: str
+    max_readonly_attachments: int
+    """How many VMs one disk may be attached to in read-only mode."""
+    mib_s_per_gib: float
+    """Read throughput a disk gets per provisioned GiB (0 where throughput is provisioned)."""
+    baseline_mib_s: float
+    """Read throughput every disk gets regardless of size."""
+    vm_cap_small_mib_s: float
+    """Per-VM read cap for VMs with fewer than 16 vCPUs."""
+    vm_cap_large_mib_s: float
+    """Per-VM read cap for VMs with 16 or more vCPUs (every GPU machine type here but the smallest)."""
+    max_size_gib: int
+
+
+# Figures from Compute Engine "Persistent Disk performance" / "Hyperdisk performance limits"
+# (checked 2026-11): pd-balanced 0.28 MiB/s per GiB + 140 baseline, pd-ssd 0.48 MiB/s per GiB,
+# per-VM read caps of 800 MiB/s below 16 vCPUs and 1,200 MiB/s above for both; a persistent disk
+# attaches read-only to at most 10 VMs, a Hyperdisk ML volume to up to 2,500. Hyperdisk ML
+# throughput is provisioned (we provision what the planner asks for) and capped per VM by the
+# machine type; 2,400 / 4,000 MiB/s are the caps for G2/A2 and A3/A4 sizes respectively.
+DISK_TYPES: dict[str, DiskType] = {
+    d.name: d
+    for d in (
+        DiskType("pd-balanced", 10, 0.28, 140, 800, 1_200, 65_536),
+        DiskType("pd-ssd", 10, 0.48, 0, 800, 1_200, 65_536),
+        DiskType("hyperdisk-ml", 2_500, 0.0, 0, 2_400, 4_000, 65_536),
+    )
+}
+
+# Hyperdisk ML's read-only attach limit falls as the volume grows (Compute Engine "About
+# Hyperdisk ML"): (largest size in GiB, max attached VMs).
+HYPERDISK_ML_ATTACH_LIMITS: tuple[tuple[int, int], ...] = (
+    (256, 2_500), (1_024, 600), (2_048, 300), (16_384, 128), (65_536, 30),
+)
+
+
+def readonly_attach_limit(disk_type: str, size_gib: int) -> int:
+    """How many VMs may attach one read-only disk of this type and size."""
+    if disk_type == "hyperdisk-ml":
+        for max_size, limit in HYPERDISK_ML_ATTACH_LIMITS:
+            if size_gib <= max_size:
+                return limit
+        return HYPERDISK_ML_ATTACH_LIMITS[-1][1]
+    return DISK_TYPES[disk_type].max_readonly_attachments

@@ -1,0 +1,63 @@
+"""Shared helpers for building stack configs in tests."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.config import PROJECT_DIR, Settings, build_settings
+from components.sizing import Sizing, plan
+
+STACKS = Path(__file__).parent / "stacks"
+
+
+def stack_file(name: str) -> dict[str, Any]:
+    """The `config:` block of Pulumi.<name>.yaml (project) or tests/stacks/<name>.yaml."""
+    path = PROJECT_DIR / f"Pulumi.{name}.yaml"
+    if not path.exists():
+        path = STACKS / f"{name}.yaml"
+    return yaml.safe_load(path.read_text())["config"]
+
+
+def raw(stack: str = "dev", **sections: dict[str, Any] | None) -> dict[str, Any]:
+    """`vllm-gke:` keys of a stack with sections overridden: None deletes; a dict replaces
+    `accelerator` and `model` (their fields depend on each other) and merges into the others."""
+    config = {k.split(":", 1)[1]: copy.deepcopy(v) for k, v in stack_file(stack).items()
+              if k.startswith("vllm-gke:")}
+    for key, value in sections.items():
+        if value is None:
+            config.pop(key, None)
+        elif isinstance(value, dict) and isinstance(config.get(key), dict) and key not in ("accelerator", "model"):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    return config
+
+
+def full_config(stack: str = "dev", **sections: dict[str, Any] | None) -> dict[str, Any]:
+    """Whole stack config (gcp: keys too) with `vllm-gke:` sections overridden as in `raw`."""
+    others = {k: v for k, v in stack_file(stack).items() if not k.startswith("vllm-gke:")}
+    return {**others, **{f"vllm-gke:{k}": v for k, v in raw(stack, **sections).items()}}
+
+
+def settings(stack: str = "dev", **sections: dict[str, Any] | None) -> Settings:
+    return build_settings(raw(stack, **sections), PROJECT_DIR)
+
+
+def sizing(stack: str = "dev", **sections: dict[str, Any] | None) -> Sizing:
+    return plan(settings(stack, **sections))
+
+
+def model(name: str) -> dict[str, str]:
+    """model section for a config.json committed under models/."""
+    return {"id": f"org/{name}", "configFile": f"models/{name}.json"}
+
+
+def accel(acc_type: str, machine: str | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": acc_type, "zones": ["us-central1-a"], **extra}
+    if machine:
+        out["machineType"] = machine
+    return out
