@@ -1,8 +1,12 @@
 """vllm-gke: wires validated stack config through the planner into component resources."""
 
 import pulumi
+import pulumi_kubernetes as k8s
 
+from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import from_pulumi
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.sizing import plan
 
 settings = from_pulumi()
@@ -10,4 +14,40 @@ sizing = plan(settings)
 for warning in sizing.warnings:
     pulumi.log.warn(warning)
 
+gcp_config = pulumi.Config("gcp")
+project = gcp_config.require("project")
+acc = settings.accelerator
+zone = acc.zones[0]
+
+cluster = GkeCluster("vllm", GkeClusterArgs(
+    name=settings.cluster.name, location=settings.cluster.location, create=settings.cluster.create,
+    project=project, release_channel=settings.cluster.release_channel))
+k8s_opts = pulumi.ResourceOptions(providers=[cluster.provider])
+
+gpu_pool = GpuNodePool("gpu", GpuNodePoolArgs(
+    cluster=cluster.name, location=settings.cluster.location, project=project, accelerator_type=acc.type,
+    machine_type=acc.machine_type, gpus_per_node=acc.gpus_per_node, zones=acc.zones,
+    min_nodes=sizing.min_nodes, max_nodes=sizing.max_nodes, provisioning=acc.provisioning,
+    reservation=acc.reservation, driver_version=acc.driver_version,
+    compact_placement=sizing.nodes_per_replica > 1 and acc.catalog.compact_placement,
+    local_ssd_count=acc.machine.local_ssd_count))
+
+namespace = k8s.core.v1.Namespace(
+    "serving-namespace",
+    metadata=k8s.meta.v1.ObjectMetaArgs(name=settings.serving.namespace,
+                                        labels={"app.kubernetes.io/part-of": "vllm-gke"}),
+    opts=k8s_opts)
+
+hf_token = pulumi.Config("vllm-gke").get_secret("hfToken") if settings.has_hf_token else None
+weights = ModelWeights("weights", ModelWeightsArgs(
+    project=project, zone=zone, namespace=namespace.metadata.name, model_id=settings.model.id,
+    revision=settings.model.revision, source=settings.model.source, gcs_uri=settings.model.gcs_uri,
+    disk_type=settings.weights.disk_type, disk_gib=sizing.weights_disk_gib,
+    provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=int(sizing.weights_gib * 0.9 * 1024**3),
+    downloader_image=settings.vllm.image, hf_token=hf_token), opts=k8s_opts)
+
 pulumi.export("sizing", sizing.as_dict())
+pulumi.export("cluster", cluster.name)
+pulumi.export("gpu_node_pool", gpu_pool.name)
+pulumi.export("weights_claim", weights.claim_name)
+pulumi.export("weights_image", weights.image.self_link)

@@ -275,6 +275,10 @@ def _accelerator(sec: _Section) -> AcceleratorSettings:
     zones = sec.str_list("zones")
     if not zones:
         raise ConfigError("accelerator.zones", list(zones), "list at least one zone, e.g. [us-central1-a]")
+    if len(zones) > 1:
+        # The read-only weights disk is zonal and a LeaderWorkerSet mounts one claim.
+        raise ConfigError("accelerator.zones", list(zones),
+                          "one serving zone per stack (the weights disk is zonal); use one stack per zone")
     provisioning = sec.str("provisioning", required=True, choices=PROVISIONING)
     reservation = sec.str("reservation")
     if provisioning == "reservation" and reservation is None:

@@ -63,16 +63,16 @@ class _Mocks(pulumi.runtime.Mocks):
             outputs["metadata"].setdefault("name", args.name)
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list | None]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
         if args.token == "gcp:container/getCluster:getCluster":
             return {"name": args.args.get("name"), "location": args.args.get("location"),
                     "endpoint": "203.0.113.10", "masterAuths": [{"clusterCaCertificate": FAKE_CA}],
                     "project": args.args.get("project") or self.project,
-                    "workloadIdentityConfigs": [{"workloadPool": f"{self.project}.svc.id.goog"}]}, None
+                    "workloadIdentityConfigs": [{"workloadPool": f"{self.project}.svc.id.goog"}]}
         if args.token in ("gcp:organizations/getProject:getProject",
                           "gcp:organizations/getClientConfig:getClientConfig"):
-            return {"number": FAKE_PROJECT_NUMBER, "projectId": self.project, "project": self.project}, None
-        return dict(args.args), None
+            return {"number": FAKE_PROJECT_NUMBER, "projectId": self.project, "project": self.project}
+        return dict(args.args)
 
 
 class _RecordingMonitor(pulumi_mocks.MockMonitor):

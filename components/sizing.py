@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from components.architecture import DTYPE_BYTES, ModelArchitecture
-from components.catalog import DISK_TYPES, GIB, MIB, Accelerator, MachineType
+from components.catalog import DISK_TYPES, GIB, MIB, Accelerator, MachineType, readonly_attach_limit
 from components.config import Settings
 from components.errors import ConfigError
 
@@ -79,6 +79,7 @@ class Sizing:
     startup_probe_seconds: int
     weights_disk_gib: int
     disk_read_mib_s: int
+    disk_provisioned_mib_s: int
     min_nodes: int
     max_nodes: int
     layout_source: str
@@ -301,6 +302,15 @@ def plan(settings: Settings) -> Sizing:
         raise ConfigError("weights.sizeGib", settings.weights.size_gib,
                           f"smaller than the model's weights ({_gib(weights_bytes)})")
     read_mib_s = disk_read_mib_s(settings.weights.disk_type, disk_gib, accs.machine)
+    max_nodes = settings.autoscaling.max_replicas * layout.nodes
+    attach_limit = readonly_attach_limit(settings.weights.disk_type, disk_gib)
+    if max_nodes > attach_limit:
+        raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
+                          f"{max_nodes} nodes ({layout.nodes} per replica) would attach the read-only "
+                          f"{settings.weights.disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
+                          "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
+    # Hyperdisk ML throughput is per disk and shared by every attached VM: provision for all of them.
+    provisioned = int(min(max(400, read_mib_s * max_nodes), 1_200_000))
     per_node_mib = weights_bytes / layout.nodes / MIB
     load = per_node_mib / read_mib_s + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
     probe = int(math.ceil((2 * load + 60) / PROBE_PERIOD_SECONDS) * PROBE_PERIOD_SECONDS)
@@ -315,7 +325,8 @@ def plan(settings: Settings) -> Sizing:
         kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
         max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
         startup_probe_seconds=probe, weights_disk_gib=disk_gib, disk_read_mib_s=int(read_mib_s),
+        disk_provisioned_mib_s=provisioned if settings.weights.disk_type == "hyperdisk-ml" else 0,
         min_nodes=settings.autoscaling.min_replicas * layout.nodes,
-        max_nodes=settings.autoscaling.max_replicas * layout.nodes,
+        max_nodes=max_nodes,
         layout_source=source, warnings=tuple(warnings),
     )

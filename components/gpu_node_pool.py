@@ -1,0 +1,112 @@
+"""GPU node pool sized by the planner: machine type, GPUs, taint, zones, autoscaling bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "present"
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+SPOT_LABEL = "cloud.google.com/gke-spot"
+BOOT_DISK_GB = 200
+"""The vLLM image is ~10 GB compressed, ~25 GB unpacked; room for two versions during a rollout."""
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    """Inputs of GpuNodePool."""
+
+    cluster: pulumi.Input[str]
+    """Cluster name."""
+    location: str
+    """Cluster location (region or zone)."""
+    project: str
+    """GCP project id."""
+    accelerator_type: str
+    """GKE accelerator type, e.g. nvidia-l4."""
+    machine_type: str
+    """Machine type carrying the GPUs."""
+    gpus_per_node: int
+    """GPUs on each node (from the catalog)."""
+    zones: tuple[str, ...]
+    """Node locations."""
+    min_nodes: int
+    """minReplicas x nodes per replica."""
+    max_nodes: int
+    """maxReplicas x nodes per replica."""
+    provisioning: str
+    """on-demand | spot | reservation."""
+    reservation: str | None
+    """Reservation name when provisioning is reservation."""
+    driver_version: str
+    """GKE-managed driver version: LATEST | DEFAULT | INSTALLATION_DISABLED."""
+    compact_placement: bool
+    """Place nodes close together (multi-node replicas on machine types that support it)."""
+    local_ssd_count: int = 0
+    """Local SSDs bundled with the machine type, used for ephemeral storage."""
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """A GKE node pool of GPU machines for the serving groups."""
+
+    node_pool: gcp.container.NodePool
+    name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:gpu:GpuNodePool", name, None, opts)
+        labels = {ACCELERATOR_LABEL: args.accelerator_type}
+        if args.provisioning == "spot":
+            labels[SPOT_LABEL] = "true"
+        reservation = None
+        if args.provisioning == "reservation":
+            reservation = gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                consume_reservation_type="SPECIFIC_RESERVATION",
+                key="compute.googleapis.com/reservation-name", values=[args.reservation])
+        node_config = gcp.container.NodePoolNodeConfigArgs(
+            machine_type=args.machine_type,
+            guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                type=args.accelerator_type, count=args.gpus_per_node,
+                gpu_driver_installation_config=(
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                        gpu_driver_version=args.driver_version)))],
+            # GKE adds this taint and label to GPU nodes by itself; declaring them keeps the next
+            # preview free of diffs and documents what the serving pods must tolerate.
+            taints=[gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE,
+                                                              effect="NO_SCHEDULE")],
+            labels=labels,
+            spot=args.provisioning == "spot",
+            reservation_affinity=reservation,
+            # gVNIC: higher per-VM bandwidth for NCCL traffic between pipeline stages.
+            gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+            # GKE metadata server: pods get Workload Identity, never the node's service account.
+            workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+            gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
+            disk_size_gb=BOOT_DISK_GB, disk_type="pd-ssd",
+            ephemeral_storage_local_ssd_config=(
+                gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
+                    local_ssd_count=args.local_ssd_count) if args.local_ssd_count else None),
+            shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                enable_secure_boot=True, enable_integrity_monitoring=True),
+            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+        )
+        self.node_pool = gcp.container.NodePool(
+            f"{name}-pool", cluster=args.cluster, location=args.location, project=args.project,
+            node_locations=list(args.zones),
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=args.min_nodes, total_max_node_count=args.max_nodes,
+                # ANY finds capacity wherever the zones have it; GPUs are scarce.
+                location_policy="ANY"),
+            initial_node_count=args.min_nodes,
+            node_config=node_config,
+            placement_policy=(gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT")
+                              if args.compact_placement else None),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            # Surge upgrades would need a spare GPU node; replace one node at a time instead.
+            upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
+            # The autoscaler owns the node count after creation.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount", "nodeCount"]))
+        self.name = self.node_pool.name
+        self.register_outputs({"name": self.name})

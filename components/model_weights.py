@@ -1,0 +1,241 @@
+"""The model weights as a persistent-disk image, served read-only-many to every GPU node.
+
+Chain (each step depends on the one before, so `pulumi destroy` removes it in reverse):
+    staging disk -> staging PV/PVC -> download Job -> snapshot -> image -> serving disk -> PV -> PVC
+Every name carries a key made from model id + revision, so a model change creates a new chain
+(the serving layer switches to it) and the old one is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from components.versions import GCLOUD_IMAGE
+
+DOWNLOADER = Path(__file__).resolve().parent.parent / "images" / "model-downloader" / "download.py"
+CSI_DRIVER = "pd.csi.storage.gke.io"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+WEIGHTS_SUBDIR = "model"
+"""Weights live in <disk>/model, next to ext4's lost+found."""
+SERVING_MOUNT = "/models"
+DOWNLOAD_TIMEOUT = "4h"
+
+
+def weights_key(model_id: str, revision: str) -> str:
+    """`meta-llama/Llama-3.1-8B-Instruct`@`main` -> `llama-3-1-8b-instruct-<8 hex>` (a GCE-safe name part)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-")[:28].strip("-")
+    digest = hashlib.sha256(f"{model_id}@{revision}".encode()).hexdigest()[:8]
+    return f"{slug or 'model'}-{digest}"
+
+
+@dataclass(frozen=True)
+class ModelWeightsArgs:
+    """Inputs of ModelWeights."""
+
+    project: str
+    """GCP project id."""
+    zone: str
+    """Zone of the staging and serving disks (the GPU nodes' zone)."""
+    namespace: pulumi.Input[str]
+    """Kubernetes namespace of the Job, PVCs and Secret."""
+    model_id: str
+    """Hugging Face repo id."""
+    revision: str
+    """Model revision (branch, tag or commit)."""
+    source: str
+    """huggingface | gcs."""
+    gcs_uri: str | None
+    """gs://bucket/prefix when source is gcs."""
+    disk_type: str
+    """Serving disk type: pd-ssd | pd-balanced | hyperdisk-ml."""
+    disk_gib: int
+    """Size of the staging and serving disks."""
+    provisioned_mib_s: int
+    """Hyperdisk ML provisioned throughput (ignored for persistent disks)."""
+    min_bytes: int
+    """The download fails verification below this many bytes of safetensors."""
+    downloader_image: str
+    """Image for Hugging Face downloads (the vLLM image carries huggingface_hub)."""
+    hf_token: pulumi.Input[str] | None = None
+    """Hugging Face token (a Pulumi secret) for gated models."""
+
+
+class ModelWeights(pulumi.ComponentResource):
+    """Staging disk, download Job, snapshot, image and the read-only serving disk, PV and PVC."""
+
+    key: str
+    claim_name: pulumi.Output[str]
+    image: gcp.compute.Image
+    serving_disk: gcp.compute.Disk
+    model_path: str
+
+    def __init__(self, name: str, args: ModelWeightsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:weights:ModelWeights", name, None, opts)
+        self.key = key = weights_key(args.model_id, args.revision)
+        self.model_path = f"{SERVING_MOUNT}/{WEIGHTS_SUBDIR}"
+        child = pulumi.ResourceOptions(parent=self)
+        labels = {"app.kubernetes.io/part-of": "vllm-gke", "vllm-gke/weights": key}
+        gce_labels = {"vllm-gke-weights": key}
+
+        staging = gcp.compute.Disk(
+            f"{name}-{key}-staging", name=f"w-{key}-staging", project=args.project, zone=args.zone,
+            type="pd-ssd", size=args.disk_gib, labels=gce_labels, opts=child)
+        staging_pv = self._pv(f"{name}-{key}-staging", f"w-{key}-staging", staging, args, labels,
+                              read_only=False)
+        staging_pvc = self._pvc(f"{name}-{key}-staging", f"w-{key}-staging", staging_pv, args, labels,
+                                read_only=False)
+
+        job = self._download_job(name, key, args, staging_pvc, labels)
+
+        # Why a snapshot first: an image cannot be made from a disk still attached to a node, and the
+        # detach after the Job's pod ends is asynchronous (kubelet unmount -> attach-detach controller).
+        # A snapshot may be taken while attached; it only needs the data flushed, which the script does
+        # (os.sync) before it exits, and kubelet has unmounted the volume once the pod is Succeeded,
+        # which is when Pulumi's Job await returns. The image is then made from the snapshot, never
+        # from the disk, so no step races the detach.
+        snapshot = gcp.compute.Snapshot(
+            f"{name}-{key}-snapshot", name=f"w-{key}", project=args.project, zone=args.zone,
+            source_disk=staging.name, labels=gce_labels,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[job]))
+        self.image = gcp.compute.Image(
+            f"{name}-{key}-image", name=f"w-{key}", project=args.project, source_snapshot=snapshot.self_link,
+            labels=gce_labels, opts=child)
+        hyperdisk = args.disk_type == "hyperdisk-ml"
+        self.serving_disk = gcp.compute.Disk(
+            f"{name}-{key}-serving", name=f"w-{key}-{args.zone.rsplit('-', 1)[-1]}", project=args.project,
+            zone=args.zone, type=args.disk_type, size=args.disk_gib, image=self.image.self_link,
+            access_mode="READ_ONLY_MANY" if hyperdisk else None,
+            provisioned_throughput=args.provisioned_mib_s if hyperdisk else None,
+            labels=gce_labels, opts=child)
+        serving_pv = self._pv(f"{name}-{key}", f"w-{key}", self.serving_disk, args, labels, read_only=True)
+        serving_pvc = self._pvc(f"{name}-{key}", f"w-{key}", serving_pv, args, labels, read_only=True)
+        self.claim_name = serving_pvc.metadata.name
+        self.register_outputs({"key": key, "claim_name": self.claim_name, "image": self.image.self_link})
+
+    def _pv(self, logical: str, pv_name: str, disk: gcp.compute.Disk, args: ModelWeightsArgs,
+            labels: dict[str, str], read_only: bool) -> k8s.core.v1.PersistentVolume:
+        return k8s.core.v1.PersistentVolume(
+            f"{logical}-pv",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=pv_name, labels=labels),
+            spec=k8s.core.v1.PersistentVolumeSpecArgs(
+                capacity={"storage": f"{args.disk_gib}Gi"},
+                access_modes=["ReadOnlyMany" if read_only else "ReadWriteOnce"],
+                persistent_volume_reclaim_policy="Retain",  # Pulumi owns the disk's lifecycle, not Kubernetes
+                storage_class_name="",
+                # Large sequential reads of safetensors shards: read ahead 4 MiB.
+                mount_options=["read_ahead_kb=4096"] if read_only else None,
+                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
+                    driver=CSI_DRIVER, fs_type="ext4", read_only=read_only,
+                    volume_handle=pulumi.Output.concat("projects/", args.project, "/zones/", args.zone,
+                                                       "/disks/", disk.name)),
+                node_affinity=k8s.core.v1.VolumeNodeAffinityArgs(required=k8s.core.v1.NodeSelectorArgs(
+                    node_selector_terms=[k8s.core.v1.NodeSelectorTermArgs(match_expressions=[
+                        k8s.core.v1.NodeSelectorRequirementArgs(key=ZONE_LABEL, operator="In",
+                                                                values=[args.zone])])]))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[disk]))
+
+    def _pvc(self, logical: str, claim: str, pv: k8s.core.v1.PersistentVolume, args: ModelWeightsArgs,
+             labels: dict[str, str], read_only: bool) -> k8s.core.v1.PersistentVolumeClaim:
+        return k8s.core.v1.PersistentVolumeClaim(
+            f"{logical}-pvc",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=claim, namespace=args.namespace, labels=labels),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadOnlyMany" if read_only else "ReadWriteOnce"], storage_class_name="",
+                volume_name=pv.metadata.name,
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{args.disk_gib}Gi"})),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv]))
+
+    def _download_job(self, name: str, key: str, args: ModelWeightsArgs,
+                      staging_pvc: k8s.core.v1.PersistentVolumeClaim, labels: dict[str, str]) -> k8s.batch.v1.Job:
+        child = pulumi.ResourceOptions(parent=self)
+        script = k8s.core.v1.ConfigMap(
+            f"{name}-{key}-downloader",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-downloader", namespace=args.namespace,
+                                                labels=labels),
+            data={"download.py": DOWNLOADER.read_text()}, opts=child)
+        env = [k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp"),
+               k8s.core.v1.EnvVarArgs(name="HF_HOME", value="/tmp/hf")]
+        depends: list[pulumi.Resource] = [staging_pvc, script]
+        service_account = None
+        if args.source == "huggingface":
+            image = args.downloader_image
+            command = ["python3", "/opt/vllm-gke/download.py", "--source", "huggingface", "--model", args.model_id,
+                       "--revision", args.revision]
+            if args.hf_token is not None:
+                secret = k8s.core.v1.Secret(
+                    f"{name}-{key}-hf-token",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-hf-token", namespace=args.namespace,
+                                                        labels=labels),
+                    type="Opaque", string_data={"HF_TOKEN": args.hf_token},
+                    opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]))
+                env.append(k8s.core.v1.EnvVarArgs(name="HF_TOKEN", value_from=k8s.core.v1.EnvVarSourceArgs(
+                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret.metadata.name, key="HF_TOKEN"))))
+                depends.append(secret)
+        else:
+            image = GCLOUD_IMAGE
+            command = ["python3", "/opt/vllm-gke/download.py", "--source", "gcs", "--gcs-uri", str(args.gcs_uri)]
+            account = k8s.core.v1.ServiceAccount(
+                f"{name}-{key}-downloader-sa",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-downloader", namespace=args.namespace,
+                                                    labels=labels), opts=child)
+            service_account = account.metadata.name
+            number = gcp.organizations.get_project_output(project_id=args.project,
+                                                          opts=pulumi.InvokeOptions(parent=self)).number
+            bucket = str(args.gcs_uri).removeprefix("gs://").split("/", 1)[0]
+            # Workload Identity Federation principal of exactly this Kubernetes service account:
+            # read access to one bucket, no Google service account and no keys.
+            binding = gcp.storage.BucketIAMMember(
+                f"{name}-{key}-gcs-reader", bucket=bucket, role="roles/storage.objectViewer",
+                member=pulumi.Output.concat(
+                    "principal://iam.googleapis.com/projects/", number, "/locations/global/workloadIdentityPools/",
+                    args.project, ".svc.id.goog/subject/ns/", args.namespace, "/sa/", account.metadata.name),
+                opts=child)
+            depends += [account, binding]
+        command += ["--dest", f"/data/{WEIGHTS_SUBDIR}", "--min-bytes", str(args.min_bytes)]
+        return k8s.batch.v1.Job(
+            f"{name}-{key}-download",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-download", namespace=args.namespace, labels=labels),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=3, active_deadline_seconds=4 * 3600,
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        restart_policy="Never", service_account_name=service_account,
+                        automount_service_account_token=service_account is not None,
+                        # The staging disk is zonal: the pod must run where the disk is.
+                        node_selector={ZONE_LABEL: args.zone},
+                        security_context=k8s.core.v1.PodSecurityContextArgs(
+                            run_as_non_root=True, run_as_user=1000, run_as_group=1000, fs_group=1000,
+                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="download", image=image, command=command, env=env,
+                            resources=k8s.core.v1.ResourceRequirementsArgs(
+                                requests={"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
+                                limits={"memory": "16Gi", "ephemeral-storage": "20Gi"}),
+                            security_context=k8s.core.v1.SecurityContextArgs(
+                                allow_privilege_escalation=False, read_only_root_filesystem=True,
+                                capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"])),
+                            volume_mounts=[
+                                k8s.core.v1.VolumeMountArgs(name="staging", mount_path="/data"),
+                                k8s.core.v1.VolumeMountArgs(name="script", mount_path="/opt/vllm-gke",
+                                                            read_only=True),
+                                k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")])],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(name="staging", persistent_volume_claim=(
+                                k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
+                                    claim_name=staging_pvc.metadata.name))),
+                            k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                                name=script.metadata.name)),
+                            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                                size_limit="20Gi"))]))),
+            # Pulumi waits for the Job to complete; a large model takes a while to download.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends,
+                                        custom_timeouts=pulumi.CustomTimeouts(create=DOWNLOAD_TIMEOUT,
+                                                                              update=DOWNLOAD_TIMEOUT)))

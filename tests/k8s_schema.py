@@ -1,0 +1,30 @@
+"""Validate Kubernetes objects against the upstream JSON schemas (kubernetes-validate, strict)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+
+K8S_VERSION = "1.35.0"
+"""A current GKE minor (REGULAR channel, 2026-11)."""
+
+CRD_POD_TEMPLATES = {
+    "LeaderWorkerSet": lambda o: [o["spec"]["leaderWorkerTemplate"].get("leaderTemplate"),
+                                  o["spec"]["leaderWorkerTemplate"]["workerTemplate"]],
+}
+CRD_KINDS = {"LeaderWorkerSet", "PodMonitoring", "ClusterPodMonitoring"}
+
+
+def validate_object(obj: dict[str, Any]) -> None:
+    """Raise kubernetes_validate.ValidationError when obj (or a CRD's pod templates) is invalid."""
+    kind = obj["kind"]
+    if kind in CRD_KINDS:
+        for template in CRD_POD_TEMPLATES.get(kind, lambda o: [])(obj):
+            if template is not None:
+                kubernetes_validate.validate(
+                    {"apiVersion": "v1", "kind": "PodTemplate",
+                     "metadata": {"name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace")},
+                     "template": template}, K8S_VERSION, strict=True)
+        return
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
