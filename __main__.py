@@ -6,7 +6,9 @@ import pulumi_kubernetes as k8s
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import from_pulumi
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.model_weights import ModelWeights, ModelWeightsArgs
+from components.lws_controller import LwsController, LwsControllerArgs
+from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
+from components.ray_vllm import RayVllmServer, RayVllmServerArgs, ServerSpec
 from components.sizing import plan
 
 settings = from_pulumi()
@@ -38,7 +40,9 @@ namespace = k8s.core.v1.Namespace(
                                         labels={"app.kubernetes.io/part-of": "vllm-gke"}),
     opts=k8s_opts)
 
-hf_token = pulumi.Config("vllm-gke").get_secret("hfToken") if settings.has_hf_token else None
+secrets = pulumi.Config("vllm-gke")
+hf_token = secrets.get_secret("hfToken") if settings.has_hf_token else None
+api_key = secrets.get_secret("apiKey") if settings.has_api_key else None
 weights = ModelWeights("weights", ModelWeightsArgs(
     project=project, zone=zone, namespace=namespace.metadata.name, model_id=settings.model.id,
     revision=settings.model.revision, source=settings.model.source, gcs_uri=settings.model.gcs_uri,
@@ -46,7 +50,25 @@ weights = ModelWeights("weights", ModelWeightsArgs(
     provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=int(sizing.weights_gib * 0.9 * 1024**3),
     downloader_image=settings.vllm.image, hf_token=hf_token), opts=k8s_opts)
 
+lws = LwsController("lws", LwsControllerArgs(install=settings.serving.install_lws), opts=k8s_opts)
+
+vllm = settings.vllm
+server = RayVllmServer("vllm", RayVllmServerArgs(
+    namespace=namespace.metadata.name, image=vllm.image,
+    spec=ServerSpec(model_path=weights.model_path, served_name=settings.model.served_name,
+                    tensor=sizing.tensor_parallel_size, pipeline=sizing.pipeline_parallel_size,
+                    nodes=sizing.nodes_per_replica, gpus_per_node=sizing.gpus_per_pod,
+                    max_model_len=vllm.max_model_len, gpu_memory_utilization=vllm.gpu_memory_utilization,
+                    dtype=vllm.dtype, kv_cache_dtype=vllm.kv_cache_dtype, extra_args=vllm.extra_args),
+    machine=acc.machine, accelerator_type=acc.type, spot=acc.provisioning == "spot",
+    gpus_per_pod=sizing.gpus_per_pod, replicas=settings.autoscaling.min_replicas,
+    weights_claim=weights.claim_name, weights_mount=SERVING_MOUNT,
+    startup_probe_seconds=sizing.startup_probe_seconds, expose=settings.serving.expose,
+    allowed_namespaces=settings.serving.allowed_namespaces, api_key=api_key,
+    depends_on=[*lws.ready, gpu_pool]), opts=k8s_opts)
+
 pulumi.export("sizing", sizing.as_dict())
+pulumi.export("service", server.service.metadata.name)
 pulumi.export("cluster", cluster.name)
 pulumi.export("gpu_node_pool", gpu_pool.name)
 pulumi.export("weights_claim", weights.claim_name)

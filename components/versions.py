@@ -2,6 +2,7 @@
 
 LWS_VERSION = "v0.8.0"
 """LeaderWorkerSet CRD + controller (kubernetes-sigs/lws release)."""
+LWS_CHART = "oci://registry.k8s.io/lws/charts/lws"
 
 GCLOUD_IMAGE = "gcr.io/google.com/cloudsdktool/google-cloud-cli:545.0.0-slim"
 """Runs the GCS download Job (`gcloud storage`) with Workload Identity."""

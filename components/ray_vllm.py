@@ -1,0 +1,284 @@
+"""The serving group: one LeaderWorkerSet per model, Ray head + vLLM API server on the leader,
+Ray workers on the other nodes; Service on the leaders, NetworkPolicy, PDB, API-key Secret."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.catalog import MachineType
+from components.gpu_node_pool import ACCELERATOR_LABEL, GPU_TAINT_KEY, SPOT_LABEL
+
+LAUNCHER = Path(__file__).resolve().parent.parent / "images" / "vllm-ray" / "launcher.py"
+LAUNCHER_DIR = "/opt/vllm-gke"
+API_PORT = 8000
+RAY_PORT = 6379
+NODE_MANAGER_PORT = 8076
+OBJECT_MANAGER_PORT = 8077
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+PRESTOP_SECONDS = 15
+"""Endpoints removal reaches kube-proxy and load balancers before the server stops accepting."""
+DRAIN_SECONDS = 90
+"""In-flight requests get this long to finish (vLLM --shutdown-timeout, launcher --drain-timeout)."""
+GRACE_SECONDS = PRESTOP_SECONDS + DRAIN_SECONDS + 15
+RAY_JOIN_TIMEOUT = 600
+"""Workers may land on nodes the autoscaler is still creating (GPU nodes take minutes)."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What the vLLM command line needs."""
+
+    model_path: str
+    """Weights directory inside the pod (the read-only weights volume)."""
+    served_name: str
+    """OpenAI model name."""
+    tensor: int
+    """--tensor-parallel-size."""
+    pipeline: int
+    """--pipeline-parallel-size."""
+    nodes: int
+    """Nodes per replica (group size)."""
+    gpus_per_node: int
+    """GPUs each group member contributes to Ray."""
+    max_model_len: int
+    """--max-model-len."""
+    gpu_memory_utilization: float
+    """--gpu-memory-utilization."""
+    dtype: str
+    """--dtype."""
+    kv_cache_dtype: str
+    """--kv-cache-dtype."""
+    extra_args: tuple[str, ...] = ()
+    """Appended verbatim."""
+    port: int = API_PORT
+    """API port."""
+
+
+def vllm_command(spec: ServerSpec, python: str = "python3") -> list[str]:
+    """The vLLM API server command a leader runs (the `vllm` console script is avoided on purpose:
+    the module entry point works in every image that has vLLM installed)."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path,
+           "--served-model-name", spec.served_name, "--host", "0.0.0.0", "--port", str(spec.port),
+           "--tensor-parallel-size", str(spec.tensor), "--pipeline-parallel-size", str(spec.pipeline),
+           "--max-model-len", str(spec.max_model_len),
+           "--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}",
+           "--dtype", spec.dtype, "--kv-cache-dtype", spec.kv_cache_dtype,
+           "--shutdown-timeout", str(DRAIN_SECONDS)]
+    if spec.nodes > 1:
+        cmd += ["--distributed-executor-backend", "ray"]
+    return cmd + list(spec.extra_args)
+
+
+def leader_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
+                   ) -> list[str]:
+    return [python, launcher, "leader", "--group-size", str(spec.nodes), "--gpus-per-node", str(spec.gpus_per_node),
+            "--ray-port", str(RAY_PORT), "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--drain-timeout", str(DRAIN_SECONDS),
+            "--node-manager-port", str(NODE_MANAGER_PORT), "--object-manager-port", str(OBJECT_MANAGER_PORT),
+            "--", *vllm_command(spec, python)]
+
+
+def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
+                   ) -> list[str]:
+    # LWS injects LWS_LEADER_ADDRESS into every pod of the group; the launcher reads it.
+    return [python, launcher, "worker", "--gpus-per-node", str(spec.gpus_per_node), "--ray-port", str(RAY_PORT),
+            "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--node-manager-port", str(NODE_MANAGER_PORT),
+            "--object-manager-port", str(OBJECT_MANAGER_PORT)]
+
+
+def pod_resources(machine: MachineType, gpus_per_pod: int) -> tuple[int, int, int]:
+    """(CPU cores, memory GiB, /dev/shm GiB) for a pod using `gpus_per_pod` of the machine's GPUs.
+
+    GKE keeps roughly 6% of CPU and 10% of memory plus system daemons for itself; the rest is shared
+    in proportion to the GPUs a pod takes, so replicas sharing a node all fit.
+    """
+    share = gpus_per_pod / machine.gpus
+    cpu = max(1, math.floor((machine.vcpus * 0.94 - 1) * share))
+    memory = max(4, math.floor((machine.memory_gib * 0.9 - 3) * share))
+    shm = min(64, max(2, memory // 4))
+    return cpu, memory, shm
+
+
+@dataclass(frozen=True)
+class RayVllmServerArgs:
+    """Inputs of RayVllmServer."""
+
+    namespace: pulumi.Input[str]
+    """Namespace of every object."""
+    image: str
+    """vLLM image (pinned tag)."""
+    spec: ServerSpec
+    """The server's command-line settings."""
+    machine: MachineType
+    """GPU machine type (for CPU/memory requests)."""
+    accelerator_type: str
+    """Node selector value for cloud.google.com/gke-accelerator."""
+    spot: bool
+    """Select spot nodes."""
+    gpus_per_pod: int
+    """nvidia.com/gpu per pod: TP for one-node groups, all of a node's GPUs otherwise."""
+    replicas: int
+    """Initial LWS replicas (the HPA owns them afterwards)."""
+    weights_claim: pulumi.Input[str]
+    """Read-only PVC with the weights."""
+    weights_mount: str
+    """Where the weights volume is mounted."""
+    startup_probe_seconds: int
+    """Startup budget from the planner's load estimate."""
+    expose: str = "cluster-ip"
+    """cluster-ip | internal-lb."""
+    allowed_namespaces: tuple[str, ...] = ()
+    """Namespaces (besides its own) that may reach the API port."""
+    api_key: pulumi.Input[str] | None = None
+    """API key (Pulumi secret) the server requires."""
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    """What LWS objects must wait for (the LWS controller)."""
+
+
+def _probe(kind: str, **kwargs: Any) -> dict[str, Any]:
+    if kind == "http":
+        return {"httpGet": {"path": "/health", "port": "http"}, **kwargs}
+    if kind == "tcp":
+        return {"tcpSocket": {"port": kwargs.pop("port")}, **kwargs}
+    return {"exec": {"command": kwargs.pop("command")}, **kwargs}
+
+
+class RayVllmServer(pulumi.ComponentResource):
+    """A LeaderWorkerSet of vLLM serving groups and the objects around it."""
+
+    lws_name: str
+    service_name: str
+    leader_selector: dict[str, str]
+
+    def __init__(self, name: str, args: RayVllmServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:serving:RayVllmServer", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.lws_name = lws_name = name
+        self.service_name = name
+        labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name,
+                  "app.kubernetes.io/part-of": "vllm-gke"}
+        self.leader_selector = {LWS_NAME_LABEL: lws_name, LWS_WORKER_INDEX_LABEL: "0"}
+        spec = args.spec
+
+        launcher = k8s.core.v1.ConfigMap(
+            f"{name}-launcher", metadata={"name": f"{name}-launcher", "namespace": args.namespace, "labels": labels},
+            data={"launcher.py": LAUNCHER.read_text()}, opts=child)
+        env: list[dict[str, Any]] = [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "HOME", "value": "/tmp/home"}, {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+            {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+        depends = [launcher, *args.depends_on]
+        if args.api_key is not None:
+            secret = k8s.core.v1.Secret(
+                f"{name}-api-key", metadata={"name": f"{name}-api-key", "namespace": args.namespace, "labels": labels},
+                type="Opaque", string_data={"VLLM_API_KEY": args.api_key},
+                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]))
+            # vLLM reads VLLM_API_KEY: the key never appears in the command line or the pod spec.
+            env.append({"name": "VLLM_API_KEY",
+                        "valueFrom": {"secretKeyRef": {"name": f"{name}-api-key", "key": "VLLM_API_KEY"}}})
+            depends.append(secret)
+
+        cpu, memory, shm = pod_resources(args.machine, args.gpus_per_pod)
+        resources = {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi", "nvidia.com/gpu": str(args.gpus_per_pod)},
+                     "limits": {"memory": f"{memory}Gi", "nvidia.com/gpu": str(args.gpus_per_pod)}}
+        node_selector = {ACCELERATOR_LABEL: args.accelerator_type}
+        if args.spot:
+            node_selector[SPOT_LABEL] = "true"
+        volumes = [
+            {"name": "weights", "persistentVolumeClaim": {"claimName": args.weights_claim, "readOnly": True}},
+            {"name": "launcher", "configMap": {"name": f"{name}-launcher", "defaultMode": 0o555}},
+            # NCCL and vLLM's workers exchange tensors through /dev/shm; the 64 MiB default is far too small.
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "50Gi"}}]
+        mounts = [{"name": "weights", "mountPath": args.weights_mount, "readOnly": True},
+                  {"name": "launcher", "mountPath": LAUNCHER_DIR, "readOnly": True},
+                  {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
+        security = {"allowPrivilegeEscalation": False, "privileged": False, "runAsNonRoot": True,
+                    "runAsUser": 1000, "runAsGroup": 1000, "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"}}
+        ray_ports = [{"name": "ray-gcs", "containerPort": RAY_PORT},
+                     {"name": "ray-node-mgr", "containerPort": NODE_MANAGER_PORT},
+                     {"name": "ray-obj-mgr", "containerPort": OBJECT_MANAGER_PORT}]
+
+        def pod(container: dict[str, Any]) -> dict[str, Any]:
+            return {"metadata": {"labels": labels}, "spec": {
+                "automountServiceAccountToken": False, "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": GRACE_SECONDS, "nodeSelector": node_selector,
+                "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                "securityContext": {"runAsNonRoot": True, "fsGroup": 1000,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [container], "volumes": volumes}}
+
+        leader_container = {
+            "name": "vllm", "image": args.image, "command": leader_command(spec), "env": env,
+            "ports": [{"name": "http", "containerPort": spec.port}, *(ray_ports if spec.nodes > 1 else [])],
+            "resources": resources, "volumeMounts": mounts, "securityContext": security,
+            # Weights loading and CUDA-graph capture: the budget comes from the planner's estimate.
+            "startupProbe": _probe("http", periodSeconds=10, timeoutSeconds=5,
+                                   failureThreshold=max(3, args.startup_probe_seconds // 10)),
+            "readinessProbe": _probe("http", periodSeconds=5, timeoutSeconds=5, failureThreshold=3),
+            # /health can stay 200 after a Ray worker dies (vLLM #16259): liveness also requires the
+            # launcher's group heartbeat, which stops when a Ray node is lost.
+            "livenessProbe": _probe("exec", command=["python3", f"{LAUNCHER_DIR}/launcher.py", "check",
+                                                     "--max-age", "30"],
+                                    periodSeconds=15, timeoutSeconds=10, failureThreshold=3),
+            "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SECONDS}}},
+        }
+        leader_pod = pod(leader_container)
+        template: dict[str, Any] = {"size": spec.nodes, "restartPolicy": "RecreateGroupOnPodRestart"}
+        if spec.nodes > 1:
+            worker_container = {
+                "name": "ray-worker", "image": args.image, "command": worker_command(spec), "env": env,
+                "ports": ray_ports, "resources": resources, "volumeMounts": mounts, "securityContext": security,
+                "readinessProbe": _probe("tcp", port=NODE_MANAGER_PORT, periodSeconds=5, failureThreshold=3),
+                "livenessProbe": _probe("tcp", port=NODE_MANAGER_PORT, initialDelaySeconds=RAY_JOIN_TIMEOUT,
+                                        periodSeconds=15, failureThreshold=4),
+            }
+            template |= {"leaderTemplate": leader_pod, "workerTemplate": pod(worker_container)}
+        else:
+            template |= {"workerTemplate": leader_pod}  # size 1: the only pod is the leader
+
+        self.lws = k8s.apiextensions.CustomResource(
+            f"{name}-lws", api_version=LWS_API, kind="LeaderWorkerSet",
+            metadata={"name": lws_name, "namespace": args.namespace, "labels": labels},
+            spec={"replicas": args.replicas, "startupPolicy": "LeaderCreated",
+                  "rolloutStrategy": {"type": "RollingUpdate",
+                                      "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+                  "leaderWorkerTemplate": template},
+            # The HPA owns the replica count once it exists.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends, ignore_changes=["spec.replicas"]))
+
+        service_type = "LoadBalancer" if args.expose == "internal-lb" else "ClusterIP"
+        annotations = {"networking.gke.io/load-balancer-type": "Internal"} if args.expose == "internal-lb" else {}
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={"name": name, "namespace": args.namespace, "labels": labels, "annotations": annotations},
+            spec={"type": service_type, "selector": self.leader_selector,
+                  "ports": [{"name": "http", "port": spec.port, "targetPort": "http", "protocol": "TCP"}]},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
+
+        api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, gateways)
+        api_from += [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                     for ns in args.allowed_namespaces]
+        if args.expose == "internal-lb":
+            api_from.append({"ipBlock": {"cidr": "10.0.0.0/8"}})  # the VPC behind the internal load balancer
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-netpol", metadata={"name": name, "namespace": args.namespace, "labels": labels},
+            spec={"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}, "policyTypes": ["Ingress"],
+                  "ingress": [
+                      # Ray (GCS 6379, node and object managers, worker ports) means remote code
+                      # execution: only pods of this LeaderWorkerSet may reach them.
+                      {"from": [{"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}}]},
+                      {"from": api_from, "ports": [{"port": spec.port, "protocol": "TCP"}]}]},
+            opts=child)
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata={"name": name, "namespace": args.namespace, "labels": labels},
+            spec={"maxUnavailable": 1, "selector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}}, opts=child)
+        self.register_outputs({"service": self.service.metadata.name})

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Start one pod of a vLLM serving group: the Ray head + vLLM server, or a Ray worker.
+
+    launcher.py leader --group-size N --gpus-per-node G [--ray-port P] [--wait-timeout S] -- CMD...
+    launcher.py worker [--leader-address HOST] --gpus-per-node G [--ray-port P] [--wait-timeout S]
+    launcher.py check [--max-age S]          (liveness: the leader's group heartbeat is fresh)
+
+leader, N = 1: runs CMD directly (exec); vLLM needs no Ray on one node.
+leader, N > 1: starts the Ray head; waits until N nodes and N x G GPUs have joined, or exits 1
+    after S seconds naming what is missing; runs CMD; checks the Ray nodes every second and, when
+    one is lost, stops CMD and exits 3 so the LeaderWorkerSet recreates the group. On SIGTERM it
+    forwards the signal to CMD, waits for it to drain, then stops Ray.
+worker: waits (bounded) until the head's port answers, joins with `ray start --block` and exits
+    non-zero when Ray does.
+Standard library and Ray only. One log line per state change; every failure is one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("VLLM_GKE_STATE_DIR", "/tmp/vllm-gke"))
+HEARTBEAT = "group-ok"
+EXIT_JOIN_TIMEOUT, EXIT_NODE_LOST, EXIT_RAY_FAILED = 1, 3, 4
+# Ray's GCS marks a node dead after failure_threshold x period without a health-check answer:
+# about 5 s here, instead of Ray's default 30 s, so a lost worker is acted on within ~10 s.
+RAY_HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+                  "RAY_health_check_failure_threshold": "5", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def log(role: str, message: str) -> None:
+    print(f"[launcher {role}] {message}", flush=True)
+
+
+def fail(role: str, code: int, message: str) -> int:
+    print(f"[launcher {role}] ERROR: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def node_ip() -> str:
+    return os.environ.get("POD_IP") or socket.gethostbyname(socket.gethostname())
+
+
+def ray_cli() -> list[str]:
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def ray_env() -> dict[str, str]:
+    return {**os.environ, **RAY_HEALTH_ENV}
+
+
+def port_args(args: argparse.Namespace) -> list[str]:
+    out = []
+    for flag, value in (("--node-manager-port", args.node_manager_port),
+                        ("--object-manager-port", args.object_manager_port)):
+        if value:
+            out += [flag, str(value)]
+    return out
+
+
+def stop_ray(role: str, temp_dir: str | None) -> None:
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()  # detach our driver first, or it reports the raylet's exit as a crash
+    cmd = [*ray_cli(), "stop", "--force"]
+    subprocess.run(cmd, env=ray_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=60)
+    log(role, "ray stopped")
+
+
+def cluster_state(address: str) -> tuple[int, float, list[str]]:
+    """(alive nodes, alive GPUs, descriptions of dead nodes) as the head's GCS sees them."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    alive, gpus, dead = 0, 0.0, []
+    for node in ray.nodes():
+        if node.get("Alive"):
+            alive += 1
+            gpus += node.get("Resources", {}).get("GPU", 0.0)
+        else:
+            dead.append(node.get("NodeManagerAddress", "?"))
+    return alive, gpus, dead
+
+
+def write_heartbeat() -> None:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    (STATE_DIR / HEARTBEAT).write_text(str(time.time()))
+
+
+def stop_child(role: str, child: subprocess.Popen, timeout: float) -> int:
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log(role, f"server did not stop within {timeout:.0f} s; killing it")
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    return child.returncode
+
+
+def leader(args: argparse.Namespace) -> int:
+    role = "leader"
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        return fail(role, 2, "no server command given after --")
+    if args.group_size == 1:
+        log(role, "group of one node: starting the server without Ray")
+        os.execvp(command[0], command)
+    ip = args.node_ip or node_ip()
+    address = f"{ip}:{args.ray_port}"
+    start = [*ray_cli(), "start", "--head", f"--port={args.ray_port}", f"--node-ip-address={ip}",
+             f"--num-gpus={args.gpus_per_node}", "--include-dashboard=false", "--disable-usage-stats",
+             *port_args(args)]
+    if args.temp_dir:
+        start.append(f"--temp-dir={args.temp_dir}")
+    result = subprocess.run(start, env=ray_env(), capture_output=True, text=True, check=False)
+    if result.returncode:
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return fail(role, EXIT_RAY_FAILED, f"ray start --head failed ({tail})")
+    log(role, f"ray head up at {address}; waiting for {args.group_size} nodes / "
+              f"{args.group_size * args.gpus_per_node} GPUs")
+    os.environ["RAY_ADDRESS"] = address
+
+    terminated = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: terminated.update(flag=True))
+    deadline = time.monotonic() + args.wait_timeout
+    want_gpus = args.group_size * args.gpus_per_node
+    alive, gpus = 0, 0.0
+    while True:
+        if terminated["flag"]:
+            stop_ray(role, args.temp_dir)
+            return 0
+        try:
+            alive, gpus, _ = cluster_state(address)
+        except Exception as exc:  # the GCS may still be starting
+            log(role, f"waiting for the Ray GCS ({type(exc).__name__})")
+        if alive >= args.group_size and gpus >= want_gpus:
+            break
+        if time.monotonic() > deadline:
+            stop_ray(role, args.temp_dir)
+            return fail(role, EXIT_JOIN_TIMEOUT,
+                        f"only {alive}/{args.group_size} Ray nodes joined after {args.wait_timeout:.0f} s "
+                        f"(missing: {args.group_size - alive} node(s), {want_gpus - gpus:g} GPU(s))")
+        time.sleep(1)
+    log(role, f"group complete: {alive} nodes, {gpus:g} GPUs; starting the server")
+
+    child = subprocess.Popen(command, start_new_session=True)
+    write_heartbeat()
+    while True:
+        if terminated["flag"]:
+            log(role, f"SIGTERM: draining the server (up to {args.drain_timeout:.0f} s)")
+            code = stop_child(role, child, args.drain_timeout)
+            stop_ray(role, args.temp_dir)
+            log(role, f"server exited with {code} after drain")
+            return 0
+        code = child.poll()
+        if code is not None:
+            stop_ray(role, args.temp_dir)
+            if code:
+                return fail(role, code, f"server exited with {code}")
+            log(role, "server exited with 0")
+            return 0
+        try:
+            alive, gpus, dead = cluster_state(address)
+        except Exception as exc:
+            alive, gpus, dead = 0, 0.0, [f"GCS unreachable: {type(exc).__name__}"]
+        if alive < args.group_size or gpus < want_gpus:
+            message = (f"Ray node lost ({alive}/{args.group_size} nodes alive, dead: {', '.join(dead) or 'unknown'}); "
+                       "stopping the server so the group is recreated")
+            log(role, message)
+            stop_child(role, child, 10)
+            stop_ray(role, args.temp_dir)
+            return fail(role, EXIT_NODE_LOST, message)
+        write_heartbeat()
+        time.sleep(1)
+
+
+def wait_for_port(host: str, port: int, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                return True
+        except OSError:
+            time.sleep(1)
+    return False
+
+
+def worker(args: argparse.Namespace) -> int:
+    role = "worker"
+    head = args.leader_address or os.environ.get("LWS_LEADER_ADDRESS")
+    if not head:
+        return fail(role, 2, "no --leader-address and LWS_LEADER_ADDRESS is unset")
+    log(role, f"waiting for the Ray head at {head}:{args.ray_port}")
+    if not wait_for_port(head, args.ray_port, time.monotonic() + args.wait_timeout):
+        return fail(role, EXIT_JOIN_TIMEOUT,
+                    f"Ray head {head}:{args.ray_port} did not answer within {args.wait_timeout:.0f} s")
+    ip = args.node_ip or node_ip()
+    start = [*ray_cli(), "start", f"--address={head}:{args.ray_port}", f"--node-ip-address={ip}",
+             f"--num-gpus={args.gpus_per_node}", "--disable-usage-stats", "--block", *port_args(args)]
+    if args.temp_dir:
+        start.append(f"--temp-dir={args.temp_dir}")
+    log(role, f"joining {head}:{args.ray_port} with {args.gpus_per_node} GPUs")
+    child = subprocess.Popen(start, env=ray_env(), start_new_session=True)
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(child.pid, signal.SIGTERM))
+    code = child.wait()
+    if code:
+        return fail(role, code, f"ray exited with {code}")
+    log(role, "ray exited")
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    beat = STATE_DIR / HEARTBEAT
+    if not beat.exists():
+        return 0  # single-node groups and groups still starting: the startup probe covers them
+    age = time.time() - float(beat.read_text() or 0)
+    if age > args.max_age:
+        return fail("check", 1, f"group heartbeat is {age:.0f} s old (max {args.max_age:.0f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="role", required=True)
+    for name in ("leader", "worker"):
+        p = sub.add_parser(name)
+        p.add_argument("--gpus-per-node", type=int, required=True)
+        p.add_argument("--ray-port", type=int, default=6379)
+        p.add_argument("--wait-timeout", type=float, default=600)
+        p.add_argument("--node-ip", default=None, help="this node's IP (default: POD_IP or the hostname's)")
+        p.add_argument("--node-manager-port", type=int, default=0)
+        p.add_argument("--object-manager-port", type=int, default=0)
+        p.add_argument("--temp-dir", default=None)
+    lead = sub.choices["leader"]
+    lead.add_argument("--group-size", type=int, required=True)
+    lead.add_argument("--drain-timeout", type=float, default=60)
+    lead.add_argument("command", nargs=argparse.REMAINDER)
+    sub.choices["worker"].add_argument("--leader-address", default=None)
+    chk = sub.add_parser("check")
+    chk.add_argument("--max-age", type=float, default=30)
+    args = parser.parse_args(argv)
+    if args.role in ("leader", "worker") and args.gpus_per_node < 0:
+        parser.error("--gpus-per-node must be >= 0")
+    if args.role == "leader" and args.group_size < 1:
+        parser.error("--group-size must be >= 1")
+    return {"leader": leader, "worker": worker, "check": check}[args.role](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
