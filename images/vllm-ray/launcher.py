@@ -78,7 +78,10 @@ def cluster_state(address: str) -> tuple[int, float, list[str]]:
     import ray
 
     if not ray.is_initialized():
+        handler = signal.getsignal(signal.SIGTERM)
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        # Ray's core worker replaces the SIGTERM handler with one that aborts; drain needs ours back.
+        signal.signal(signal.SIGTERM, handler)
     alive, gpus, dead = 0, 0.0, []
     for node in ray.nodes():
         if node.get("Alive"):

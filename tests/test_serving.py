@@ -1,0 +1,155 @@
+"""Serving layer under mocks: LWS groups, commands, probes, security, Service, NetworkPolicy."""
+
+import pytest
+
+from components.mocks import run_program
+from components.ray_vllm import API_PORT, RAY_PORT
+from tests.helpers import accel, full_config, model
+from tests.k8s_schema import validate_object
+from tests.serving_helpers import LWS_TYPE
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return run_program(full_config())
+
+
+@pytest.fixture(scope="module")
+def prod():
+    return run_program(full_config("prod"))
+
+
+def lws_spec(rec):
+    return rec.one(LWS_TYPE).inputs["spec"]
+
+
+def test_single_node_group_runs_vllm_directly_with_the_planned_layout(dev):
+    spec = lws_spec(dev)
+    tmpl = spec["leaderWorkerTemplate"]
+    assert tmpl["size"] == 1 and "leaderTemplate" not in tmpl
+    assert tmpl["restartPolicy"] == "RecreateGroupOnPodRestart"
+    container = tmpl["workerTemplate"]["spec"]["containers"][0]
+    cmd = container["command"]
+    assert cmd[cmd.index("--group-size") + 1] == "1"
+    server = cmd[cmd.index("--") + 1:]
+    assert server[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    flags = dict(zip(server[3::2], server[4::2], strict=False))
+    assert flags["--tensor-parallel-size"] == "1" and flags["--pipeline-parallel-size"] == "1"
+    assert flags["--max-model-len"] == "8192" and flags["--served-model-name"] == "llama-3.1-8b-instruct"
+    assert flags["--model"].startswith("/models/")
+    assert "--distributed-executor-backend" not in server
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert spec["replicas"] == 1
+
+
+def test_multi_node_group_has_ray_head_leader_and_ray_workers(prod):
+    tmpl = lws_spec(prod)["leaderWorkerTemplate"]
+    assert tmpl["size"] == 2
+    leader = tmpl["leaderTemplate"]["spec"]["containers"][0]
+    worker = tmpl["workerTemplate"]["spec"]["containers"][0]
+    server = leader["command"][leader["command"].index("--") + 1:]
+    assert server[server.index("--distributed-executor-backend") + 1] == "ray"
+    assert server[server.index("--tensor-parallel-size") + 1] == "8"
+    assert server[server.index("--pipeline-parallel-size") + 1] == "2"
+    assert worker["command"][2] == "worker" and "--leader-address" not in worker["command"], \
+        "workers take LWS_LEADER_ADDRESS from the environment LWS injects"
+    for c in (leader, worker):
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "8", "multi-node groups take whole nodes"
+    assert worker["readinessProbe"]["tcpSocket"]["port"] == 8076
+
+
+def test_pods_tolerate_the_gpu_taint_select_the_accelerator_and_mount_shm_in_memory(prod):
+    tmpl = lws_spec(prod)["leaderWorkerTemplate"]
+    for pod in (tmpl["leaderTemplate"], tmpl["workerTemplate"]):
+        spec = pod["spec"]
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+        assert spec["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-h100-mega-80gb"
+        shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+        assert shm["emptyDir"]["medium"] == "Memory" and shm["emptyDir"]["sizeLimit"].endswith("Gi")
+        weights = next(v for v in spec["volumes"] if v["name"] == "weights")
+        assert weights["persistentVolumeClaim"]["readOnly"] is True
+        assert spec["automountServiceAccountToken"] is False
+        sec = spec["containers"][0]["securityContext"]
+        assert sec["capabilities"] == {"drop": ["ALL"]} and sec["allowPrivilegeEscalation"] is False
+        assert sec["seccompProfile"]["type"] == "RuntimeDefault" and sec["privileged"] is False
+
+
+def test_leader_probes_follow_the_planner_and_check_the_ray_group(dev):
+    from tests.helpers import sizing
+
+    container = lws_spec(dev)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] == "/health"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= sizing().startup_probe_seconds
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["livenessProbe"]["exec"]["command"][-3:] == ["check", "--max-age", "30"]
+    grace = lws_spec(dev)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["terminationGracePeriodSeconds"]
+    cmd = container["command"]
+    drain = int(cmd[cmd.index("--shutdown-timeout") + 1])
+    assert grace > drain + container["lifecycle"]["preStop"]["sleep"]["seconds"], "drain must fit the grace period"
+
+
+def test_spot_stacks_select_spot_nodes():
+    rec = run_program(full_config(accelerator=accel("nvidia-l4", provisioning="spot")))
+    pod = lws_spec(rec)["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+
+
+def test_service_selects_only_leader_pods_on_the_named_http_port(dev, prod):
+    for rec, svc_type in ((dev, "ClusterIP"), (prod, "LoadBalancer")):
+        svc = rec.one("kubernetes:core/v1:Service").inputs
+        assert svc["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "vllm",
+                                           "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+        assert svc["spec"]["ports"] == [{"name": "http", "port": API_PORT, "targetPort": "http", "protocol": "TCP"}]
+        assert svc["spec"]["type"] == svc_type
+        assert all(p["port"] != RAY_PORT for p in svc["spec"]["ports"]), "Ray ports are never in a Service"
+    lb = prod.one("kubernetes:core/v1:Service").inputs
+    assert lb["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
+
+
+def test_network_policy_keeps_ray_inside_the_lws_and_the_api_to_allowed_namespaces(prod):
+    spec = prod.one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs["spec"]
+    assert spec["podSelector"] == {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}}
+    ray_rule, api_rule = spec["ingress"]
+    assert ray_rule["from"] == [{"podSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}}}]
+    assert api_rule["ports"] == [{"port": API_PORT, "protocol": "TCP"}], "outsiders reach only the API port"
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}} in api_rule["from"]
+
+
+def test_api_key_lives_in_a_secret_and_reaches_vllm_through_env():
+    rec = run_program(full_config(apiKey={"secure": "v1:k"}))
+    secret = rec.one("kubernetes:core/v1:Secret", "api-key")
+    assert secret.inputs["stringData"] == {"__secret__": {"VLLM_API_KEY": "[secret]"}}
+    container = lws_spec(rec)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "vllm-api-key"
+    assert "--api-key" not in container["command"]
+
+
+def test_lws_waits_for_the_controller_and_replicas_are_left_to_the_hpa(dev):
+    lws = dev.one(LWS_TYPE)
+    release = dev.one("kubernetes:helm.sh/v3:Release")
+    assert release.inputs["version"] == "0.8.0" and release.inputs["chart"].endswith("/lws")
+    assert release.urn in lws.dependencies
+    assert "spec.replicas" in lws.ignore_changes
+
+
+def test_install_lws_false_skips_the_chart():
+    rec = run_program(full_config(serving={"installLws": False}))
+    assert not rec.of_type("kubernetes:helm.sh/v3:Release")
+
+
+def test_multi_gpu_single_node_replica_requests_tp_gpus_and_a_share_of_the_node():
+    rec = run_program(full_config(accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"),
+                                  model=model("Llama-3.1-70B-Instruct")))
+    container = lws_spec(rec)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert int(container["resources"]["requests"]["cpu"]) <= 208 // 2
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_object_of_the_example_stacks_passes_strict_schema_validation(stack, dev, prod):
+    objects = (dev if stack == "dev" else prod).kubernetes_objects()
+    assert any(o["kind"] == "LeaderWorkerSet" for o in objects)
+    for obj in objects:
+        validate_object(obj)
