@@ -91,7 +91,7 @@ def test_losing_the_worker_stops_the_server_and_exits_non_zero(tmp_path):
 
 
 def test_sigterm_drains_the_server_then_stops_ray(tmp_path):
-    lead, work, state = group(tmp_path, 6403)
+    lead, _work, state = group(tmp_path, 6403)
     os.killpg(lead.pid, signal.SIGTERM)
     assert lead.wait(60) == 0
     assert state.read_text() == "drained"

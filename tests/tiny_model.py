@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-WORDS = ["the", "a", "model", "serves", "tokens", "on", "gpu", "nodes", "with", "ray", "and", "vllm", "cluster", "kubernetes", "replica", "tensor", "pipeline", "parallel", "cache", "memory", "weights", "disk", "image", "hello", "world", "answer", "question"]
+WORDS = ("the a model serves tokens on gpu nodes with ray and vllm cluster kubernetes replica "
+         "tensor pipeline parallel cache memory weights disk image hello world answer question").split()
 
 
 def build_tiny_model(out: Path) -> Path:
