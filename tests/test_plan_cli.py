@@ -79,3 +79,20 @@ def test_text_output_shows_sizing_and_resources():
     result = run_plan("--stack", "dev")
     assert result.returncode == 0, result.stderr
     assert "tensor_parallel_size" in result.stdout and "resources (" in result.stdout
+
+
+def test_plan_out_writes_schema_valid_objects_for_single_and_multi_node_stacks(tmp_path):
+    from tests.k8s_schema import validate_object
+
+    for stack in ("dev", "prod"):
+        out = tmp_path / stack
+        result = run_plan("--stack", stack, "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        objects = [yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))]
+        kinds = {o["kind"] for o in objects}
+        assert {"LeaderWorkerSet", "Service", "NetworkPolicy", "PersistentVolume", "Job"} <= kinds
+        for obj in objects:
+            validate_object(obj)
+        netpol = next(o for o in objects if o["kind"] == "NetworkPolicy")
+        assert netpol["spec"]["ingress"][0]["from"][0]["podSelector"] == netpol["spec"]["podSelector"], \
+            "Ray ports (6379 included) are open only to pods of the same LeaderWorkerSet"
