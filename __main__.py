@@ -1,13 +1,16 @@
 """vllm-gke: wires validated stack config through the planner into component resources."""
 
 import pulumi
+import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components.autoscaling import Autoscaling, AutoscalingArgs, default_target
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import from_pulumi
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lws_controller import LwsController, LwsControllerArgs
 from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
+from components.monitoring import Monitoring, MonitoringArgs
 from components.ray_vllm import RayVllmServer, RayVllmServerArgs, ServerSpec
 from components.sizing import plan
 
@@ -66,6 +69,21 @@ server = RayVllmServer("vllm", RayVllmServerArgs(
     startup_probe_seconds=sizing.startup_probe_seconds, expose=settings.serving.expose,
     allowed_namespaces=settings.serving.allowed_namespaces, api_key=api_key,
     depends_on=[*lws.ready, gpu_pool]), opts=k8s_opts)
+
+scaling = settings.autoscaling
+autoscaling = Autoscaling("vllm", AutoscalingArgs(
+    project=project, project_number=gcp.organizations.get_project_output(project_id=project).number,
+    namespace=namespace.metadata.name, lws_name=server.lws_name, min_replicas=scaling.min_replicas,
+    max_replicas=scaling.max_replicas, metric=scaling.metric,
+    target=scaling.target or default_target(scaling.metric, sizing.max_concurrent_sequences),
+    install_adapter=settings.monitoring.install_adapter), opts=pulumi.ResourceOptions(
+        providers=[cluster.provider], depends_on=[server]))
+
+Monitoring("vllm", MonitoringArgs(
+    namespace=settings.serving.namespace, leader_selector=server.leader_selector, port_name="http",
+    interval=settings.monitoring.scrape_interval, project=project, dashboard=settings.monitoring.dashboard,
+    title=f"vLLM {settings.model.served_name} ({pulumi.get_stack()})", hpa_name=autoscaling.hpa_name),
+    opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[namespace]))
 
 pulumi.export("sizing", sizing.as_dict())
 pulumi.export("service", server.service.metadata.name)

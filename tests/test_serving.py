@@ -97,13 +97,13 @@ def test_spot_stacks_select_spot_nodes():
 
 def test_service_selects_only_leader_pods_on_the_named_http_port(dev, prod):
     for rec, svc_type in ((dev, "ClusterIP"), (prod, "LoadBalancer")):
-        svc = rec.one("kubernetes:core/v1:Service").inputs
+        svc = rec.one("kubernetes:core/v1:Service", "vllm-service").inputs
         assert svc["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "vllm",
                                            "leaderworkerset.sigs.k8s.io/worker-index": "0"}
         assert svc["spec"]["ports"] == [{"name": "http", "port": API_PORT, "targetPort": "http", "protocol": "TCP"}]
         assert svc["spec"]["type"] == svc_type
         assert all(p["port"] != RAY_PORT for p in svc["spec"]["ports"]), "Ray ports are never in a Service"
-    lb = prod.one("kubernetes:core/v1:Service").inputs
+    lb = prod.one("kubernetes:core/v1:Service", "vllm-service").inputs
     assert lb["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
 
 

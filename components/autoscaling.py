@@ -1,0 +1,163 @@
+"""Custom-metrics Stackdriver adapter (+ Workload Identity IAM) and an HPA on the LeaderWorkerSet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from components.metrics import HPA_METRICS, custom_metric_name
+from components.versions import CUSTOM_METRICS_ADAPTER_IMAGE
+
+ADAPTER_NAMESPACE = "custom-metrics"
+ADAPTER_NAME = "custom-metrics-stackdriver-adapter"
+SCALE_DOWN_STABILIZATION_SECONDS = 300
+VLLM_MAX_NUM_SEQS = 256
+"""vLLM's default --max-num-seqs on GPUs: a replica never runs a larger batch."""
+
+
+def default_target(metric: str, max_concurrent_sequences: int) -> float:
+    """GKE's guidance: queue depth 3-5 per replica; batch size just under what a replica can hold."""
+    if metric == "queue":
+        return 3.0
+    capacity = min(VLLM_MAX_NUM_SEQS, max(1, max_concurrent_sequences))
+    return float(max(1, int(capacity * 0.9)))
+
+
+@dataclass(frozen=True)
+class AutoscalingArgs:
+    """Inputs of Autoscaling."""
+
+    project: str
+    """GCP project (Workload Identity pool and IAM binding)."""
+    project_number: pulumi.Input[str]
+    """Project number for the Workload Identity Federation principal."""
+    namespace: pulumi.Input[str]
+    """Namespace of the LeaderWorkerSet."""
+    lws_name: str
+    """The LeaderWorkerSet the HPA scales (whole groups; its scale selector picks leaders)."""
+    min_replicas: int
+    """HPA minReplicas."""
+    max_replicas: int
+    """HPA maxReplicas."""
+    metric: str
+    """queue | batch."""
+    target: float
+    """AverageValue per replica."""
+    install_adapter: bool
+    """False when the cluster already runs the adapter."""
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name, "labels": {"app.kubernetes.io/part-of": "vllm-gke"}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+class Autoscaling(pulumi.ComponentResource):
+    """The adapter that serves Managed Prometheus metrics to HPAs, and the HPA itself."""
+
+    hpa_name: str
+
+    def __init__(self, name: str, args: AutoscalingArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:autoscaling:Autoscaling", name, None, opts)
+        depends: list[pulumi.Resource] = []
+        if args.install_adapter:
+            depends = self._adapter(name, args)
+        self.hpa_name = name
+        self.hpa = k8s.autoscaling.v2.HorizontalPodAutoscaler(
+            f"{name}-hpa", metadata={"name": name, "namespace": args.namespace},
+            spec={
+                "scaleTargetRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                                   "name": args.lws_name},
+                "minReplicas": args.min_replicas, "maxReplicas": args.max_replicas,
+                "metrics": [{"type": "Pods", "pods": {
+                    "metric": {"name": custom_metric_name(HPA_METRICS[args.metric])},
+                    "target": {"type": "AverageValue", "averageValue": f"{args.target:g}"}}}],
+                "behavior": {
+                    # Queues build fast and GPUs take minutes to arrive: scale up at once, one group
+                    # per minute; scale down only after 5 quiet minutes so replicas do not flap.
+                    "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]},
+                    "scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_STABILIZATION_SECONDS,
+                                  "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]}}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
+        self.register_outputs({"hpa": self.hpa.metadata.name})
+
+    def _adapter(self, name: str, args: AutoscalingArgs) -> list[pulumi.Resource]:
+        child = pulumi.ResourceOptions(parent=self)
+        ns = k8s.core.v1.Namespace(f"{name}-adapter-ns", metadata=_meta(ADAPTER_NAMESPACE), opts=child)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        account = k8s.core.v1.ServiceAccount(f"{name}-adapter-sa", metadata=_meta(ADAPTER_NAME, ADAPTER_NAMESPACE),
+                                             opts=in_ns)
+        # Workload Identity Federation: the adapter's KSA itself may read Cloud Monitoring; no GSA, no keys.
+        iam = gcp.projects.IAMMember(
+            f"{name}-adapter-monitoring-viewer", project=args.project, role="roles/monitoring.viewer",
+            member=pulumi.Output.concat("principal://iam.googleapis.com/projects/", args.project_number,
+                                        "/locations/global/workloadIdentityPools/", args.project,
+                                        ".svc.id.goog/subject/ns/", ADAPTER_NAMESPACE, "/sa/", ADAPTER_NAME),
+            opts=child)
+        subject = [{"kind": "ServiceAccount", "name": ADAPTER_NAME, "namespace": ADAPTER_NAMESPACE}]
+        rbac = [
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-adapter-auth-delegator", metadata=_meta("custom-metrics:system:auth-delegator"),
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                          "name": "system:auth-delegator"}, subjects=subject, opts=in_ns),
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-adapter-auth-reader", metadata=_meta("custom-metrics-auth-reader", "kube-system"),
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                          "name": "extension-apiserver-authentication-reader"}, subjects=subject, opts=in_ns),
+            k8s.rbac.v1.ClusterRole(
+                f"{name}-adapter-resource-reader", metadata=_meta("custom-metrics-resource-reader"),
+                rules=[{"apiGroups": [""], "resources": ["pods", "nodes", "nodes/stats"],
+                        "verbs": ["get", "list", "watch"]}], opts=child),
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-adapter-resource-reader-binding", metadata=_meta("custom-metrics-resource-reader"),
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                          "name": "custom-metrics-resource-reader"}, subjects=subject, opts=in_ns),
+            k8s.rbac.v1.ClusterRole(
+                f"{name}-external-metrics-reader", metadata=_meta("external-metrics-reader"),
+                rules=[{"apiGroups": ["external.metrics.k8s.io"], "resources": ["*"],
+                        "verbs": ["list", "get", "watch"]}], opts=child),
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-external-metrics-reader-binding", metadata=_meta("external-metrics-reader"),
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                          "name": "external-metrics-reader"},
+                subjects=[{"kind": "ServiceAccount", "name": "horizontal-pod-autoscaler",
+                           "namespace": "kube-system"}], opts=child),
+        ]
+        labels = {"run": ADAPTER_NAME, "k8s-app": ADAPTER_NAME}
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-adapter", metadata={**_meta(ADAPTER_NAME, ADAPTER_NAMESPACE), "labels": labels},
+            spec={"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"serviceAccountName": ADAPTER_NAME,
+                         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                         "containers": [{
+                             "name": "pod-custom-metrics-stackdriver-adapter", "image": CUSTOM_METRICS_ADAPTER_IMAGE,
+                             "command": ["/adapter", "--use-new-resource-model=true",
+                                         "--fallback-for-container-metrics=true"],
+                             "ports": [{"name": "https", "containerPort": 443}],
+                             "resources": {"requests": {"cpu": "250m", "memory": "200Mi"},
+                                           "limits": {"memory": "400Mi"}},
+                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                 "runAsUser": 65534, "capabilities": {"drop": ["ALL"]}}}]}}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[account, iam, *rbac]))
+        service = k8s.core.v1.Service(
+            f"{name}-adapter-svc", metadata={**_meta(ADAPTER_NAME, ADAPTER_NAMESPACE), "labels": labels},
+            spec={"type": "ClusterIP", "selector": labels,
+                  "ports": [{"name": "https", "port": 443, "targetPort": 443, "protocol": "TCP"}]}, opts=in_ns)
+        services = []
+        for group, version, priority in (("custom.metrics.k8s.io", "v1beta1", 100),
+                                         ("custom.metrics.k8s.io", "v1beta2", 200),
+                                         ("external.metrics.k8s.io", "v1beta1", 100)):
+            services.append(k8s.apiregistration.v1.APIService(
+                f"{name}-apiservice-{version}-{group.split('.')[0]}", metadata=_meta(f"{version}.{group}"),
+                spec={"group": group, "version": version, "groupPriorityMinimum": 100,
+                      "versionPriority": priority, "insecureSkipTLSVerify": True,
+                      "service": {"name": ADAPTER_NAME, "namespace": ADAPTER_NAMESPACE}},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[service, deployment])))
+        return services
