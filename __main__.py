@@ -13,6 +13,7 @@ from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsAr
 from components.monitoring import Monitoring, MonitoringArgs
 from components.ray_vllm import RayVllmServer, RayVllmServerArgs, ServerSpec
 from components.sizing import plan
+from components.smoke_test import SmokeTest, SmokeTestArgs
 
 settings = from_pulumi()
 sizing = plan(settings)
@@ -84,6 +85,16 @@ Monitoring("vllm", MonitoringArgs(
     interval=settings.monitoring.scrape_interval, project=project, dashboard=settings.monitoring.dashboard,
     title=f"vLLM {settings.model.served_name} ({pulumi.get_stack()})", hpa_name=autoscaling.hpa_name),
     opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[namespace]))
+
+if settings.serving.smoke_test:
+    SmokeTest("vllm", SmokeTestArgs(
+        namespace=namespace.metadata.name, service=server.service_name, port=8000,
+        model=settings.model.served_name, image=vllm.image,
+        # Node provisioning + weights + engine start; GPU nodes alone can take ~10 minutes.
+        wait_seconds=sizing.startup_probe_seconds + 900,
+        fingerprint=f"{weights.key}|{vllm.image}|{sizing.as_dict()}",
+        api_key_secret=server.api_key_secret, after=[server.lws, server.service]),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]))
 
 pulumi.export("sizing", sizing.as_dict())
 pulumi.export("service", server.service.metadata.name)

@@ -155,6 +155,7 @@ class RayVllmServer(pulumi.ComponentResource):
 
     lws_name: str
     service_name: str
+    api_key_secret: str | None
     leader_selector: dict[str, str]
 
     def __init__(self, name: str, args: RayVllmServerArgs, opts: pulumi.ResourceOptions | None = None):
@@ -175,6 +176,7 @@ class RayVllmServer(pulumi.ComponentResource):
             {"name": "HOME", "value": "/tmp/home"}, {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
             {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
         depends = [launcher, *args.depends_on]
+        self.api_key_secret = f"{name}-api-key" if args.api_key is not None else None
         if args.api_key is not None:
             secret = k8s.core.v1.Secret(
                 f"{name}-api-key", metadata={"name": f"{name}-api-key", "namespace": args.namespace, "labels": labels},

@@ -1,0 +1,93 @@
+"""The smoke Job's script against the real vLLM CPU server and against servers that misbehave."""
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from components.mocks import run_program
+from tests.helpers import full_config
+
+SCRIPT = Path(__file__).resolve().parent.parent / "images" / "smoke" / "smoke.py"
+
+
+def smoke(url, model="tiny", key=None, timeout=20):
+    env = {"PATH": "/usr/bin:/bin", **({"VLLM_API_KEY": key} if key else {})}
+    return subprocess.run([sys.executable, str(SCRIPT), "--url", url, "--model", model, "--timeout", str(timeout),
+                           "--interval", "1"], capture_output=True, text=True, env=env, timeout=180)
+
+
+def fake_server(status, body):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def do_POST(self):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.slow
+def test_smoke_passes_against_the_real_server_with_the_key(vllm_server):
+    result = smoke(vllm_server["url"], key=vllm_server["key"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("smoke test passed: model tiny answered with")
+
+
+@pytest.mark.slow
+def test_smoke_fails_clearly_when_the_key_is_missing(vllm_server):
+    result = smoke(vllm_server["url"])
+    assert result.returncode == 1 and "HTTP 401 from /v1/chat/completions" in result.stderr
+
+
+def test_smoke_fails_with_the_servers_error():
+    server, url = fake_server(500, json.dumps({"error": {"message": "CUDA out of memory"}}))
+    try:
+        result = smoke(url)
+    finally:
+        server.shutdown()
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "HTTP 500" in lines[0] and "CUDA out of memory" in lines[0]
+
+
+def test_smoke_rejects_a_200_that_is_not_a_chat_completion():
+    server, url = fake_server(200, json.dumps({"object": "text_completion", "choices": []}))
+    try:
+        result = smoke(url)
+    finally:
+        server.shutdown()
+    assert result.returncode == 1 and "not a chat.completion" in result.stderr
+
+
+def test_smoke_gives_up_when_health_never_answers():
+    result = smoke("http://127.0.0.1:9", timeout=2)
+    assert result.returncode == 1 and "/health not ready" in result.stderr
+
+
+def test_smoke_job_runs_after_the_server_through_the_service_and_reruns_on_change():
+    rec = run_program(full_config(apiKey={"secure": "v1:k"}))
+    job = rec.one("kubernetes:batch/v1:Job", "smoke")
+    lws = rec.one("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+    service = rec.one("kubernetes:core/v1:Service", "vllm-service")
+    assert {lws.urn, service.urn} <= set(job.dependencies), "the Job runs after the group and its Service"
+    container = job.inputs["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][container["command"].index("--url") + 1] == "http://vllm:8000"
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "vllm-api-key"
+    other = run_program(full_config(vllm={"maxModelLen": 4096}))
+    assert other.one("kubernetes:batch/v1:Job", "smoke").inputs["metadata"]["name"] != job.inputs["metadata"]["name"]
+    assert not run_program(full_config(serving={"smokeTest": False})).of_type("vllm-gke:smoke:SmokeTest")
