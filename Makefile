@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
 
-.PHONY: test lint plan plan-json clean
+.PHONY: test lint plan plan-json loadtest clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ plan: $(STAMP)
 
 plan-json: $(STAMP)
 	$(PY) -m components.plan --stack $(STACK) --json
+
+# make loadtest URL=http://HOST:8000 MODEL=served-name TOKENIZER=hf-id-or-dir [PROMPTS=200]
+loadtest: $(STAMP)
+	@test -n "$(URL)" -a -n "$(MODEL)" -a -n "$(TOKENIZER)" || \
+	  { echo "usage: make loadtest URL=http://HOST:8000 MODEL=served-name TOKENIZER=hf-id-or-dir [PROMPTS=200]"; exit 2; }
+	$(PY) bench/loadtest.py --url $(URL) --model $(MODEL) --tokenizer $(TOKENIZER) --prompts $(or $(PROMPTS),200)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

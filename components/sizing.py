@@ -25,6 +25,8 @@ ENGINE_START_SECONDS = 90
 RAY_GROUP_SECONDS = 30
 """Multi-node groups: Ray head start, worker joins and placement-group creation."""
 MAX_NODES_PER_REPLICA = 64
+MAX_NODES_PER_POOL = 1000
+"""GKE's limit of nodes per node pool per zone: the pool cannot grow past it."""
 PROBE_PERIOD_SECONDS = 10
 
 
@@ -303,6 +305,10 @@ def plan(settings: Settings) -> Sizing:
                           f"smaller than the model's weights ({_gib(weights_bytes)})")
     read_mib_s = disk_read_mib_s(settings.weights.disk_type, disk_gib, accs.machine)
     max_nodes = settings.autoscaling.max_replicas * layout.nodes
+    if max_nodes > MAX_NODES_PER_POOL:
+        raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
+                          f"{max_nodes} nodes ({layout.nodes} per replica) exceed what one GKE node pool may grow "
+                          f"to in a zone ({MAX_NODES_PER_POOL}); use at most {MAX_NODES_PER_POOL // layout.nodes}")
     attach_limit = readonly_attach_limit(settings.weights.disk_type, disk_gib)
     if max_nodes > attach_limit:
         raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,

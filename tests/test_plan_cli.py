@@ -90,7 +90,9 @@ def test_plan_out_writes_schema_valid_objects_for_single_and_multi_node_stacks(t
         assert result.returncode == 0, result.stderr
         objects = [yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))]
         kinds = {o["kind"] for o in objects}
-        assert {"LeaderWorkerSet", "Service", "NetworkPolicy", "PersistentVolume", "Job"} <= kinds
+        assert {"LeaderWorkerSet", "Service", "NetworkPolicy", "PersistentVolume", "Job", "PodMonitoring",
+                "HorizontalPodAutoscaler", "APIService", "Deployment"} <= kinds
+        assert any(o["kind"] == "Job" and "-smoke-" in o["metadata"]["name"] for o in objects), "smoke Job"
         for obj in objects:
             validate_object(obj)
         netpol = next(o for o in objects if o["kind"] == "NetworkPolicy")

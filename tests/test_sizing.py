@@ -152,3 +152,16 @@ def test_candidate_layouts_keep_tp_inside_a_node_and_fill_whole_nodes():
     for lay in layouts:
         assert lay.tp <= 2
         assert lay.nodes == 1 or lay.gpus == lay.nodes * 2
+
+
+def test_replicas_beyond_what_the_node_pool_may_grow_to_are_refused():
+    with pytest.raises(ConfigError) as err:
+        sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"),
+               autoscaling={"maxReplicas": 300}, weights={"diskType": "hyperdisk-ml"})
+    assert str(err.value).startswith("vllm-gke:autoscaling.maxReplicas = 300") and "use at most 250" in str(err.value)
+
+
+def test_more_nodes_than_a_persistent_disk_attaches_to_are_refused_naming_hyperdisk_ml():
+    with pytest.raises(ConfigError) as err:
+        sizing(autoscaling={"maxReplicas": 11})
+    assert "at most 10 VMs" in str(err.value) and "hyperdisk-ml" in str(err.value)

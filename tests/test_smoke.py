@@ -91,3 +91,19 @@ def test_smoke_job_runs_after_the_server_through_the_service_and_reruns_on_chang
     other = run_program(full_config(vllm={"maxModelLen": 4096}))
     assert other.one("kubernetes:batch/v1:Job", "smoke").inputs["metadata"]["name"] != job.inputs["metadata"]["name"]
     assert not run_program(full_config(serving={"smokeTest": False})).of_type("vllm-gke:smoke:SmokeTest")
+
+
+@pytest.mark.slow
+def test_loadtest_entry_point_reports_throughput_and_percentiles(vllm_server, tiny_model, tmp_path):
+    import os
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "loadtest.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--url", vllm_server["url"], "--model", "tiny", "--tokenizer", str(tiny_model),
+         "--prompts", "6", "--input-len", "16", "--output-len", "8", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "VLLM_API_KEY": vllm_server["key"], "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "output tokens/s" in result.stdout and "TTFT p50/p95/p99" in result.stdout
+    saved = json.loads((tmp_path / "loadtest.json").read_text())
+    assert saved["completed"] == 6 and saved["output_throughput"] > 0
