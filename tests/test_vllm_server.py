@@ -22,8 +22,8 @@ def post(server, path, body, key=None):
 
 
 def test_completions_answer_with_the_served_model_name(vllm_server):
-    status, body = post(vllm_server, "/v1/completions", {"model": "tiny", "prompt": "hello world", "max_tokens": 8},
-                        vllm_server["key"])
+    request = {"model": "tiny", "prompt": "hello world", "max_tokens": 8, "ignore_eos": True}
+    status, body = post(vllm_server, "/v1/completions", request, vllm_server["key"])
     assert status == 200
     assert body["object"] == "text_completion" and body["model"] == "tiny"
     assert body["usage"]["completion_tokens"] == 8 and isinstance(body["choices"][0]["text"], str)
