@@ -11,7 +11,7 @@ from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lws_controller import LwsController, LwsControllerArgs
 from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
 from components.monitoring import Monitoring, MonitoringArgs
-from components.ray_vllm import RayVllmServer, RayVllmServerArgs, ServerSpec
+from components.ray_vllm import API_PORT, API_PORT_NAME, RayVllmServer, RayVllmServerArgs, ServerSpec
 from components.sizing import plan
 from components.smoke_test import SmokeTest, SmokeTestArgs
 
@@ -81,14 +81,14 @@ autoscaling = Autoscaling("vllm", AutoscalingArgs(
         providers=[cluster.provider], depends_on=[server]))
 
 Monitoring("vllm", MonitoringArgs(
-    namespace=settings.serving.namespace, leader_selector=server.leader_selector, port_name="http",
+    namespace=settings.serving.namespace, leader_selector=server.leader_selector, port_name=API_PORT_NAME,
     interval=settings.monitoring.scrape_interval, project=project, dashboard=settings.monitoring.dashboard,
     title=f"vLLM {settings.model.served_name} ({pulumi.get_stack()})", hpa_name=autoscaling.hpa_name),
     opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[namespace]))
 
 if settings.serving.smoke_test:
     SmokeTest("vllm", SmokeTestArgs(
-        namespace=namespace.metadata.name, service=server.service_name, port=8000,
+        namespace=namespace.metadata.name, service=server.service_name, port=API_PORT,
         model=settings.model.served_name, image=vllm.image,
         # Node provisioning + weights + engine start; GPU nodes alone can take ~10 minutes.
         wait_seconds=sizing.startup_probe_seconds + 900,

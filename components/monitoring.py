@@ -34,23 +34,21 @@ class MonitoringArgs:
     """HPA whose replica counts the dashboard shows."""
 
 
-def _quantile(metric: str, q: float) -> str:
-    return (f"histogram_quantile({q}, sum by (le) (rate({m.exposition_name(metric)}"
-            f"{{namespace=\"{{ns}}\"}}[5m])))")
+def _quantiles(metric: str, selector: str) -> list[str]:
+    """p50 and p95 of a histogram over 5 minutes."""
+    return [f"histogram_quantile({q}, sum by (le) (rate({m.exposition_name(metric)}{selector}[5m])))"
+            for q in (0.5, 0.95)]
 
 
 def dashboard_json(namespace: str, title: str, hpa_name: str) -> str:
     """Tiles are PromQL over Managed Prometheus data, the same names the HPA uses."""
     sel = f'{{namespace="{namespace}"}}'
-    def q(expr: str) -> str:
-        return expr.replace("{ns}", namespace)
     tiles = [
         ("Requests running / waiting", [f"sum({m.BATCH}{sel})", f"sum({m.QUEUE}{sel})"]),
         ("KV cache usage", [f"avg({m.KV_CACHE_USAGE}{sel})"]),
-        ("Time to first token p50 / p95 (s)", [q(_quantile(m.TTFT, 0.5)), q(_quantile(m.TTFT, 0.95))]),
-        ("Time per output token p50 / p95 (s)",
-         [q(_quantile(m.TIME_PER_OUTPUT_TOKEN, 0.5)), q(_quantile(m.TIME_PER_OUTPUT_TOKEN, 0.95))]),
-        ("End-to-end latency p50 / p95 (s)", [q(_quantile(m.E2E_LATENCY, 0.5)), q(_quantile(m.E2E_LATENCY, 0.95))]),
+        ("Time to first token p50 / p95 (s)", _quantiles(m.TTFT, sel)),
+        ("Time per output token p50 / p95 (s)", _quantiles(m.TIME_PER_OUTPUT_TOKEN, sel)),
+        ("End-to-end latency p50 / p95 (s)", _quantiles(m.E2E_LATENCY, sel)),
         ("Prompt / generation tokens per s", [f"sum(rate({m.exposition_name(m.PROMPT_TOKENS)}{sel}[5m]))",
                                              f"sum(rate({m.exposition_name(m.GENERATION_TOKENS)}{sel}[5m]))"]),
         ("Replicas (HPA current / desired)",

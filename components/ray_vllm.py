@@ -17,6 +17,8 @@ from components.gpu_node_pool import ACCELERATOR_LABEL, GPU_TAINT_KEY, SPOT_LABE
 LAUNCHER = Path(__file__).resolve().parent.parent / "images" / "vllm-ray" / "launcher.py"
 LAUNCHER_DIR = "/opt/vllm-gke"
 API_PORT = 8000
+API_PORT_NAME = "http"
+"""Named port of the leader container: probes, Service, PodMonitoring and the smoke Job use it."""
 RAY_PORT = 6379
 NODE_MANAGER_PORT = 8076
 OBJECT_MANAGER_PORT = 8077
@@ -144,7 +146,7 @@ class RayVllmServerArgs:
 
 def _probe(kind: str, **kwargs: Any) -> dict[str, Any]:
     if kind == "http":
-        return {"httpGet": {"path": "/health", "port": "http"}, **kwargs}
+        return {"httpGet": {"path": "/health", "port": API_PORT_NAME}, **kwargs}
     if kind == "tcp":
         return {"tcpSocket": {"port": kwargs.pop("port")}, **kwargs}
     return {"exec": {"command": kwargs.pop("command")}, **kwargs}
@@ -179,12 +181,13 @@ class RayVllmServer(pulumi.ComponentResource):
         self.api_key_secret = f"{name}-api-key" if args.api_key is not None else None
         if args.api_key is not None:
             secret = k8s.core.v1.Secret(
-                f"{name}-api-key", metadata={"name": f"{name}-api-key", "namespace": args.namespace, "labels": labels},
+                f"{name}-api-key",
+                metadata={"name": self.api_key_secret, "namespace": args.namespace, "labels": labels},
                 type="Opaque", string_data={"VLLM_API_KEY": args.api_key},
                 opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]))
             # vLLM reads VLLM_API_KEY: the key never appears in the command line or the pod spec.
             env.append({"name": "VLLM_API_KEY",
-                        "valueFrom": {"secretKeyRef": {"name": f"{name}-api-key", "key": "VLLM_API_KEY"}}})
+                        "valueFrom": {"secretKeyRef": {"name": self.api_key_secret, "key": "VLLM_API_KEY"}}})
             depends.append(secret)
 
         cpu, memory, shm = pod_resources(args.machine, args.gpus_per_pod)
@@ -220,7 +223,7 @@ class RayVllmServer(pulumi.ComponentResource):
 
         leader_container = {
             "name": "vllm", "image": args.image, "command": leader_command(spec), "env": env,
-            "ports": [{"name": "http", "containerPort": spec.port}, *(ray_ports if spec.nodes > 1 else [])],
+            "ports": [{"name": API_PORT_NAME, "containerPort": spec.port}, *(ray_ports if spec.nodes > 1 else [])],
             "resources": resources, "volumeMounts": mounts, "securityContext": security,
             # Weights loading and CUDA-graph capture: the budget comes from the planner's estimate.
             "startupProbe": _probe("http", periodSeconds=10, timeoutSeconds=5,
@@ -263,7 +266,8 @@ class RayVllmServer(pulumi.ComponentResource):
             f"{name}-service",
             metadata={"name": name, "namespace": args.namespace, "labels": labels, "annotations": annotations},
             spec={"type": service_type, "selector": self.leader_selector,
-                  "ports": [{"name": "http", "port": spec.port, "targetPort": "http", "protocol": "TCP"}]},
+                  "ports": [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME,
+                             "protocol": "TCP"}]},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
 
         api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, gateways)

@@ -41,10 +41,11 @@ class SmokeTest(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SmokeTestArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-gke:smoke:SmokeTest", name, None, opts)
-        digest = hashlib.sha256(f"{args.fingerprint}|{SCRIPT.read_text()}".encode()).hexdigest()[:8]
+        source = SCRIPT.read_text()
+        digest = hashlib.sha256(f"{args.fingerprint}|{source}".encode()).hexdigest()[:8]
         script = k8s.core.v1.ConfigMap(
             f"{name}-script", metadata={"name": f"{name}-smoke-script", "namespace": args.namespace},
-            data={"smoke.py": SCRIPT.read_text()}, opts=pulumi.ResourceOptions(parent=self))
+            data={"smoke.py": source}, opts=pulumi.ResourceOptions(parent=self))
         env = []
         if args.api_key_secret:
             env.append({"name": "VLLM_API_KEY",
