@@ -6,12 +6,13 @@ import pulumi_kubernetes as k8s
 
 from components.autoscaling import Autoscaling, AutoscalingArgs, default_target
 from components.cluster import GkeCluster, GkeClusterArgs
+from components.commands import API_PORT, API_PORT_NAME, ServerSpec
 from components.config import from_pulumi
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lws_controller import LwsController, LwsControllerArgs
 from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
 from components.monitoring import Monitoring, MonitoringArgs
-from components.ray_vllm import API_PORT, API_PORT_NAME, RayVllmServer, RayVllmServerArgs, ServerSpec
+from components.ray_vllm import RayVllmServer, RayVllmServerArgs
 from components.sizing import plan
 from components.smoke_test import SmokeTest, SmokeTestArgs
 

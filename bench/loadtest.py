@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--rate", default="inf", help="requests per second, or inf")
+    parser.add_argument("--seed", type=int, default=0, help="random dataset seed (use another one to warm up)")
     parser.add_argument("--out", type=Path, default=Path("build/loadtest"))
+    parser.add_argument("--result-name", default="loadtest.json", help="file written under --out")
+    parser.add_argument("--detailed", action="store_true", help="also save per-request TTFTs and token gaps")
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.input_len < 1 or args.output_len < 1:
         parser.error("--prompts, --input-len and --output-len must be >= 1")
@@ -43,9 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         "--backend", "openai", "--base-url", args.url.rstrip("/"), "--endpoint", "/v1/completions",
         "--model", args.model, "--tokenizer", args.tokenizer, "--dataset-name", "random",
         "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-        "--num-prompts", str(args.prompts), "--request-rate", args.rate, "--ignore-eos",
+        "--num-prompts", str(args.prompts), "--request-rate", args.rate, "--ignore-eos", "--seed", str(args.seed),
         "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,95,99",
-        "--save-result", "--result-dir", str(args.out), "--result-filename", "loadtest.json"])
+        "--save-result", "--result-dir", str(args.out), "--result-filename", args.result_name,
+        *(["--save-detailed"] if args.detailed else [])])
     result = serve.main(bench_args)
     print(f"output tokens/s {result['output_throughput']:.1f}; "
           f"TTFT p50/p95/p99 ms {result['p50_ttft_ms']:.1f}/{result['p95_ttft_ms']:.1f}/{result['p99_ttft_ms']:.1f}; "

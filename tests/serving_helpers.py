@@ -10,9 +10,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from components.commands import LAUNCHER, LAUNCHER_DIR
 from components.mocks import run_program
 from components.model_weights import SERVING_MOUNT
-from components.ray_vllm import LAUNCHER, LAUNCHER_DIR
 from tests.helpers import full_config
 
 LWS_TYPE = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"

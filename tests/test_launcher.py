@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from components.ray_vllm import LAUNCHER
+from components.commands import LAUNCHER
 
 pytestmark = pytest.mark.slow
 SERVER = """

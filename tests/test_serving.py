@@ -2,8 +2,8 @@
 
 import pytest
 
+from components.commands import API_PORT, RAY_PORT
 from components.mocks import run_program
-from components.ray_vllm import API_PORT, RAY_PORT
 from tests.helpers import accel, full_config, model
 from tests.k8s_schema import validate_object
 from tests.serving_helpers import LWS_TYPE

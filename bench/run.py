@@ -1,0 +1,644 @@
+#!/usr/bin/env python3
+"""GPU benchmark of the serving layouts, with the project's own launcher and rendered commands.
+
+    python3 bench/run.py [all] [--config models/Llama-3.1-8B-Instruct.json] [--layouts tp1,...]
+                         [--calibrate models/Qwen2.5-7B-Instruct.json,...] [--out docs/benchmarks]
+    python3 bench/run.py build  [--config ...] [--calibrate ...]     (only build the random-weight models)
+    python3 bench/run.py report [--out docs/benchmarks]               (re-render chart and doc from results.json)
+
+For every layout it renders the leader (and worker) command with components.commands, exactly as the
+LeaderWorkerSet does, with host paths in place of the pod's; "across nodes" layouts run two Ray nodes
+on this host (127.0.0.2 head, 127.0.0.3 worker, one GPU each) with NCCL forced onto TCP sockets. Each
+layout gets a warm-up (another seed) and then `vllm bench serve` (random dataset, --ignore-eos). After
+the PP=2 group: the worker's processes are killed and the leader's reaction is timed, then the group's
+time to ready with and without the launcher is compared. Results go to OUT/results.json after every
+step (a cut-short run keeps what it measured); the chart and docs/benchmarks.md come from them.
+Needs a GPU host with vLLM and Ray importable by `python3`; `make bench` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.models import build_model  # noqa: E402
+from bench.report import write_report  # noqa: E402
+from components import sizing  # noqa: E402
+from components.architecture import load_architecture  # noqa: E402
+from components.catalog import ACCELERATORS  # noqa: E402
+from components.commands import (  # noqa: E402
+    API_PORT,
+    LAUNCHER,
+    NODE_MANAGER_PORT,
+    OBJECT_MANAGER_PORT,
+    RAY_PORT,
+    ServerSpec,
+    leader_command,
+    vllm_command,
+    worker_command,
+)
+from components.config import build_settings  # noqa: E402
+from components.errors import ConfigError  # noqa: E402
+
+NODE_IPS = ("127.0.0.2", "127.0.0.3")
+# NVLink multicast stays off (shared hosts); harmless where there is none.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+            "VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "VLLM_NO_USAGE_STATS": "1", "RAY_USAGE_STATS_ENABLED": "0",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+# Two "nodes" on one host talk like ordinary nodes: no NVLink/PCIe peer access, no shared memory, TCP.
+TCP_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo",
+           "NCCL_DEBUG": "INFO"}
+TCP_ARGS = ("--disable-custom-all-reduce",)  # vLLM's own all-reduce would use NVLink and skip NCCL
+KV_LINE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
+
+
+@dataclass(frozen=True)
+class BenchLayout:
+    name: str
+    tp: int
+    pp: int
+    nodes: int
+    replicas: int = 1
+    tcp: bool = False
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+
+LAYOUTS = {layout.name: layout for layout in (
+    BenchLayout("tp1", 1, 1, 1),
+    BenchLayout("replicas-2x-tp1", 1, 1, 1, replicas=2),
+    BenchLayout("tp2-one-node", 2, 1, 1),
+    BenchLayout("pp2-across-nodes-tcp", 1, 2, 2, tcp=True),
+    BenchLayout("tp2-across-nodes-tcp", 2, 1, 2, tcp=True),
+)}
+DEFAULT_LAYOUTS = ("tp1", "replicas-2x-tp1", "pp2-across-nodes-tcp", "tp2-across-nodes-tcp", "tp2-one-node")
+
+
+class BenchError(Exception):
+    """A layout failed; the message is one line, the log path says where to look."""
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+
+class Group:
+    """Processes of one layout; stopped together, and the GPUs checked free afterwards."""
+
+    def __init__(self, work: Path, name: str):
+        self.work, self.name, self.procs, self.uses_ray = work, name, [], False
+        self.logs = work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def start(self, role: str, cmd: list[str], env: dict[str, str]) -> Proc:
+        path = self.logs / f"{self.name}-{role}.log"
+        handle = path.open("w")
+        handle.write("$ " + " ".join(cmd) + "\n")
+        handle.flush()
+        popen = subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = Proc(role, popen, path)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, grace: float = 60) -> None:
+        """SIGTERM (the launcher drains vLLM and stops Ray), then SIGKILL what is left, then wait for free GPUs."""
+        import psutil
+
+        tree = []
+        for proc in self.procs:
+            try:
+                parent = psutil.Process(proc.popen.pid)
+                tree += [parent, *parent.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+            if proc.popen.poll() is None:
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            try:
+                proc.popen.wait(max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"{self.name}/{proc.name} did not stop within {grace:.0f} s; killing it")
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        if self.uses_ray:
+            ray_stop()
+        wait_gpus_free()
+
+
+def ray_stop() -> None:
+    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True,
+                   check=False, timeout=120)
+
+
+def gpu_memory_used() -> list[int]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(line) for line in out.split() if line.strip().isdigit()]
+
+
+def wait_gpus_free(limit_mib: int = 2048, timeout: float = 90) -> None:
+    """The next layout must find the GPUs empty; leftover compute processes are killed after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(u < limit_mib for u in gpu_memory_used()):
+            return
+        time.sleep(1)
+    pids = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                          text=True, check=False, timeout=30).stdout.split()
+    log(f"GPU memory still in use after {timeout:.0f} s ({gpu_memory_used()} MiB); killing {pids}")
+    for pid in pids:
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    time.sleep(5)
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def wait_healthy(group: Group, ports: list[int], t0: float, timeout: float) -> float:
+    """Seconds from t0 until every port answers /health 200; BenchError when a process dies or time runs out."""
+    pending = set(ports)
+    while pending:
+        for port in sorted(pending):
+            if healthy(port):
+                pending.discard(port)
+        if not pending:
+            break
+        for proc in group.procs:
+            if proc.popen.poll() is not None:
+                raise BenchError(f"{group.name}/{proc.name} exited with {proc.popen.returncode} before /health "
+                                 f"answered (log: {proc.log})")
+        if time.monotonic() - t0 > timeout:
+            raise BenchError(f"{group.name}: /health not 200 on {sorted(pending)} after {timeout:.0f} s")
+        time.sleep(0.25)
+    return time.monotonic() - t0
+
+
+def kv_tokens(path: Path) -> int | None:
+    match = KV_LINE.search(path.read_text(errors="replace")) if path.exists() else None
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+# ----------------------------------------------------------------------------------------------- commands
+
+@dataclass(frozen=True)
+class Bench:
+    args: argparse.Namespace
+    model_dir: Path
+    served_name: str
+    work: Path
+
+    def spec(self, layout: BenchLayout, port: int = API_PORT, model_dir: Path | None = None) -> ServerSpec:
+        return ServerSpec(
+            model_path=str(model_dir or self.model_dir), served_name=self.served_name, tensor=layout.tp,
+            pipeline=layout.pp, nodes=layout.nodes, gpus_per_node=layout.gpus_per_replica // layout.nodes,
+            max_model_len=self.args.max_model_len, gpu_memory_utilization=self.args.gpu_memory_utilization,
+            dtype=self.args.dtype, kv_cache_dtype=self.args.kv_cache_dtype,
+            extra_args=TCP_ARGS if layout.tcp else (), port=port)
+
+    def env(self, layout: BenchLayout, gpus: list[int], cache: str, ip: str | None = None) -> dict[str, str]:
+        env = {**os.environ, **SAFE_ENV, **(TCP_ENV if layout.tcp else {}),
+               # compile caches per layout and node: every layout starts cold, as a fresh pod does, and
+               # emulated nodes never load each other's artifacts
+               "VLLM_CACHE_ROOT": str(self.work / "cache" / cache),
+               "VLLM_GKE_STATE_DIR": str(self.work / "state" / cache)}
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        if ip:
+            env |= {"POD_IP": ip, "LWS_LEADER_ADDRESS": NODE_IPS[0]}
+        return env
+
+
+def leader_cmd(spec: ServerSpec) -> list[str]:
+    return leader_command(spec, python=sys.executable, launcher=str(LAUNCHER))
+
+
+def worker_cmd(spec: ServerSpec, temp_dir: str) -> list[str]:
+    """The rendered worker command; on a shared host its Ray ports move off the head's and its temp dir too."""
+    cmd = worker_command(spec, python=sys.executable, launcher=str(LAUNCHER))
+    for flag, port in (("--node-manager-port", NODE_MANAGER_PORT + 10), ("--object-manager-port",
+                                                                        OBJECT_MANAGER_PORT + 10)):
+        cmd[cmd.index(flag) + 1] = str(port)
+    return [*cmd, "--temp-dir", temp_dir]
+
+
+def short_temp_dir() -> str:
+    # Ray's AF_UNIX socket paths must stay under 107 bytes.
+    return tempfile.mkdtemp(prefix="rw-", dir="/tmp")
+
+
+def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str | None = None) -> list[int]:
+    """Start every process of `layout`; returns the API ports to wait on."""
+    tag = cache_tag or layout.name
+    if layout.nodes == 1:
+        ports = []
+        for r in range(layout.replicas):
+            port = API_PORT + r
+            gpus = list(range(r * layout.gpus_per_replica, (r + 1) * layout.gpus_per_replica))
+            group.start(f"leader-r{r}", leader_cmd(bench.spec(layout, port)),
+                        bench.env(layout, gpus if bench.args.gpus else [], f"{tag}-r{r}"))
+            ports.append(port)
+        return ports
+    spec = bench.spec(layout)
+    per_node = layout.gpus_per_replica // layout.nodes
+    group.uses_ray = True
+    group.start("leader-n0", leader_cmd(spec), bench.env(layout, list(range(per_node)), f"{tag}-n0", NODE_IPS[0]))
+    for n in range(1, layout.nodes):
+        gpus = list(range(n * per_node, (n + 1) * per_node))
+        group.start(f"worker-n{n}", worker_cmd(spec, short_temp_dir()),
+                    bench.env(layout, gpus, f"{tag}-n{n}", NODE_IPS[n]))
+    return [API_PORT]
+
+
+# ------------------------------------------------------------------------------------------------ client
+
+def run_client(bench: Bench, ports: list[int], prompts: int, seed: int, tag: str) -> list[dict[str, Any]]:
+    """One `vllm bench serve` client per port, concurrently (a Service spreads load the same way)."""
+    out = bench.work / "clients"
+    clients = []
+    for port in ports:
+        name = f"{tag}-{port}.json"
+        cmd = [sys.executable, str(ROOT / "bench" / "loadtest.py"), "--url", f"http://127.0.0.1:{port}",
+               "--model", bench.served_name, "--tokenizer", str(bench.model_dir), "--prompts", str(prompts),
+               "--input-len", str(bench.args.input_len), "--output-len", str(bench.args.output_len),
+               "--rate", "inf", "--seed", str(seed), "--out", str(out), "--result-name", name, "--detailed"]
+        logf = (bench.work / "logs" / f"client-{tag}-{port}.log").open("w")
+        clients.append((subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ, **SAFE_ENV}),
+                        out / name, logf.name))
+    results = []
+    for popen, path, logname in clients:
+        if popen.wait() != 0 or not path.exists():
+            raise BenchError(f"benchmark client failed with {popen.returncode} (log: {logname})")
+        results.append(json.loads(path.read_text()))
+    return results
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Throughput summed over clients; TTFT/TPOT over every request of every client (as vLLM computes them)."""
+    ttfts, tpots, completed = [], [], 0
+    for result in results:
+        completed += result.get("completed", 0)
+        for ttft, itl, out_len, err in zip(result["ttfts"], result["itls"], result["output_lens"],
+                                           result.get("errors", [""] * len(result["ttfts"])), strict=False):
+            if err or not out_len:
+                continue
+            ttfts.append(ttft)
+            if out_len > 1:
+                tpots.append(sum(itl) / (out_len - 1))
+    return {"output_tokens_per_s": round(sum(r["output_throughput"] for r in results), 1),
+            "mean_ttft_ms": round(1000 * sum(ttfts) / max(len(ttfts), 1), 1),
+            "p99_ttft_ms": round(1000 * percentile(ttfts, 99), 1),
+            "mean_tpot_ms": round(1000 * sum(tpots) / max(len(tpots), 1), 2),
+            "p99_tpot_ms": round(1000 * percentile(tpots, 99), 2),
+            "completed": completed}
+
+
+# --------------------------------------------------------------------------------------------- planner
+
+def predicted_kv(config_json: Path, args: argparse.Namespace, tp: int, pp: int, nodes: int) -> int | None:
+    """The planner's KV tokens per replica for this layout (None when the accelerator is not in the catalog)."""
+    acc = ACCELERATORS.get(args.accelerator)
+    if acc is None:
+        return None
+    arch, _ = load_architecture("bench/model", "main", str(config_json), None, ROOT)
+    weights = arch.parameter_count() * sizing.weight_bytes_per_param(arch, args.dtype)
+    kv_bytes = sizing.kv_dtype_bytes(args.kv_cache_dtype, args.dtype)
+    return sizing.fit(arch, acc, sizing.Layout(tp, pp, nodes), args.gpu_memory_utilization, weights, kv_bytes).kv_tokens
+
+
+def planner_layout(config_json: Path, args: argparse.Namespace) -> str | None:
+    """What the planner picks for this model on this accelerator's machine with the bench's settings."""
+    if args.accelerator not in ACCELERATORS:
+        return None
+    raw = {"cluster": {"name": "bench", "location": "us-central1", "create": False},
+           "accelerator": {"type": args.accelerator, "zones": ["us-central1-a"]},
+           "model": {"id": "bench/model", "configFile": str(config_json)},
+           "vllm": {"maxModelLen": args.max_model_len, "gpuMemoryUtilization": args.gpu_memory_utilization,
+                    "dtype": args.dtype, "kvCacheDtype": args.kv_cache_dtype}}
+    try:
+        plan = sizing.plan(build_settings(raw, ROOT))
+    except ConfigError as exc:
+        return f"refused: {exc}"
+    return (f"tensor={plan.tensor_parallel_size}, pipeline={plan.pipeline_parallel_size} on "
+            f"{plan.nodes_per_replica} node(s) of {plan.machine_type}")
+
+
+def architecture_row(config_json: Path) -> dict[str, Any]:
+    arch, _ = load_architecture("bench/model", "main", str(config_json), None, ROOT)
+    return {"config": config_json.name, "layers": arch.num_layers, "attention_heads": arch.num_attention_heads,
+            "kv_heads": arch.num_kv_heads, "head_dim": arch.head_dim, "parameters": arch.parameter_count()}
+
+
+# ---------------------------------------------------------------------------------------------- steps
+
+def run_layout(bench: Bench, layout: BenchLayout, results: dict[str, Any], save) -> None:
+    group = Group(bench.work, layout.name)
+    row: dict[str, Any] = {"layout": layout.name, "tp": layout.tp, "pp": layout.pp, "nodes": layout.nodes,
+                           "replicas": layout.replicas, "gpus": layout.gpus}
+    log(f"{layout.name}: starting")
+    try:
+        t0 = time.monotonic()
+        ports = start_layout(bench, layout, group)
+        row["startup_seconds"] = round(wait_healthy(group, ports, t0, bench.args.start_timeout), 1)
+        log(f"{layout.name}: healthy after {row['startup_seconds']} s; warm-up ({bench.args.warmup_prompts} prompts)")
+        leader_logs = [p.log for p in group.procs if p.name.startswith("leader")]
+        row["kv_cache_tokens_measured"] = kv_tokens(leader_logs[0])
+        row["kv_cache_tokens_predicted"] = predicted_kv(bench.args.config, bench.args, layout.tp, layout.pp,
+                                                        layout.nodes)
+        if bench.args.warmup_prompts:
+            run_client(bench, ports, bench.args.warmup_prompts, seed=1, tag=f"{layout.name}-warmup")
+        stats = summarize(run_client(bench, ports, bench.args.prompts, seed=0, tag=layout.name))
+        row |= stats
+        row["output_tokens_per_s_per_gpu"] = round(stats["output_tokens_per_s"] / layout.gpus, 1)
+        if layout.tcp:
+            texts = [p.log.read_text(errors="replace") for p in group.procs]
+            texts += [f.read_text(errors="replace") for f in Path("/tmp/ray").glob("session_latest/logs/worker-*")]
+            row["nccl_transport"] = "NET/Socket" if any("via NET/Socket" in t for t in texts) else "not seen in logs"
+        log(f"{layout.name}: {stats['output_tokens_per_s']} output tok/s, TTFT {stats['mean_ttft_ms']} ms, "
+            f"TPOT {stats['mean_tpot_ms']} ms, KV {row['kv_cache_tokens_measured']} (planner "
+            f"{row['kv_cache_tokens_predicted']})")
+        if layout.name == "pp2-across-nodes-tcp" and bench.args.launcher_checks:
+            results["launcher"] = worker_loss(group)
+            save()
+    except BenchError as exc:
+        row["error"] = str(exc)
+        log(f"{layout.name}: FAILED: {exc}")
+    finally:
+        results["runs"] = [r for r in results["runs"] if r["layout"] != layout.name] + [row]
+        save()
+        group.stop()
+
+
+def worker_loss(group: Group) -> dict[str, Any]:
+    """Kill every process of the worker node; time the leader's detection, server stop and exit."""
+    import psutil
+
+    leader = next(p for p in group.procs if p.name == "leader-n0")
+    worker = next(p for p in group.procs if p.name.startswith("worker"))
+    root = psutil.Process(worker.popen.pid)
+    victims = [root, *root.children(recursive=True)]
+    log(f"worker loss: killing {len(victims)} processes of the worker node")
+    t0 = time.monotonic()
+    for p in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    detected = health_gone = None
+    while leader.popen.poll() is None and time.monotonic() - t0 < 180:
+        now = time.monotonic() - t0
+        if detected is None and "Ray node lost" in leader.log.read_text(errors="replace"):
+            detected = round(now, 1)
+        if health_gone is None and not healthy(API_PORT):
+            health_gone = round(now, 1)
+        time.sleep(0.2)
+    exited = round(time.monotonic() - t0, 1) if leader.popen.poll() is not None else None
+    if detected is None and "Ray node lost" in leader.log.read_text(errors="replace"):
+        detected = exited
+    lines = [line for line in leader.log.read_text(errors="replace").splitlines() if "[launcher leader]" in line]
+    out = {"worker_processes_killed": len(victims), "node_lost_logged_seconds": detected,
+           "health_failing_seconds": health_gone, "leader_exit_seconds": exited,
+           "leader_exit_code": leader.popen.returncode, "leader_last_line": lines[-1] if lines else None}
+    log(f"worker loss: {out}")
+    return out
+
+
+def overhead(bench: Bench, results: dict[str, Any], save) -> None:
+    """Time to /health of the PP=2 group started bare (ray start x2, then vLLM) and through the launcher,
+    both on the compile caches the pp2 layout left behind."""
+    layout = LAYOUTS["pp2-across-nodes-tcp"]
+    spec = bench.spec(layout)
+    out: dict[str, Any] = {}
+    ray = [sys.executable, "-m", "ray.scripts.scripts", "start", "--num-gpus=1", "--disable-usage-stats"]
+    for label in ("bare", "launcher"):
+        group = Group(bench.work, f"overhead-{label}")
+        group.uses_ray = True
+        try:
+            t0 = time.monotonic()
+            if label == "bare":
+                env0 = bench.env(layout, [0], f"{layout.name}-n0", NODE_IPS[0])
+                env1 = bench.env(layout, [1], f"{layout.name}-n1", NODE_IPS[1])
+                for role, cmd, env in (
+                        ("ray-head-n0", [*ray, "--head", f"--port={RAY_PORT}", f"--node-ip-address={NODE_IPS[0]}",
+                                         "--include-dashboard=false"], env0),
+                        ("ray-worker-n1", [*ray, f"--address={NODE_IPS[0]}:{RAY_PORT}",
+                                           f"--node-ip-address={NODE_IPS[1]}", f"--temp-dir={short_temp_dir()}",
+                                           f"--node-manager-port={NODE_MANAGER_PORT + 10}",
+                                           f"--object-manager-port={OBJECT_MANAGER_PORT + 10}"], env1)):
+                    if group.start(role, cmd, env).popen.wait(120) != 0:
+                        raise BenchError(f"bare {role} failed (log: {group.logs})")
+                group.start("server-n0", vllm_command(spec, python=sys.executable),
+                            {**env0, "RAY_ADDRESS": f"{NODE_IPS[0]}:{RAY_PORT}"})
+                group.procs = [p for p in group.procs if p.name == "server-n0"]
+                ports = [API_PORT]
+            else:
+                ports = start_layout(bench, layout, group)
+            out[f"{label}_startup_seconds"] = round(wait_healthy(group, ports, t0, bench.args.start_timeout), 1)
+            log(f"overhead: {label} group healthy after {out[f'{label}_startup_seconds']} s")
+        except BenchError as exc:
+            out[f"{label}_error"] = str(exc)
+            log(f"overhead: {label} FAILED: {exc}")
+        finally:
+            group.stop()
+            ray_stop()
+    if "bare_startup_seconds" in out and "launcher_startup_seconds" in out:
+        out["launcher_overhead_seconds"] = round(out["launcher_startup_seconds"] - out["bare_startup_seconds"], 1)
+    results.setdefault("launcher", {}).update(out)
+    save()
+
+
+def calibrate(bench: Bench, configs: list[Path], results: dict[str, Any], save) -> None:
+    """KV cache tokens vLLM reports vs the planner, one model per GPU at a time (TP=1)."""
+    layout = LAYOUTS["tp1"]
+    gpus = max(1, bench.args.gpus)
+    for start in range(0, len(configs), gpus):
+        batch = configs[start:start + gpus]
+        groups = []
+        for i, config in enumerate(batch):
+            model_dir = bench.work / "models" / config.stem
+            group = Group(bench.work, f"calibrate-{config.stem}")
+            spec = replace(bench.spec(layout, API_PORT + 10 + i, model_dir), served_name=config.stem)
+            group.start("leader-r0", leader_cmd(spec), bench.env(layout, [i] if bench.args.gpus else [],
+                                                                 f"calibrate-{config.stem}"))
+            groups.append((config, group, time.monotonic()))
+        for config, group, t0 in groups:
+            row = {"model": config.stem, **architecture_row(config),
+                   "kv_cache_tokens_predicted": predicted_kv(config, bench.args, 1, 1, 1)}
+            proc = group.procs[0]
+            port = API_PORT + 10 + groups.index((config, group, t0))
+            while kv_tokens(proc.log) is None and proc.popen.poll() is None and not healthy(port) \
+                    and time.monotonic() - t0 < bench.args.start_timeout:
+                time.sleep(0.5)
+            row["kv_cache_tokens_measured"] = kv_tokens(proc.log)
+            if row["kv_cache_tokens_measured"] is None:
+                row["error"] = f"no KV cache size in the log (exit {proc.popen.poll()}, log: {proc.log})"
+            log(f"calibrate {config.stem}: measured {row['kv_cache_tokens_measured']}, "
+                f"planner {row['kv_cache_tokens_predicted']}")
+            results["calibration"] = [r for r in results["calibration"] if r["model"] != config.stem] + [row]
+            save()
+        for _, group, _ in groups:
+            group.stop(grace=15)
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+def host_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"hostname": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    try:
+        info["gpus"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                       "--format=csv,noheader"], capture_output=True, text=True, check=True,
+                                      timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        info["gpus"] = []
+    versions = subprocess.run([sys.executable, "-c", "import torch, ray, vllm; "
+                               "print(torch.__version__, ray.__version__, vllm.__version__)"],
+                              capture_output=True, text=True, check=False, timeout=300).stdout.split()
+    if len(versions) == 3:
+        info["torch"], info["ray"], info["vllm"] = versions
+    return info
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", nargs="?", default="all", choices=("all", "build", "report"))
+    parser.add_argument("--config", type=Path, default=ROOT / "models" / "Llama-3.1-8B-Instruct.json",
+                        help="HF config.json of the model to benchmark (random weights are built for it)")
+    parser.add_argument("--model-dir", type=Path, default=None, help="serve this model directory instead")
+    parser.add_argument("--layouts", default=",".join(DEFAULT_LAYOUTS))
+    parser.add_argument("--calibrate", default="models/Qwen2.5-7B-Instruct.json,models/Llama-3.2-1B-Instruct.json",
+                        help="more config.json files whose KV cache size is compared with the planner ('' for none)")
+    parser.add_argument("--accelerator", default="nvidia-h200-141gb", help="catalog type of this host's GPUs")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs on this host (default: nvidia-smi's count)")
+    parser.add_argument("--prompts", type=int, default=400)
+    parser.add_argument("--warmup-prompts", type=int, default=50)
+    parser.add_argument("--input-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--start-timeout", type=float, default=900)
+    parser.add_argument("--no-launcher-checks", dest="launcher_checks", action="store_false")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vllm-gke-bench")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args(argv)
+    layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
+    unknown = [name for name in layouts if name not in LAYOUTS]
+    if unknown or not layouts:
+        parser.error(f"--layouts {args.layouts!r}: unknown {unknown or 'empty'}; accepted: {', '.join(LAYOUTS)}")
+    args.layout_list = layouts
+    if args.accelerator != "none" and args.accelerator not in ACCELERATORS:
+        parser.error(f"--accelerator {args.accelerator!r}: accepted: none, {', '.join(ACCELERATORS)}")
+    args.calibrate_list = [ROOT / p.strip() if not Path(p.strip()).is_absolute() else Path(p.strip())
+                           for p in args.calibrate.split(",") if p.strip()]
+    for path in [args.config, *args.calibrate_list]:
+        if not path.is_file():
+            parser.error(f"config file {path} does not exist")
+    if args.gpus is None:
+        args.gpus = len(gpu_memory_used())
+    need = max(LAYOUTS[name].gpus for name in layouts)
+    if args.action == "all" and args.gpus and args.gpus < need:
+        parser.error(f"--layouts need {need} GPUs; this host has {args.gpus}")
+    if args.prompts < 1 or args.warmup_prompts < 0 or not 0 < args.gpu_memory_utilization <= 1:
+        parser.error("--prompts must be >= 1, --warmup-prompts >= 0, --gpu-memory-utilization in (0, 1]")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results_path = args.out / "results.json"
+    if args.action == "report":
+        if not results_path.exists():
+            print(f"bench: no {results_path}; run the benchmark first", file=sys.stderr)
+            return 2
+        write_report(json.loads(results_path.read_text()), args.out, args.doc)
+        return 0
+    args.work.mkdir(parents=True, exist_ok=True)
+    device = None if args.gpus else "cpu"
+    models = args.work / "models"
+    log(f"building random-weight models under {models}")
+    model_dir = args.model_dir or build_model(args.config, models / args.config.stem, device=device)
+    for config in args.calibrate_list:
+        build_model(config, models / config.stem, device=device)
+    if args.action == "build":
+        return 0
+
+    bench = Bench(args, model_dir, args.config.stem, args.work)
+    results: dict[str, Any] = {
+        "host": host_info(), "model": {"name": args.config.stem, **architecture_row(args.config),
+                                       "weights": "random (bench/models.py)"},
+        "settings": {k: getattr(args, k) for k in ("accelerator", "prompts", "warmup_prompts", "input_len",
+                                                    "output_len", "max_model_len", "gpu_memory_utilization",
+                                                    "dtype", "kv_cache_dtype")},
+        "planner_layout": planner_layout(args.config, args),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": [], "calibration": []}
+    results["vllm"] = results["host"].get("vllm")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        results["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        results_path.write_text(json.dumps(results, indent=2) + "\n")
+
+    save()
+    if args.calibrate_list:
+        calibrate(bench, args.calibrate_list, results, save)
+    for name in args.layout_list:
+        run_layout(bench, LAYOUTS[name], results, save)
+        if name == "pp2-across-nodes-tcp" and args.launcher_checks:
+            overhead(bench, results, save)
+    write_report(results, args.out, args.doc)
+    log(f"wrote {results_path}, {args.doc}")
+    return 0 if all("error" not in r for r in results["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
