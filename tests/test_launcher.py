@@ -90,6 +90,17 @@ def test_losing_the_worker_stops_the_server_and_exits_non_zero(tmp_path):
     assert state.read_text() == "drained", "the server was stopped, not left running"
 
 
+def test_a_server_that_exits_on_its_own_fails_the_group_even_with_code_0(tmp_path):
+    # vLLM 0.25.1 exits 0 when its Ray executor loses a worker (seen on H200s): that must not read as success.
+    lead = leader(tmp_path, 6406, sys.executable, "-c", "import time; time.sleep(2)")
+    time.sleep(3)
+    worker(tmp_path, 6406)
+    assert lead.wait(90) == 5
+    log = (tmp_path / "leader.log").read_text()
+    assert "group complete: 2 nodes, 2 GPUs" in log
+    assert "ERROR: server exited with 0 without being asked to stop" in log
+
+
 def test_sigterm_drains_the_server_then_stops_ray(tmp_path):
     lead, _work, state = group(tmp_path, 6403)
     os.killpg(lead.pid, signal.SIGTERM)

@@ -8,8 +8,9 @@
 leader, N = 1: runs CMD directly (exec); vLLM needs no Ray on one node.
 leader, N > 1: starts the Ray head; waits until N nodes and N x G GPUs have joined, or exits 1
     after S seconds naming what is missing; runs CMD; checks the Ray nodes every second and, when
-    one is lost, stops CMD and exits 3 so the LeaderWorkerSet recreates the group. On SIGTERM it
-    forwards the signal to CMD, waits for it to drain, then stops Ray.
+    one is lost, stops CMD and exits 3 so the LeaderWorkerSet recreates the group. CMD exiting on its
+    own is a failure too (exit 3 if a node is gone, else CMD's code or 5), even with code 0. On SIGTERM
+    it forwards the signal to CMD, waits for it to drain, then stops Ray.
 worker: waits (bounded) until the head's port answers, joins with `ray start --block` and exits
     non-zero when Ray does.
 Standard library and Ray only. One log line per state change; every failure is one line.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 STATE_DIR = Path(os.environ.get("VLLM_GKE_STATE_DIR", "/tmp/vllm-gke"))
 HEARTBEAT = "group-ok"
-EXIT_JOIN_TIMEOUT, EXIT_NODE_LOST, EXIT_RAY_FAILED = 1, 3, 4
+EXIT_JOIN_TIMEOUT, EXIT_NODE_LOST, EXIT_RAY_FAILED, EXIT_SERVER_STOPPED = 1, 3, 4, 5
 # Ray's GCS marks a node dead after failure_threshold x period without a health-check answer:
 # about 5 s here, instead of Ray's default 30 s, so a lost worker is acted on within ~10 s.
 RAY_HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
@@ -166,11 +167,18 @@ def leader(args: argparse.Namespace) -> int:
             return 0
         code = child.poll()
         if code is not None:
+            # Nobody asked it to stop, so this is a failure whatever the code: vLLM exits 0 when its Ray
+            # executor loses a worker (seen with 0.25.1 on H200s, docs/benchmarks.md). A lost node is named.
+            try:
+                alive, gpus, dead = cluster_state(address)
+            except Exception:
+                alive, gpus, dead = 0, 0.0, []
             stop_ray(role, args.temp_dir)
-            if code:
-                return fail(role, code, f"server exited with {code}")
-            log(role, "server exited with 0")
-            return 0
+            if alive < args.group_size or gpus < want_gpus:
+                return fail(role, EXIT_NODE_LOST, f"server exited with {code} after a Ray node was lost "
+                                                  f"({alive}/{args.group_size} nodes alive, dead: "
+                                                  f"{', '.join(dead) or 'unknown'})")
+            return fail(role, code or EXIT_SERVER_STOPPED, f"server exited with {code} without being asked to stop")
         try:
             alive, gpus, dead = cluster_state(address)
         except Exception as exc:
