@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
 
-.PHONY: test lint plan plan-json loadtest clean
+.PHONY: test lint plan plan-json loadtest bench bench-report clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,16 @@ loadtest: $(STAMP)
 	@test -n "$(URL)" -a -n "$(MODEL)" -a -n "$(TOKENIZER)" || \
 	  { echo "usage: make loadtest URL=http://HOST:8000 MODEL=served-name TOKENIZER=hf-id-or-dir [PROMPTS=200]"; exit 2; }
 	$(PY) bench/loadtest.py --url $(URL) --model $(MODEL) --tokenizer $(TOKENIZER) --prompts $(or $(PROMPTS),200)
+
+# GPU host only (vLLM, Ray, torch importable by python3; no .venv): every layout, the launcher checks and the
+# planner calibration in one run -> docs/benchmarks/results.json, the chart and docs/benchmarks.md.
+# make bench [BENCH_ARGS="--layouts tp1,pp2-across-nodes-tcp --prompts 200"]
+bench:
+	python3 bench/run.py all $(BENCH_ARGS)
+
+# Re-render the chart and docs/benchmarks.md from docs/benchmarks/results.json (any machine).
+bench-report: $(STAMP)
+	$(PY) bench/run.py report
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -68,12 +68,21 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return str(value)
 
 
+def _overhead(seconds: float | None) -> str:
+    if seconds is None:
+        return "not measured."
+    if seconds <= 0:
+        return f"the launcher added nothing (its group was ready {-seconds:.1f} s sooner)."
+    return f"the launcher added {seconds:.1f} s."
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *["| " + " | ".join(row) + " |" for row in rows]]
 
 
-def render_doc(results: dict[str, Any], chart_rel: str) -> str:
+def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...] = ()) -> str:
+    """`layouts`: what the run set out to measure, when its settings do not record it."""
     s = results.get("settings", {})
     host = results.get("host", {})
     model = results.get("model", {})
@@ -123,6 +132,10 @@ def render_doc(results: dict[str, Any], chart_rel: str) -> str:
                      _fmt(r["mean_tpot_ms"], 1), _fmt(r.get("startup_seconds"), 1),
                      _fmt(r.get("kv_cache_tokens_measured")), _fmt(r.get("kv_cache_tokens_predicted")),
                      r.get("nccl_transport", "-")])
+    measured = {r["layout"] for r in results.get("runs", [])}
+    for name in s.get("layouts") or layouts:
+        if name not in measured:
+            rows.append([name, "-", "not measured: the run ended before this layout", *["-"] * 8])
     lines += _table(["layout", "GPUs", "out tok/s", "per GPU", "mean TTFT ms", "p99 TTFT ms", "mean TPOT ms",
                      "startup s", "KV tokens (vLLM)", "KV tokens (planner)", "nccl"], rows)
     lines += ["", f"![output tokens/s per GPU by layout]({chart_rel})", ""]
@@ -176,11 +189,16 @@ def render_doc(results: dict[str, Any], chart_rel: str) -> str:
             f"{_fmt(launcher.get('node_lost_logged_seconds'), 1)} s, `/health` stopped answering 200 after "
             f"{_fmt(launcher.get('health_failing_seconds'), 1)} s, and the leader exited with code "
             f"{_fmt(launcher.get('leader_exit_code'))} after {_fmt(launcher.get('leader_exit_seconds'), 1)} s "
-            f"(last line: `{launcher.get('leader_last_line')}`). The LeaderWorkerSet then recreates the group.",
+            f"(last line: `{launcher.get('leader_last_line')}`). The LeaderWorkerSet then recreates the group."
+            + (" Exit code 0 here is what the launcher did before this run exposed it: vLLM exits 0 when its Ray "
+               "executor loses a worker, and the launcher passed that on. It now fails the group on any server exit "
+               "it did not ask for (exit 3 when a node is gone; `tests/test_launcher.py`)."
+               if launcher.get("leader_exit_code") == 0 else ""),
             f"- Time to ready of the PP=2 group on warm compile caches: bare (two `ray start`, then vLLM) "
             f"{_fmt(launcher.get('bare_startup_seconds'), 1)} s, through the launcher "
-            f"{_fmt(launcher.get('launcher_startup_seconds'), 1)} s: the launcher adds "
-            f"{_fmt(launcher.get('launcher_overhead_seconds'), 1)} s.",
+            f"{_fmt(launcher.get('launcher_startup_seconds'), 1)} s: "
+            + _overhead(launcher.get("launcher_overhead_seconds"))
+            + " One start of each; most of the time is vLLM's own start (imports, Ray actors, CUDA graphs).",
         ]
         for key in ("bare_error", "launcher_error"):
             if launcher.get(key):
@@ -200,7 +218,7 @@ def render_doc(results: dict[str, Any], chart_rel: str) -> str:
     return "\n".join(lines)
 
 
-def write_report(results: dict[str, Any], out_dir: Path, doc: Path) -> None:
+def write_report(results: dict[str, Any], out_dir: Path, doc: Path, layouts: tuple[str, ...] = ()) -> None:
     chart = out_dir / CHART
     write_chart(results, chart)
     try:
@@ -208,4 +226,4 @@ def write_report(results: dict[str, Any], out_dir: Path, doc: Path) -> None:
     except ValueError:
         rel = chart.resolve()
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(render_doc(results, str(rel)))
+    doc.write_text(render_doc(results, str(rel), layouts))
