@@ -129,17 +129,21 @@ class Recording:
     def by_urn(self, urn: str) -> Recorded:
         return next(r for r in self.resources if r.urn == urn)
 
-    def kubernetes_objects(self) -> list[dict[str, Any]]:
-        """Every Kubernetes object as it would be applied (secret values masked)."""
-        objects = []
+    def kubernetes_resources(self) -> list[tuple[str, dict[str, Any]]]:
+        """(type token, object as it would be applied, secret values masked) for every Kubernetes object."""
+        found = []
         for res in self.resources:
             if not res.type.startswith("kubernetes:") or res.type.startswith("kubernetes:helm") \
                     or "apiVersion" not in res.inputs:
                 continue
             obj = json.loads(json.dumps(res.inputs, default=str))
             obj.pop("__secret__", None)
-            objects.append(_unwrap_secrets(obj))
-        return objects
+            found.append((res.type, _unwrap_secrets(obj)))
+        return found
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object as it would be applied (secret values masked)."""
+        return [obj for _, obj in self.kubernetes_resources()]
 
 
 def _unwrap_secrets(value: Any) -> Any:
