@@ -9,6 +9,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components.metrics import HPA_METRICS, custom_metric_name
+from components.security import container_security_context, pod_security_context
 from components.versions import CUSTOM_METRICS_ADAPTER_IMAGE
 
 ADAPTER_NAMESPACE = "custom-metrics"
@@ -135,7 +136,7 @@ class Autoscaling(pulumi.ComponentResource):
             spec={"replicas": 1, "selector": {"matchLabels": labels}, "template": {
                 "metadata": {"labels": labels},
                 "spec": {"serviceAccountName": ADAPTER_NAME,
-                         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                         "securityContext": pod_security_context(),
                          "containers": [{
                              "name": "pod-custom-metrics-stackdriver-adapter", "image": CUSTOM_METRICS_ADAPTER_IMAGE,
                              "command": ["/adapter", "--use-new-resource-model=true",
@@ -143,13 +144,17 @@ class Autoscaling(pulumi.ComponentResource):
                              "ports": [{"name": "https", "containerPort": 443}],
                              "resources": {"requests": {"cpu": "250m", "memory": "200Mi"},
                                            "limits": {"memory": "400Mi"}},
-                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                                 "runAsUser": 65534, "capabilities": {"drop": ["ALL"]}}}]}}},
+                             "securityContext": container_security_context()}]}}},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[account, iam, *rbac]))
         service = k8s.core.v1.Service(
             f"{name}-adapter-svc", metadata={**_meta(ADAPTER_NAME, ADAPTER_NAMESPACE), "labels": labels},
             spec={"type": "ClusterIP", "selector": labels,
                   "ports": [{"name": "https", "port": 443, "targetPort": 443, "protocol": "TCP"}]}, opts=in_ns)
+        # Only the API server's aggregation layer calls the adapter, on 443; nothing else reaches it.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-adapter-netpol", metadata={**_meta(ADAPTER_NAME, ADAPTER_NAMESPACE), "labels": labels},
+            spec={"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
+                  "ingress": [{"ports": [{"port": 443, "protocol": "TCP"}]}]}, opts=in_ns)
         services = []
         for group, version, priority in (("custom.metrics.k8s.io", "v1beta1", 100),
                                          ("custom.metrics.k8s.io", "v1beta2", 200),

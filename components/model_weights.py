@@ -17,6 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components.security import container_security_context, pod_security_context
 from components.versions import GCLOUD_IMAGE
 
 DOWNLOADER = Path(__file__).resolve().parent.parent / "images" / "model-downloader" / "download.py"
@@ -211,17 +212,13 @@ class ModelWeights(pulumi.ComponentResource):
                         automount_service_account_token=service_account is not None,
                         # The staging disk is zonal: the pod must run where the disk is.
                         node_selector={ZONE_LABEL: args.zone},
-                        security_context=k8s.core.v1.PodSecurityContextArgs(
-                            run_as_non_root=True, run_as_user=1000, run_as_group=1000, fs_group=1000,
-                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+                        security_context=pod_security_context(fs_group=True),
                         containers=[k8s.core.v1.ContainerArgs(
                             name="download", image=image, command=command, env=env,
                             resources=k8s.core.v1.ResourceRequirementsArgs(
                                 requests={"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
                                 limits={"memory": "16Gi", "ephemeral-storage": "20Gi"}),
-                            security_context=k8s.core.v1.SecurityContextArgs(
-                                allow_privilege_escalation=False, read_only_root_filesystem=True,
-                                capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"])),
+                            security_context=container_security_context(),
                             volume_mounts=[
                                 k8s.core.v1.VolumeMountArgs(name="staging", mount_path="/data"),
                                 k8s.core.v1.VolumeMountArgs(name="script", mount_path="/opt/vllm-gke",

@@ -25,10 +25,14 @@ from components.commands import (
     worker_command,
 )
 from components.gpu_node_pool import ACCELERATOR_LABEL, GPU_TAINT_KEY, SPOT_LABEL
+from components.security import container_security_context, pod_security_context
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+GMP_NAMESPACE = "gmp-system"
+"""Where GKE's managed collection runs the Prometheus collectors."""
+PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "vllm-gke"
 PRESTOP_SECONDS = 15
 """Endpoints removal reaches kube-proxy and load balancers before the server stops accepting."""
 GRACE_SECONDS = PRESTOP_SECONDS + DRAIN_SECONDS + 15
@@ -104,7 +108,7 @@ class RayVllmServer(pulumi.ComponentResource):
         self.lws_name = lws_name = name
         self.service_name = name
         labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name,
-                  "app.kubernetes.io/part-of": "vllm-gke"}
+                  PART_OF_LABEL: PART_OF}
         self.leader_selector = {LWS_NAME_LABEL: lws_name, LWS_WORKER_INDEX_LABEL: "0"}
         spec = args.spec
 
@@ -143,9 +147,9 @@ class RayVllmServer(pulumi.ComponentResource):
         mounts = [{"name": "weights", "mountPath": args.weights_mount, "readOnly": True},
                   {"name": "launcher", "mountPath": LAUNCHER_DIR, "readOnly": True},
                   {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
-        security = {"allowPrivilegeEscalation": False, "privileged": False, "runAsNonRoot": True,
-                    "runAsUser": 1000, "runAsGroup": 1000, "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"}}
+        # HOME, caches (Hugging Face, Triton, torch.compile), Ray and NCCL all write under /tmp and /dev/shm,
+        # both emptyDirs: the root filesystem stays read-only.
+        security = container_security_context()
         ray_ports = [{"name": "ray-gcs", "containerPort": RAY_PORT},
                      {"name": "ray-node-mgr", "containerPort": NODE_MANAGER_PORT},
                      {"name": "ray-obj-mgr", "containerPort": OBJECT_MANAGER_PORT}]
@@ -155,8 +159,7 @@ class RayVllmServer(pulumi.ComponentResource):
                 "automountServiceAccountToken": False, "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": GRACE_SECONDS, "nodeSelector": node_selector,
                 "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-                "securityContext": {"runAsNonRoot": True, "fsGroup": 1000,
-                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "securityContext": pod_security_context(fs_group=True),
                 "containers": [container], "volumes": volumes}}
 
         leader_container = {
@@ -209,8 +212,9 @@ class RayVllmServer(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
 
         api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, gateways)
+        # Managed Prometheus collectors (gmp-system) scrape /metrics on the API port (PodMonitoring).
         api_from += [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-                     for ns in args.allowed_namespaces]
+                     for ns in (GMP_NAMESPACE, *args.allowed_namespaces)]
         if args.expose == "internal-lb":
             api_from.append({"ipBlock": {"cidr": "10.0.0.0/8"}})  # the VPC behind the internal load balancer
         k8s.networking.v1.NetworkPolicy(
@@ -221,6 +225,12 @@ class RayVllmServer(pulumi.ComponentResource):
                       # execution: only pods of this LeaderWorkerSet may reach them.
                       {"from": [{"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}}]},
                       {"from": api_from, "ports": [{"port": spec.port, "protocol": "TCP"}]}]},
+            opts=child)
+        # Every other vllm-gke pod here (download and smoke Jobs) takes no inbound traffic at all.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-deny-ingress",
+            metadata={"name": f"{name}-deny-ingress", "namespace": args.namespace, "labels": labels},
+            spec={"podSelector": {"matchLabels": {PART_OF_LABEL: PART_OF}}, "policyTypes": ["Ingress"]},
             opts=child)
         k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata={"name": name, "namespace": args.namespace, "labels": labels},

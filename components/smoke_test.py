@@ -9,6 +9,8 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.security import container_security_context, pod_security_context
+
 SCRIPT = Path(__file__).resolve().parent.parent / "images" / "smoke" / "smoke.py"
 
 
@@ -55,18 +57,17 @@ class SmokeTest(pulumi.ComponentResource):
             f"{name}-smoke-job", metadata={"name": f"{name}-smoke-{digest}", "namespace": args.namespace},
             spec={"backoffLimit": 0, "activeDeadlineSeconds": args.wait_seconds + 300,
                   "ttlSecondsAfterFinished": 86400,
-                  "template": {"metadata": {"labels": {"app.kubernetes.io/name": "vllm-smoke"}}, "spec": {
+                  "template": {"metadata": {"labels": {"app.kubernetes.io/name": "vllm-smoke",
+                                                         "app.kubernetes.io/part-of": "vllm-gke"}}, "spec": {
                       "restartPolicy": "Never", "automountServiceAccountToken": False,
-                      "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
-                                          "seccompProfile": {"type": "RuntimeDefault"}},
+                      "securityContext": pod_security_context(),
                       "containers": [{
                           "name": "smoke", "image": args.image,
                           "command": ["python3", "/opt/smoke/smoke.py", "--url", url, "--model", args.model,
                                       "--timeout", str(args.wait_seconds)],
                           "env": env, "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                                                     "limits": {"memory": "256Mi"}},
-                          "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                              "capabilities": {"drop": ["ALL"]}},
+                          "securityContext": container_security_context(),
                           "volumeMounts": [{"name": "script", "mountPath": "/opt/smoke", "readOnly": True}]}],
                       "volumes": [{"name": "script", "configMap": {"name": f"{name}-smoke-script"}}]}}},
             # Pulumi waits for the Job: a deployment that does not answer fails `pulumi up`.

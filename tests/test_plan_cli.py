@@ -95,6 +95,6 @@ def test_plan_out_writes_schema_valid_objects_for_single_and_multi_node_stacks(t
         assert any(o["kind"] == "Job" and "-smoke-" in o["metadata"]["name"] for o in objects), "smoke Job"
         for obj in objects:
             validate_object(obj)
-        netpol = next(o for o in objects if o["kind"] == "NetworkPolicy")
+        netpol = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "vllm")
         assert netpol["spec"]["ingress"][0]["from"][0]["podSelector"] == netpol["spec"]["podSelector"], \
             "Ray ports (6379 included) are open only to pods of the same LeaderWorkerSet"

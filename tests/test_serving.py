@@ -71,7 +71,9 @@ def test_pods_tolerate_the_gpu_taint_select_the_accelerator_and_mount_shm_in_mem
         assert spec["automountServiceAccountToken"] is False
         sec = spec["containers"][0]["securityContext"]
         assert sec["capabilities"] == {"drop": ["ALL"]} and sec["allowPrivilegeEscalation"] is False
-        assert sec["seccompProfile"]["type"] == "RuntimeDefault" and sec["privileged"] is False
+        assert sec["privileged"] is False and sec["readOnlyRootFilesystem"] is True
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        assert spec["securityContext"]["runAsUser"] >= 10000 and spec["securityContext"]["runAsNonRoot"] is True
 
 
 def test_leader_probes_follow_the_planner_and_check_the_ray_group(dev):
@@ -108,12 +110,17 @@ def test_service_selects_only_leader_pods_on_the_named_http_port(dev, prod):
 
 
 def test_network_policy_keeps_ray_inside_the_lws_and_the_api_to_allowed_namespaces(prod):
-    spec = prod.one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs["spec"]
+    spec = prod.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "vllm-netpol").inputs["spec"]
     assert spec["podSelector"] == {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}}
     ray_rule, api_rule = spec["ingress"]
     assert ray_rule["from"] == [{"podSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}}}]
     assert api_rule["ports"] == [{"port": API_PORT, "protocol": "TCP"}], "outsiders reach only the API port"
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}} in api_rule["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gmp-system"}}} in api_rule["from"], \
+        "Managed Prometheus collectors must reach /metrics"
+    deny = prod.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "deny-ingress").inputs["spec"]
+    assert deny == {"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "vllm-gke"}},
+                    "policyTypes": ["Ingress"]}, "Jobs take no inbound traffic"
 
 
 def test_api_key_lives_in_a_secret_and_reaches_vllm_through_env():

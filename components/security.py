@@ -1,0 +1,20 @@
+"""Security contexts shared by every pod vllm-gke runs (serving group, download and smoke Jobs, adapter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+RUN_AS_UID = 10001
+"""Non-root and above 10000, so it never maps to a user of the node (CIS 5.2.6)."""
+
+
+def pod_security_context(fs_group: bool = False) -> dict[str, Any]:
+    """Pod level: non-root UID/GID, RuntimeDefault seccomp; fsGroup where volumes must be group-writable."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
+            **({"fsGroup": RUN_AS_UID} if fs_group else {}), "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict[str, Any]:
+    """Container level: no privilege escalation, no capabilities, read-only root (writes go to emptyDirs)."""
+    return {"allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}}
