@@ -8,6 +8,24 @@ STACK ?= dev
 
 .PHONY: test lint plan plan-json loadtest bench bench-report clean
 
+# Side tools, each in its own environment: workflow linters (npm), the policy pack (pulumi-policy pins
+# protobuf/grpcio apart from the program's), the security scanner (checkov pins its own libraries).
+TOOLS := node_modules/.installed-stamp policy/venv/.installed-stamp .venv-scan/.installed-stamp
+
+node_modules/.installed-stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+policy/venv/.installed-stamp: policy/requirements.txt
+	$(PYTHON) -m venv policy/venv
+	policy/venv/bin/python -m pip install -q -r policy/requirements.txt
+	touch $@
+
+.venv-scan/.installed-stamp: requirements-scan.txt
+	$(PYTHON) -m venv .venv-scan
+	.venv-scan/bin/python -m pip install -q -r requirements-scan.txt
+	touch $@
+
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -20,7 +38,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-test: lint
+test: lint $(TOOLS)
 	@set +e; $(PY) -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
@@ -47,4 +65,4 @@ bench-report: $(STAMP)
 	$(PY) bench/run.py report
 
 clean:
-	rm -rf build .pytest_cache .ruff_cache
+	rm -rf build .pytest_cache .ruff_cache node_modules policy/venv .venv-scan

@@ -138,12 +138,23 @@ class Recording:
                 continue
             obj = json.loads(json.dumps(res.inputs, default=str))
             obj.pop("__secret__", None)
-            found.append((res.type, _unwrap_secrets(obj)))
+            found.append((res.type, _integral(_unwrap_secrets(obj))))
         return found
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
         """Every Kubernetes object as it would be applied (secret values masked)."""
         return [obj for _, obj in self.kubernetes_resources()]
+
+
+def _integral(value: Any) -> Any:
+    """Numbers cross the Pulumi RPC as doubles; Kubernetes integer fields read back as ints."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
 
 
 def _unwrap_secrets(value: Any) -> Any:
