@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
 
-.PHONY: test lint plan plan-json loadtest bench bench-report clean
+.PHONY: test lint plan plan-json docs loadtest bench bench-report clean
 
 # Side tools, each in its own environment: workflow linters (npm), the policy pack (pulumi-policy pins
 # protobuf/grpcio apart from the program's), the security scanner (checkov pins its own libraries).
@@ -44,6 +44,10 @@ test: lint $(TOOLS)
 
 plan: $(STAMP)
 	$(PY) -m components.plan --stack $(STACK) --out build/k8s/$(STACK)
+
+# Regenerate README.md's config reference (from Pulumi.yaml) and sizing examples (from the planner).
+docs: $(STAMP)
+	$(PY) -m components.readme
 
 plan-json: $(STAMP)
 	$(PY) -m components.plan --stack $(STACK) --json

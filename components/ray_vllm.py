@@ -3,6 +3,7 @@ Ray workers on the other nodes; Service on the leaders, NetworkPolicy, PDB, API-
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from components.security import container_security_context, pod_security_context
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+API_KEY_DIGEST_ANNOTATION = "vllm-gke/api-key-sha256"
 GMP_NAMESPACE = "gmp-system"
 """Where GKE's managed collection runs the Prometheus collectors."""
 PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "vllm-gke"
@@ -154,8 +156,17 @@ class RayVllmServer(pulumi.ComponentResource):
                      {"name": "ray-node-mgr", "containerPort": NODE_MANAGER_PORT},
                      {"name": "ray-obj-mgr", "containerPort": OBJECT_MANAGER_PORT}]
 
+        # vLLM reads the key at start: a digest of it in the pod template rolls the groups when it is rotated.
+        template_meta: dict[str, Any] = {"labels": labels}
+        if args.api_key is not None:
+            # A truncated digest of a random key reveals nothing, and a secret here would hide the whole
+            # LeaderWorkerSet spec in preview diffs: it is deliberately not marked secret.
+            digest = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_key).apply(
+                lambda key: hashlib.sha256(key.encode()).hexdigest()[:16]))
+            template_meta["annotations"] = {API_KEY_DIGEST_ANNOTATION: digest}
+
         def pod(container: dict[str, Any]) -> dict[str, Any]:
-            return {"metadata": {"labels": labels}, "spec": {
+            return {"metadata": template_meta, "spec": {
                 "automountServiceAccountToken": False, "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": GRACE_SECONDS, "nodeSelector": node_selector,
                 "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],

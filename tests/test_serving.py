@@ -160,3 +160,14 @@ def test_every_object_of_the_example_stacks_passes_strict_schema_validation(stac
     assert any(o["kind"] == "LeaderWorkerSet" for o in objects)
     for obj in objects:
         validate_object(obj)
+
+
+def test_rotating_the_api_key_changes_the_pod_template_so_groups_roll():
+    def annotation(key):
+        rec = run_program(full_config(apiKey=key))
+        meta = lws_spec(rec)["leaderWorkerTemplate"]["workerTemplate"]["metadata"]
+        return meta["annotations"]["vllm-gke/api-key-sha256"]
+
+    first, again, rotated = annotation("key-one"), annotation("key-one"), annotation("key-two")
+    assert first == again and first != rotated
+    assert "key-one" not in str(first), "only a digest of the key reaches the pod template"
