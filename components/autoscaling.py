@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components.metrics import HPA_METRICS, custom_metric_name
-from components.security import container_security_context, pod_security_context
+from components.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 from components.versions import CUSTOM_METRICS_ADAPTER_IMAGE
 
 ADAPTER_NAMESPACE = "custom-metrics"
@@ -53,7 +53,7 @@ class AutoscalingArgs:
 
 def _meta(name: str, namespace: str | None = None, **scan_skips: str) -> dict[str, object]:
     """Object metadata; `scan_skips` (check id -> reason) become checkov skip annotations on this object only."""
-    meta: dict[str, object] = {"name": name, "labels": {"app.kubernetes.io/part-of": "vllm-gke"}}
+    meta: dict[str, object] = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
     if namespace:
         meta["namespace"] = namespace
     if scan_skips:

@@ -17,7 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.security import container_security_context, pod_security_context
+from components.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 from components.versions import GCLOUD_IMAGE
 
 DOWNLOADER = Path(__file__).resolve().parent.parent / "images" / "model-downloader" / "download.py"
@@ -82,7 +82,7 @@ class ModelWeights(pulumi.ComponentResource):
         self.key = key = weights_key(args.model_id, args.revision)
         self.model_path = f"{SERVING_MOUNT}/{WEIGHTS_SUBDIR}"
         child = pulumi.ResourceOptions(parent=self)
-        labels = {"app.kubernetes.io/part-of": "vllm-gke", "vllm-gke/weights": key}
+        labels = {PART_OF_LABEL: PART_OF, "vllm-gke/weights": key}
         gce_labels = {"vllm-gke-weights": key}
 
         staging = gcp.compute.Disk(

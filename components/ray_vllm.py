@@ -26,7 +26,7 @@ from components.commands import (
     worker_command,
 )
 from components.gpu_node_pool import ACCELERATOR_LABEL, GPU_TAINT_KEY, SPOT_LABEL
-from components.security import container_security_context, pod_security_context
+from components.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -34,7 +34,6 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 API_KEY_DIGEST_ANNOTATION = "vllm-gke/api-key-sha256"
 GMP_NAMESPACE = "gmp-system"
 """Where GKE's managed collection runs the Prometheus collectors."""
-PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "vllm-gke"
 PRESTOP_SECONDS = 15
 """Endpoints removal reaches kube-proxy and load balancers before the server stops accepting."""
 GRACE_SECONDS = PRESTOP_SECONDS + DRAIN_SECONDS + 15

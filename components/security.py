@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+PART_OF_LABEL, PART_OF = "app.kubernetes.io/part-of", "vllm-gke"
+"""Every vllm-gke pod carries it: the default-deny ingress NetworkPolicy selects pods by it."""
 RUN_AS_UID = 10001
 """Non-root and above 10000, so it never maps to a user of the node (CIS 5.2.6)."""
 

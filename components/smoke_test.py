@@ -9,7 +9,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.security import container_security_context, pod_security_context
+from components.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 
 SCRIPT = Path(__file__).resolve().parent.parent / "images" / "smoke" / "smoke.py"
 
@@ -58,7 +58,7 @@ class SmokeTest(pulumi.ComponentResource):
             spec={"backoffLimit": 0, "activeDeadlineSeconds": args.wait_seconds + 300,
                   "ttlSecondsAfterFinished": 86400,
                   "template": {"metadata": {"labels": {"app.kubernetes.io/name": "vllm-smoke",
-                                                         "app.kubernetes.io/part-of": "vllm-gke"}}, "spec": {
+                                                         PART_OF_LABEL: PART_OF}}, "spec": {
                       "restartPolicy": "Never", "automountServiceAccountToken": False,
                       "securityContext": pod_security_context(),
                       "containers": [{
