@@ -65,6 +65,8 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 TCP_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo",
            "NCCL_DEBUG": "INFO"}
 TCP_ARGS = ("--disable-custom-all-reduce",)  # vLLM's own all-reduce would use NVLink and skip NCCL
+SHARED_HOST_PORT_SHIFT = 10
+"""The second Ray node on one host moves its pinned node/object-manager ports by this much."""
 KV_LINE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 
 
@@ -265,8 +267,8 @@ def leader_cmd(spec: ServerSpec) -> list[str]:
 def worker_cmd(spec: ServerSpec, temp_dir: str) -> list[str]:
     """The rendered worker command; on a shared host its Ray ports move off the head's and its temp dir too."""
     cmd = worker_command(spec, python=sys.executable, launcher=str(LAUNCHER))
-    for flag, port in (("--node-manager-port", NODE_MANAGER_PORT + 10), ("--object-manager-port",
-                                                                        OBJECT_MANAGER_PORT + 10)):
+    for flag, port in (("--node-manager-port", NODE_MANAGER_PORT + SHARED_HOST_PORT_SHIFT),
+                       ("--object-manager-port", OBJECT_MANAGER_PORT + SHARED_HOST_PORT_SHIFT)):
         cmd[cmd.index(flag) + 1] = str(port)
     return [*cmd, "--temp-dir", temp_dir]
 
@@ -479,8 +481,9 @@ def overhead(bench: Bench, results: dict[str, Any], save) -> None:
                                          "--include-dashboard=false"], env0),
                         ("ray-worker-n1", [*ray, f"--address={NODE_IPS[0]}:{RAY_PORT}",
                                            f"--node-ip-address={NODE_IPS[1]}", f"--temp-dir={short_temp_dir()}",
-                                           f"--node-manager-port={NODE_MANAGER_PORT + 10}",
-                                           f"--object-manager-port={OBJECT_MANAGER_PORT + 10}"], env1)):
+                                           f"--node-manager-port={NODE_MANAGER_PORT + SHARED_HOST_PORT_SHIFT}",
+                                           f"--object-manager-port={OBJECT_MANAGER_PORT + SHARED_HOST_PORT_SHIFT}"],
+                         env1)):
                     if group.start(role, cmd, env).popen.wait(120) != 0:
                         raise BenchError(f"bare {role} failed (log: {group.logs})")
                 group.start("server-n0", vllm_command(spec, python=sys.executable),
@@ -513,15 +516,15 @@ def calibrate(bench: Bench, configs: list[Path], results: dict[str, Any], save) 
         for i, config in enumerate(batch):
             model_dir = bench.work / "models" / config.stem
             group = Group(bench.work, f"calibrate-{config.stem}")
-            spec = replace(bench.spec(layout, API_PORT + 10 + i, model_dir), served_name=config.stem)
+            port = API_PORT + 10 + i
+            spec = replace(bench.spec(layout, port, model_dir), served_name=config.stem)
             group.start("leader-r0", leader_cmd(spec), bench.env(layout, [i] if bench.args.gpus else [],
                                                                  f"calibrate-{config.stem}"))
-            groups.append((config, group, time.monotonic()))
-        for config, group, t0 in groups:
+            groups.append((config, group, port, time.monotonic()))
+        for config, group, port, t0 in groups:
             row = {"model": config.stem, **architecture_row(config),
                    "kv_cache_tokens_predicted": predicted_kv(config, bench.args, 1, 1, 1)}
             proc = group.procs[0]
-            port = API_PORT + 10 + groups.index((config, group, t0))
             while kv_tokens(proc.log) is None and proc.popen.poll() is None and not healthy(port) \
                     and time.monotonic() - t0 < bench.args.start_timeout:
                 time.sleep(0.5)
@@ -532,7 +535,7 @@ def calibrate(bench: Bench, configs: list[Path], results: dict[str, Any], save) 
                 f"planner {row['kv_cache_tokens_predicted']}")
             results["calibration"] = [r for r in results["calibration"] if r["model"] != config.stem] + [row]
             save()
-        for _, group, _ in groups:
+        for _, group, _, _ in groups:
             group.stop(grace=15)
 
 

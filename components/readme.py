@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from components.config import NAMESPACE, PROJECT_DIR, build_settings
+from components.plan import namespaced, read_stack_file
 from components.sizing import plan
 
 README = PROJECT_DIR / "README.md"
@@ -50,11 +51,6 @@ def config_reference(project_dir: Path = PROJECT_DIR) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _stack(name: str, project_dir: Path) -> dict[str, Any]:
-    data = yaml.safe_load((project_dir / f"Pulumi.{name}.yaml").read_text())["config"]
-    return {k.split(":", 1)[1]: v for k, v in data.items() if k.startswith(f"{NAMESPACE}:")}
-
-
 EXAMPLES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("dev stack (Pulumi.dev.yaml)", "dev", {}),
     ("prod stack (Pulumi.prod.yaml)", "prod", {}),
@@ -75,7 +71,7 @@ def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     rows = ["| example | layout | GPUs / replica | weights GiB | KV tokens / replica | full sequences | "
             "GPU nodes (min-max) | est. load s |", "|---|---|---|---|---|---|---|---|"]
     for title, stack, override in EXAMPLES:
-        raw = copy.deepcopy(_stack(stack, project_dir))
+        raw = copy.deepcopy(namespaced(read_stack_file(project_dir / f"Pulumi.{stack}.yaml")))
         raw.update(copy.deepcopy(override))
         s = plan(build_settings(raw, project_dir))
         rows.append(
