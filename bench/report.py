@@ -72,8 +72,28 @@ def _overhead(seconds: float | None) -> str:
     if seconds is None:
         return "not measured."
     if seconds <= 0:
-        return f"the launcher added nothing (its group was ready {-seconds:.1f} s sooner)."
+        return (f"the launcher added no measurable time (its group was ready {-seconds:.1f} s sooner, which is "
+                "run-to-run variance inside vLLM's own start, not a speed-up: the launcher runs the same command).")
     return f"the launcher added {seconds:.1f} s."
+
+
+def _exit_note(code: int | None) -> str:
+    if code == 0:
+        return (" Exit code 0 is what the launcher did before this run exposed it: vLLM exits 0 when its Ray "
+                "executor loses a worker, and the launcher passed that on. It now fails the group on any server exit "
+                "it did not ask for (exit 3 when a node is gone; `tests/test_launcher.py`).")
+    if code:
+        return (" vLLM itself exits 0 when its Ray executor loses a worker; the launcher turns any server exit it "
+                "did not ask for into a failure (5, or 3 once Ray has marked a node dead; `tests/test_launcher.py`), "
+                "so the leader container fails.")
+    return ""
+
+
+def _node_lost(seconds: float | None) -> str:
+    if seconds is None:
+        return ("vLLM's Ray executor saw the dead worker before Ray's health check marked the node dead, so the "
+                "launcher's own node check had not fired")
+    return f"the leader logged the lost node after {seconds:.1f} s"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -185,15 +205,12 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     if launcher:
         lines += [
             f"- Worker loss (PP=2 group serving, every process of the worker node SIGKILLed, "
-            f"{_fmt(launcher.get('worker_processes_killed'))} processes): the leader logged the lost node after "
-            f"{_fmt(launcher.get('node_lost_logged_seconds'), 1)} s, `/health` stopped answering 200 after "
+            f"{_fmt(launcher.get('worker_processes_killed'))} processes): "
+            + _node_lost(launcher.get("node_lost_logged_seconds")) + ", `/health` stopped answering 200 after "
             f"{_fmt(launcher.get('health_failing_seconds'), 1)} s, and the leader exited with code "
             f"{_fmt(launcher.get('leader_exit_code'))} after {_fmt(launcher.get('leader_exit_seconds'), 1)} s "
-            f"(last line: `{launcher.get('leader_last_line')}`). The LeaderWorkerSet then recreates the group."
-            + (" Exit code 0 here is what the launcher did before this run exposed it: vLLM exits 0 when its Ray "
-               "executor loses a worker, and the launcher passed that on. It now fails the group on any server exit "
-               "it did not ask for (exit 3 when a node is gone; `tests/test_launcher.py`)."
-               if launcher.get("leader_exit_code") == 0 else ""),
+            f"(last line: `{launcher.get('leader_last_line')}`)."
+            + _exit_note(launcher.get("leader_exit_code")) + " The LeaderWorkerSet then recreates the group.",
             f"- Time to ready of the PP=2 group on warm compile caches: bare (two `ray start`, then vLLM) "
             f"{_fmt(launcher.get('bare_startup_seconds'), 1)} s, through the launcher "
             f"{_fmt(launcher.get('launcher_startup_seconds'), 1)} s: "
