@@ -53,7 +53,8 @@ weights = ModelWeights("weights", ModelWeightsArgs(
     revision=settings.model.revision, source=settings.model.source, gcs_uri=settings.model.gcs_uri,
     disk_type=settings.weights.disk_type, disk_gib=sizing.weights_disk_gib,
     provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=int(sizing.weights_gib * 0.9 * 1024**3),
-    downloader_image=settings.vllm.image, hf_token=hf_token), opts=k8s_opts)
+    downloader_image=settings.vllm.image, deadline_seconds=sizing.download_deadline_seconds, hf_token=hf_token),
+    opts=k8s_opts)
 
 lws = LwsController("lws", LwsControllerArgs(install=settings.serving.install_lws), opts=k8s_opts)
 
@@ -69,7 +70,8 @@ server = RayVllmServer("vllm", RayVllmServerArgs(
     gpus_per_pod=sizing.gpus_per_pod, replicas=settings.autoscaling.min_replicas,
     weights_claim=weights.claim_name, weights_mount=SERVING_MOUNT,
     startup_probe_seconds=sizing.startup_probe_seconds, expose=settings.serving.expose,
-    allowed_namespaces=settings.serving.allowed_namespaces, api_key=api_key,
+    allowed_namespaces=settings.serving.allowed_namespaces, source_ranges=settings.serving.source_ranges,
+    api_key=api_key,
     depends_on=[*lws.ready, gpu_pool]), opts=k8s_opts)
 
 scaling = settings.autoscaling

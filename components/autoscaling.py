@@ -14,6 +14,14 @@ from components.versions import CUSTOM_METRICS_ADAPTER_IMAGE
 
 ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_NAME = "custom-metrics-stackdriver-adapter"
+ADAPTER_PORT = 6443
+"""The adapter's serving port. Not 443: the pod runs as UID 10001 with every capability dropped, so it cannot
+bind a port below 1024 (no NET_BIND_SERVICE); the Service still listens on 443."""
+ADAPTER_CERT_DIR = "/tmp/certs"
+"""The adapter writes self-signed serving certificates at start. Its default, apiserver.local.config/ under
+the working directory, is on the read-only root: the crash of GoogleCloudPlatform/k8s-stackdriver#488
+(`mkdir apiserver.local.config: permission denied`); custom-metrics-apiserver's fix is --cert-dir on a
+writable volume (kubernetes-sigs/custom-metrics-apiserver#107, #135)."""
 SCALE_DOWN_STABILIZATION_SECONDS = 300
 VLLM_MAX_NUM_SEQS = 256
 """vLLM's default --max-num-seqs on GPUs: a replica never runs a larger batch."""
@@ -156,21 +164,25 @@ class Autoscaling(pulumi.ComponentResource):
                          "containers": [{
                              "name": "pod-custom-metrics-stackdriver-adapter", "image": CUSTOM_METRICS_ADAPTER_IMAGE,
                              "command": ["/adapter", "--use-new-resource-model=true",
-                                         "--fallback-for-container-metrics=true"],
-                             "ports": [{"name": "https", "containerPort": 443}],
+                                         "--fallback-for-container-metrics=true",
+                                         f"--secure-port={ADAPTER_PORT}", f"--cert-dir={ADAPTER_CERT_DIR}"],
+                             "ports": [{"name": "https", "containerPort": ADAPTER_PORT}],
                              "resources": {"requests": {"cpu": "250m", "memory": "200Mi"},
                                            "limits": {"memory": "400Mi"}},
-                             "securityContext": container_security_context()}]}}},
+                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                             "securityContext": container_security_context()}],
+                         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]}}},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[account, iam, *rbac]))
         service = k8s.core.v1.Service(
             f"{name}-adapter-svc", metadata={**_meta(ADAPTER_NAME, ADAPTER_NAMESPACE), "labels": labels},
             spec={"type": "ClusterIP", "selector": labels,
-                  "ports": [{"name": "https", "port": 443, "targetPort": 443, "protocol": "TCP"}]}, opts=in_ns)
-        # Only the API server's aggregation layer calls the adapter, on 443; nothing else reaches it.
+                  "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]},
+            opts=in_ns)
+        # Only the API server's aggregation layer calls the adapter; nothing else reaches it.
         k8s.networking.v1.NetworkPolicy(
             f"{name}-adapter-netpol", metadata={**_meta(ADAPTER_NAME, ADAPTER_NAMESPACE), "labels": labels},
             spec={"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
-                  "ingress": [{"ports": [{"port": 443, "protocol": "TCP"}]}]}, opts=in_ns)
+                  "ingress": [{"ports": [{"port": ADAPTER_PORT, "protocol": "TCP"}]}]}, opts=in_ns)
         services = []
         for group, version, priority in (("custom.metrics.k8s.io", "v1beta1", 100),
                                          ("custom.metrics.k8s.io", "v1beta2", 200),

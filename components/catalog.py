@@ -9,6 +9,7 @@ Compute Engine "About Hyperdisk ML" (N1 supports no Hyperdisk).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 MIB = 1024**2
@@ -25,6 +26,9 @@ class MachineType:
     memory_gib: float
     local_ssd_count: int = 0
     """Local NVMe SSDs (375 GiB each) bundled with the machine type; 0 where none are bundled."""
+    gpudirect: str = ""
+    """The GPU-to-GPU network between nodes the machine offers beyond TCP on its primary NIC (GKE "Maximize GPU
+    network bandwidth": GPUDirect-TCPX on A3 High, GPUDirect-TCPXO on A3 Mega, GPUDirect RDMA on A3 Ultra and A4)."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,9 @@ class Accelerator:
         return next((m for m in self.machines if m.gpus == gpus), None)
 
 
-def _m(name: str, gpus: int, vcpus: int, memory_gib: float, local_ssd_count: int = 0) -> MachineType:
-    return MachineType(name, gpus, vcpus, memory_gib, local_ssd_count)
+def _m(name: str, gpus: int, vcpus: int, memory_gib: float, local_ssd_count: int = 0,
+       gpudirect: str = "") -> MachineType:
+    return MachineType(name, gpus, vcpus, memory_gib, local_ssd_count, gpudirect)
 
 
 # Order inside `machines` matters: the first machine type with a given GPU count is the default
@@ -93,22 +98,22 @@ ACCELERATORS: dict[str, Accelerator] = {
         Accelerator(
             "nvidia-h100-80gb", "NVIDIA H100 80GB", 81_559,
             (_m("a3-highgpu-1g", 1, 26, 234, 2), _m("a3-highgpu-2g", 2, 52, 468, 4),
-             _m("a3-highgpu-4g", 4, 104, 936, 8), _m("a3-highgpu-8g", 8, 208, 1872, 16)),
+             _m("a3-highgpu-4g", 4, 104, 936, 8), _m("a3-highgpu-8g", 8, 208, 1872, 16, "GPUDirect-TCPX")),
             compact_placement=True, hyperdisk_ml=True,
         ),
         Accelerator(
             "nvidia-h100-mega-80gb", "NVIDIA H100 80GB (Mega)", 81_559,
-            (_m("a3-megagpu-8g", 8, 208, 1872, 16),),
+            (_m("a3-megagpu-8g", 8, 208, 1872, 16, "GPUDirect-TCPXO"),),
             compact_placement=True, hyperdisk_ml=True,
         ),
         Accelerator(
             "nvidia-h200-141gb", "NVIDIA H200 141GB", 143_771,
-            (_m("a3-ultragpu-8g", 8, 224, 2952, 32),),
+            (_m("a3-ultragpu-8g", 8, 224, 2952, 32, "GPUDirect RDMA"),),
             compact_placement=True, hyperdisk_ml=True,
         ),
         Accelerator(
             "nvidia-b200", "NVIDIA B200", 183_359,
-            (_m("a4-highgpu-8g", 8, 224, 3968, 32),),
+            (_m("a4-highgpu-8g", 8, 224, 3968, 32, "GPUDirect RDMA"),),
             compact_placement=True, hyperdisk_ml=True,
         ),
     )
@@ -168,3 +173,39 @@ def readonly_attach_limit(disk_type: str, size_gib: int) -> int:
                 return limit
         return HYPERDISK_ML_ATTACH_LIMITS[-1][1]
     return DISK_TYPES[disk_type].max_readonly_attachments
+
+
+@dataclass(frozen=True)
+class GeneralMachine:
+    """A machine type without GPUs (the system node pool)."""
+
+    name: str
+    vcpus: int
+    memory_gib: float
+
+
+SYSTEM_MACHINE = GeneralMachine("e2-standard-4", 4, 16)
+"""The created cluster's untainted pool (Compute Engine E2 machine types: 4 vCPUs, 16 GB). On an existing
+cluster, the README asks for an untainted pool of at least this size in the serving zone."""
+
+EVICTION_THRESHOLD_GIB = 100 / 1024
+"""GKE reserves 100 MiB of memory for kubelet's hard eviction threshold on top of the system reservation."""
+
+
+def gke_allocatable(vcpus: float, memory_gib: float) -> tuple[float, float]:
+    """(CPU cores, memory GiB) a GKE Standard node offers to pods, by GKE's published reservation formula
+    (GKE "Plan node sizes": CPU 6% of the first core, 1% of the next, 0.5% of the next 2, 0.25% above 4;
+    memory 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8, 6% of the next 112, 2% above 128,
+    plus the 100 MiB eviction threshold). Machines under 1 GiB (f1/g1) are out of scope here."""
+    cpu = _tiered(vcpus, ((1, 0.06), (2, 0.01), (4, 0.005), (math.inf, 0.0025)))
+    memory = _tiered(memory_gib, ((4, 0.25), (8, 0.20), (16, 0.10), (128, 0.06), (math.inf, 0.02)))
+    return vcpus - cpu, memory_gib - memory - EVICTION_THRESHOLD_GIB
+
+
+def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
+    """Sum of share x the part of `amount` inside each (upper bound, share) tier, tiers in ascending order."""
+    total, lower = 0.0, 0.0
+    for upper, share in tiers:
+        total += max(0.0, min(amount, upper) - lower) * share
+        lower = upper
+    return total

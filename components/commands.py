@@ -19,6 +19,11 @@ DRAIN_SECONDS = 90
 """In-flight requests get this long to finish (vLLM --shutdown-timeout, launcher --drain-timeout)."""
 RAY_JOIN_TIMEOUT = 600
 """Workers may land on nodes the autoscaler is still creating (GPU nodes take minutes)."""
+RAY_STOP_SECONDS = 20
+"""`ray stop --force` after the drain: it kills Ray's processes, so a few seconds are enough; bounded so
+preStop + drain + Ray stop fit the pod's termination grace period."""
+LIVENESS_MAX_AGE = 30
+"""The launcher's group heartbeat (written every second while every Ray node is alive) may be this old."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,17 @@ def leader_command(spec: ServerSpec, python: str = "python3", launcher: str = f"
                    ) -> list[str]:
     return [python, launcher, "leader", "--group-size", str(spec.nodes), "--gpus-per-node", str(spec.gpus_per_node),
             "--ray-port", str(RAY_PORT), "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--drain-timeout", str(DRAIN_SECONDS),
+            "--ray-stop-timeout", str(RAY_STOP_SECONDS),
             "--node-manager-port", str(NODE_MANAGER_PORT), "--object-manager-port", str(OBJECT_MANAGER_PORT),
             "--", *vllm_command(spec, python)]
+
+
+def liveness_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
+                     ) -> list[str]:
+    """Liveness of a multi-node leader: the group heartbeat is fresh (every Ray node alive) and the API
+    server answers /health (a wedged server is restarted even while Ray is fine)."""
+    return [python, launcher, "check", "--max-age", str(LIVENESS_MAX_AGE),
+            "--health-url", f"http://127.0.0.1:{spec.port}/health"]
 
 
 def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",

@@ -9,6 +9,7 @@ accepted; unknown keys are errors too, so a typo never passes silently.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -192,6 +193,7 @@ class ServingSettings:
     install_lws: bool
     allowed_namespaces: tuple[str, ...]
     smoke_test: bool
+    source_ranges: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,20 @@ def _accelerator(sec: _Section) -> AcceleratorSettings:
                                reservation, driver)
 
 
+def _cidrs(sec: _Section, name: str) -> tuple[str, ...]:
+    """A non-empty list of IPv4/IPv6 networks in CIDR form, host bits clear (as Kubernetes' ipBlock wants)."""
+    values = sec.str_list(name)
+    if not values:
+        raise ConfigError(f"{sec.key}.{name}", list(values), "expected at least one CIDR, e.g. [10.0.0.0/8]")
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ConfigError(f"{sec.key}.{name}", value, f"not a network in CIDR form ({exc}), e.g. 10.0.0.0/8")\
+                from None
+    return values
+
+
 def _model(sec: _Section, project_dir: Path) -> tuple[ModelSettings, str | None]:
     model_id = sec.str("id", required=True)
     revision = sec.str("revision", required=True)
@@ -384,7 +400,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR,
     sec = _Section("serving", cfg["serving"])
     serving = ServingSettings(sec.str("namespace", required=True), sec.str("expose", required=True, choices=EXPOSE),
                               sec.bool("installLws", required=True), sec.str_list("allowedNamespaces"),
-                              sec.bool("smokeTest", required=True))
+                              sec.bool("smokeTest", required=True), _cidrs(sec, "sourceRanges"))
     sec.done()
 
     sec = _Section("monitoring", cfg["monitoring"])

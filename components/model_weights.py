@@ -26,7 +26,11 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 WEIGHTS_SUBDIR = "model"
 """Weights live in <disk>/model, next to ext4's lost+found."""
 SERVING_MOUNT = "/models"
-DOWNLOAD_TIMEOUT = "4h"
+DOWNLOAD_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "10Gi"},
+                      "limits": {"memory": "8Gi", "ephemeral-storage": "20Gi"}}
+"""The download is network- and disk-bound. It runs on the untainted system pool (e2-standard-4: 3.92 CPUs and
+13.3 GiB allocatable by GKE's formula, less GKE's own DaemonSets): the 4 CPUs asked before never fit there, so
+the Job stayed Pending until its deadline. No CPU limit: it may use the node's idle cores."""
 
 
 def weights_key(model_id: str, revision: str) -> str:
@@ -64,6 +68,8 @@ class ModelWeightsArgs:
     """The download fails verification below this many bytes of safetensors."""
     downloader_image: str
     """Image for Hugging Face downloads (the vLLM image carries huggingface_hub)."""
+    deadline_seconds: int
+    """The Job's activeDeadlineSeconds (the planner's download deadline for the weights' size)."""
     hf_token: pulumi.Input[str] | None = None
     """Hugging Face token (a Pulumi secret) for gated models."""
 
@@ -204,7 +210,7 @@ class ModelWeights(pulumi.ComponentResource):
             f"{name}-{key}-download",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-download", namespace=args.namespace, labels=labels),
             spec=k8s.batch.v1.JobSpecArgs(
-                backoff_limit=3, active_deadline_seconds=4 * 3600,
+                backoff_limit=3, active_deadline_seconds=args.deadline_seconds,
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
@@ -215,9 +221,7 @@ class ModelWeights(pulumi.ComponentResource):
                         security_context=pod_security_context(fs_group=True),
                         containers=[k8s.core.v1.ContainerArgs(
                             name="download", image=image, command=command, env=env,
-                            resources=k8s.core.v1.ResourceRequirementsArgs(
-                                requests={"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
-                                limits={"memory": "16Gi", "ephemeral-storage": "20Gi"}),
+                            resources=k8s.core.v1.ResourceRequirementsArgs(**DOWNLOAD_RESOURCES),
                             security_context=container_security_context(),
                             volume_mounts=[
                                 k8s.core.v1.VolumeMountArgs(name="staging", mount_path="/data"),
@@ -234,5 +238,6 @@ class ModelWeights(pulumi.ComponentResource):
                                 size_limit="20Gi"))]))),
             # Pulumi waits for the Job to complete; a large model takes a while to download.
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends,
-                                        custom_timeouts=pulumi.CustomTimeouts(create=DOWNLOAD_TIMEOUT,
-                                                                              update=DOWNLOAD_TIMEOUT)))
+                                        custom_timeouts=pulumi.CustomTimeouts(
+                                            create=f"{args.deadline_seconds + 600}s",
+                                            update=f"{args.deadline_seconds + 600}s")))

@@ -21,8 +21,10 @@ from components.commands import (
     OBJECT_MANAGER_PORT,
     RAY_JOIN_TIMEOUT,
     RAY_PORT,
+    RAY_STOP_SECONDS,
     ServerSpec,
     leader_command,
+    liveness_command,
     worker_command,
 )
 from components.gpu_node_pool import ACCELERATOR_LABEL, GPU_TAINT_KEY, SPOT_LABEL
@@ -36,7 +38,13 @@ GMP_NAMESPACE = "gmp-system"
 """Where GKE's managed collection runs the Prometheus collectors."""
 PRESTOP_SECONDS = 15
 """Endpoints removal reaches kube-proxy and load balancers before the server stops accepting."""
-GRACE_SECONDS = PRESTOP_SECONDS + DRAIN_SECONDS + 15
+GRACE_MARGIN_SECONDS = 5
+"""Process exit and the launcher's own bookkeeping after `ray stop`."""
+GRACE_SECONDS = PRESTOP_SECONDS + DRAIN_SECONDS + RAY_STOP_SECONDS + GRACE_MARGIN_SECONDS
+"""The grace period counts from the start of preStop (Kubernetes pod termination), so it must hold the
+preStop sleep, the server's drain and `ray stop`; before, 15 + 90 + up to 60 s of Ray stop overran 120 s."""
+POD_INTERFACE = "eth0"
+"""The pod network's interface in a GKE pod (one NIC per pod without multi-networking)."""
 
 def pod_resources(machine: MachineType, gpus_per_pod: int) -> tuple[int, int, int]:
     """(CPU cores, memory GiB, /dev/shm GiB) for a pod using `gpus_per_pod` of the machine's GPUs.
@@ -81,6 +89,8 @@ class RayVllmServerArgs:
     """cluster-ip | internal-lb."""
     allowed_namespaces: tuple[str, ...] = ()
     """Namespaces (besides its own) that may reach the API port."""
+    source_ranges: tuple[str, ...] = ()
+    """CIDRs that may reach the internal load balancer (serving.sourceRanges; used with expose internal-lb)."""
     api_key: pulumi.Input[str] | None = None
     """API key (Pulumi secret) the server requires."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -107,7 +117,11 @@ class RayVllmServer(pulumi.ComponentResource):
         super().__init__("vllm-gke:serving:RayVllmServer", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.lws_name = lws_name = name
-        self.service_name = name
+        # Not `name`: the LeaderWorkerSet controller creates a headless Service named after the LWS and builds
+        # LWS_LEADER_ADDRESS (<lws>-<group>.<lws>.<ns>) through it (kubernetes-sigs/lws, controller_utils.go
+        # CreateHeadlessServiceIfNotExists). A Service named `vllm` would also inject VLLM_PORT-style variables
+        # that vLLM reads into every pod of the namespace.
+        self.service_name = f"{name}-leader"
         labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name,
                   PART_OF_LABEL: PART_OF}
         self.leader_selector = {LWS_NAME_LABEL: lws_name, LWS_WORKER_INDEX_LABEL: "0"}
@@ -120,6 +134,12 @@ class RayVllmServer(pulumi.ComponentResource):
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "HOME", "value": "/tmp/home"}, {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
             {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+        if spec.nodes > 1:
+            # Pin vLLM's, NCCL's and Gloo's traffic to the pod network: with a second NIC on the node
+            # (GPUDirect, multi-networking) they may otherwise pick an address the peers cannot reach.
+            env += [{"name": "VLLM_HOST_IP", "value": "$(POD_IP)"},
+                    {"name": "NCCL_SOCKET_IFNAME", "value": POD_INTERFACE},
+                    {"name": "GLOO_SOCKET_IFNAME", "value": POD_INTERFACE}]
         depends = [launcher, *args.depends_on]
         self.api_key_secret = f"{name}-api-key" if args.api_key is not None else None
         if args.api_key is not None:
@@ -180,11 +200,13 @@ class RayVllmServer(pulumi.ComponentResource):
             "startupProbe": _probe("http", periodSeconds=10, timeoutSeconds=5,
                                    failureThreshold=max(3, args.startup_probe_seconds // 10)),
             "readinessProbe": _probe("http", periodSeconds=5, timeoutSeconds=5, failureThreshold=3),
-            # /health can stay 200 after a Ray worker dies (vLLM #16259): liveness also requires the
-            # launcher's group heartbeat, which stops when a Ray node is lost.
-            "livenessProbe": _probe("exec", command=["python3", f"{LAUNCHER_DIR}/launcher.py", "check",
-                                                     "--max-age", "30"],
-                                    periodSeconds=15, timeoutSeconds=10, failureThreshold=3),
+            # A wedged server is restarted through /health. /health can stay 200 after a Ray worker dies
+            # (vLLM #16259): multi-node leaders also require the launcher's group heartbeat, which stops
+            # when a Ray node is lost.
+            "livenessProbe": (_probe("http", periodSeconds=15, timeoutSeconds=10, failureThreshold=3)
+                              if spec.nodes == 1 else
+                              _probe("exec", command=liveness_command(spec),
+                                     periodSeconds=15, timeoutSeconds=10, failureThreshold=3)),
             "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SECONDS}}},
         }
         leader_pod = pod(leader_container)
@@ -211,22 +233,27 @@ class RayVllmServer(pulumi.ComponentResource):
             # The HPA owns the replica count once it exists.
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends, ignore_changes=["spec.replicas"]))
 
-        service_type = "LoadBalancer" if args.expose == "internal-lb" else "ClusterIP"
-        annotations = {"networking.gke.io/load-balancer-type": "Internal"} if args.expose == "internal-lb" else {}
+        internal_lb = args.expose == "internal-lb"
+        service_spec: dict[str, Any] = {
+            "type": "LoadBalancer" if internal_lb else "ClusterIP", "selector": self.leader_selector,
+            "ports": [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]}
+        if internal_lb:
+            # GKE turns these into the load balancer's firewall rule; the NetworkPolicy below repeats them.
+            service_spec["loadBalancerSourceRanges"] = list(args.source_ranges)
+        annotations = {"networking.gke.io/load-balancer-type": "Internal"} if internal_lb else {}
         self.service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata={"name": name, "namespace": args.namespace, "labels": labels, "annotations": annotations},
-            spec={"type": service_type, "selector": self.leader_selector,
-                  "ports": [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME,
-                             "protocol": "TCP"}]},
+            metadata={"name": self.service_name, "namespace": args.namespace, "labels": labels,
+                      "annotations": annotations},
+            spec=service_spec,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
 
         api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, gateways)
         # Managed Prometheus collectors (gmp-system) scrape /metrics on the API port (PodMonitoring).
         api_from += [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
                      for ns in (GMP_NAMESPACE, *args.allowed_namespaces)]
-        if args.expose == "internal-lb":
-            api_from.append({"ipBlock": {"cidr": "10.0.0.0/8"}})  # the VPC behind the internal load balancer
+        if internal_lb:
+            api_from += [{"ipBlock": {"cidr": cidr}} for cidr in args.source_ranges]
         k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", metadata={"name": name, "namespace": args.namespace, "labels": labels},
             spec={"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}, "policyTypes": ["Ingress"],

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from components.architecture import DTYPE_BYTES, ModelArchitecture
 from components.catalog import DISK_TYPES, GIB, MIB, Accelerator, MachineType, readonly_attach_limit
+from components.commands import RAY_JOIN_TIMEOUT
 from components.config import Settings
 from components.errors import ConfigError
 
@@ -28,6 +29,12 @@ MAX_NODES_PER_REPLICA = 64
 MAX_NODES_PER_POOL = 1000
 """GKE's limit of nodes per node pool per zone: the pool cannot grow past it."""
 PROBE_PERIOD_SECONDS = 10
+DOWNLOAD_FLOOR_MIB_S = 50
+"""The slowest weights download the Job's deadline allows for (Hugging Face or GCS into one pod)."""
+DOWNLOAD_SLACK_SECONDS = 1800
+"""Pod scheduling, node scale-up and the final sync on top of the transfer itself."""
+MEASURED_CROSS_NODE_TCP = ("measured on 2x H200 over TCP sockets (docs/benchmarks.md): pipeline parallel across "
+                           "nodes 3,690 output tok/s per GPU, tensor parallel across nodes 496")
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Sizing:
     max_concurrent_sequences: int
     estimated_load_seconds: int
     startup_probe_seconds: int
+    download_deadline_seconds: int
     weights_disk_gib: int
     disk_read_mib_s: int
     disk_provisioned_mib_s: int
@@ -298,6 +306,10 @@ def plan(settings: Settings) -> Sizing:
     if layout.nodes > 1 and not accs.catalog.compact_placement:
         warnings.append(f"{accs.machine_type} does not support compact placement; "
                         "pipeline stages will talk across the zone's network")
+    if layout.nodes > 1 and accs.machine.gpudirect:
+        warnings.append(f"{accs.machine_type} offers {accs.machine.gpudirect} for GPU traffic between nodes, which "
+                        f"this program does not set up: the {layout.nodes} nodes of a replica talk over TCP on the "
+                        f"primary NIC. Keep tensor parallelism inside a node ({MEASURED_CROSS_NODE_TCP})")
 
     disk_gib = weights_disk_size(settings, weights_bytes, accs.machine)
     if disk_gib * GIB < weights_bytes:
@@ -319,7 +331,12 @@ def plan(settings: Settings) -> Sizing:
     provisioned = int(min(max(400, read_mib_s * max_nodes), 1_200_000))
     per_node_mib = weights_bytes / layout.nodes / MIB
     load = per_node_mib / read_mib_s + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
-    probe = int(math.ceil((2 * load + 60) / PROBE_PERIOD_SECONDS) * PROBE_PERIOD_SECONDS)
+    # The leader's startup probe runs from its container start: a multi-node leader may first wait up to
+    # RAY_JOIN_TIMEOUT for workers on nodes still being created, then load and start. A probe budget shorter
+    # than that kills the leader mid-wait and the group is recreated, losing the launcher's diagnostic.
+    join_wait = RAY_JOIN_TIMEOUT if layout.nodes > 1 else 0
+    probe = int(math.ceil((join_wait + 2 * load + 60) / PROBE_PERIOD_SECONDS) * PROBE_PERIOD_SECONDS)
+    download = max(3600, math.ceil(weights_bytes / MIB / DOWNLOAD_FLOOR_MIB_S) + DOWNLOAD_SLACK_SECONDS)
 
     return Sizing(
         accelerator=accs.type, machine_type=accs.machine_type, gpus_per_node=accs.gpus_per_node,
@@ -330,7 +347,8 @@ def plan(settings: Settings) -> Sizing:
         kv_cache_gib_per_gpu=round(result.usable_per_gpu / GIB, 2),
         kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
         max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
-        startup_probe_seconds=probe, weights_disk_gib=disk_gib, disk_read_mib_s=int(read_mib_s),
+        startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
+        disk_read_mib_s=int(read_mib_s),
         disk_provisioned_mib_s=provisioned if settings.weights.disk_type == "hyperdisk-ml" else 0,
         min_nodes=settings.autoscaling.min_replicas * layout.nodes,
         max_nodes=max_nodes,

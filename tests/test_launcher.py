@@ -137,6 +137,64 @@ def test_liveness_check_fails_on_a_stale_group_heartbeat(tmp_path):
     assert subprocess.run([sys.executable, str(LAUNCHER), "check"], env=env).returncode == 0
 
 
+def test_liveness_check_fails_without_a_heartbeat(tmp_path):
+    # main returned 0 here, so a leader whose launcher never supervised a group could not fail liveness.
+    env = {**os.environ, "VLLM_GKE_STATE_DIR": str(tmp_path / "empty")}
+    result = subprocess.run([sys.executable, str(LAUNCHER), "check"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "no group heartbeat" in result.stderr
+
+
+def test_liveness_check_fails_when_the_server_stops_answering_health(tmp_path):
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        status = 200
+
+        def do_GET(self):
+            self.send_response(Health.status)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "group-ok").write_text(str(time.time()))
+    env = {**os.environ, "VLLM_GKE_STATE_DIR": str(state_dir)}
+    url = f"http://127.0.0.1:{server.server_port}/health"
+
+    def check():
+        return subprocess.run([sys.executable, str(LAUNCHER), "check", "--health-url", url, "--health-timeout", "2"],
+                              env=env, capture_output=True, text=True)
+
+    try:
+        assert check().returncode == 0
+        Health.status = 503
+        answer = check()
+        assert answer.returncode == 1 and "did not answer" in answer.stderr and "503" in answer.stderr
+    finally:
+        server.shutdown()
+    refused = check()
+    server.server_close()
+    assert refused.returncode == 1, "a server that no longer listens fails liveness"
+
+
+def test_ray_health_checks_tolerate_a_stall_of_ten_seconds():
+    # Ray declares a node dead after failure_threshold missed checks, one per period: at 1 s x 5 (main) a 5 s
+    # network or GCS stall recreated the whole group. Ray's defaults (ray_config_def.h) tolerate 15 s.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("launcher", LAUNCHER)
+    launcher_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher_module)
+    env = launcher_module.RAY_HEALTH_ENV
+    tolerated_ms = int(env["RAY_health_check_period_ms"]) * int(env["RAY_health_check_failure_threshold"])
+    assert tolerated_ms >= 10_000
+
+
 def test_bad_flags_exit_2_with_one_line(tmp_path):
     result = subprocess.run([sys.executable, str(LAUNCHER), "leader", "--gpus-per-node", "1"], capture_output=True,
                             text=True)

@@ -76,7 +76,7 @@ def test_pods_tolerate_the_gpu_taint_select_the_accelerator_and_mount_shm_in_mem
         assert spec["securityContext"]["runAsUser"] >= 10000 and spec["securityContext"]["runAsNonRoot"] is True
 
 
-def test_leader_probes_follow_the_planner_and_check_the_ray_group(dev):
+def test_leader_probes_follow_the_planner_and_a_one_node_leader_is_live_only_while_health_answers(dev):
     from tests.helpers import sizing
 
     container = lws_spec(dev)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
@@ -84,11 +84,30 @@ def test_leader_probes_follow_the_planner_and_check_the_ray_group(dev):
     assert startup["httpGet"]["path"] == "/health"
     assert startup["periodSeconds"] * startup["failureThreshold"] >= sizing().startup_probe_seconds
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert container["livenessProbe"]["exec"]["command"][-3:] == ["check", "--max-age", "30"]
+    # Before: an exec check that returned 0 without a heartbeat file, so a wedged one-node server lived forever.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}, \
+        "a one-node leader's liveness must fail when vLLM stops answering /health"
     grace = lws_spec(dev)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["terminationGracePeriodSeconds"]
     cmd = container["command"]
-    drain = int(cmd[cmd.index("--shutdown-timeout") + 1])
-    assert grace > drain + container["lifecycle"]["preStop"]["sleep"]["seconds"], "drain must fit the grace period"
+    drain = int(cmd[cmd.index("--drain-timeout") + 1]) + int(cmd[cmd.index("--ray-stop-timeout") + 1])
+    assert grace >= drain + container["lifecycle"]["preStop"]["sleep"]["seconds"], "drain must fit the grace period"
+
+
+def test_multi_node_leader_liveness_needs_the_group_heartbeat_and_health_and_pins_the_pod_network(prod):
+    tmpl = lws_spec(prod)["leaderWorkerTemplate"]
+    leader = tmpl["leaderTemplate"]["spec"]["containers"][0]
+    check = leader["livenessProbe"]["exec"]["command"]
+    assert check[2:5] == ["check", "--max-age", "30"] and check[-2:] == ["--health-url", "http://127.0.0.1:8000/health"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        env = {e["name"]: e.get("value") for e in tmpl[role]["spec"]["containers"][0]["env"]}
+        assert env["VLLM_HOST_IP"] == "$(POD_IP)" and env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+        names = [e["name"] for e in tmpl[role]["spec"]["containers"][0]["env"]]
+        assert names.index("POD_IP") < names.index("VLLM_HOST_IP"), "$(POD_IP) expands only after POD_IP"
+
+
+def test_one_node_groups_leave_nccl_and_gloo_to_choose_their_interface(dev):
+    env = {e["name"] for e in lws_spec(dev)["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["env"]}
+    assert not env & {"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
 
 
 def test_spot_stacks_select_spot_nodes():
@@ -107,6 +126,23 @@ def test_service_selects_only_leader_pods_on_the_named_http_port(dev, prod):
         assert all(p["port"] != RAY_PORT for p in svc["spec"]["ports"]), "Ray ports are never in a Service"
     lb = prod.one("kubernetes:core/v1:Service", "vllm-service").inputs
     assert lb["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
+    assert lb["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+
+
+def test_the_api_service_is_not_named_like_the_lws_so_the_controllers_headless_service_can_exist(dev, prod):
+    for rec in (dev, prod):
+        svc = rec.one("kubernetes:core/v1:Service", "vllm-service").inputs
+        lws = rec.one(LWS_TYPE).inputs
+        assert svc["metadata"]["name"] == "vllm-leader" != lws["metadata"]["name"]
+
+
+def test_internal_lb_admits_the_configured_source_ranges_only():
+    rec = run_program(full_config("prod", serving={"sourceRanges": ["100.64.0.0/10"]}))
+    svc = rec.one("kubernetes:core/v1:Service", "vllm-service").inputs
+    assert svc["spec"]["loadBalancerSourceRanges"] == ["100.64.0.0/10"]
+    api_rule = rec.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "vllm-netpol").inputs["spec"]["ingress"][1]
+    blocks = [peer["ipBlock"]["cidr"] for peer in api_rule["from"] if "ipBlock" in peer]
+    assert blocks == ["100.64.0.0/10"], "10.0.0.0/8 was hard-coded before; the VPC's ranges are config now"
 
 
 def test_network_policy_keeps_ray_inside_the_lws_and_the_api_to_allowed_namespaces(prod):

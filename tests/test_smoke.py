@@ -86,7 +86,7 @@ def test_smoke_job_runs_after_the_server_through_the_service_and_reruns_on_chang
     service = rec.one("kubernetes:core/v1:Service", "vllm-service")
     assert {lws.urn, service.urn} <= set(job.dependencies), "the Job runs after the group and its Service"
     container = job.inputs["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][container["command"].index("--url") + 1] == "http://vllm:8000"
+    assert container["command"][container["command"].index("--url") + 1] == "http://vllm-leader:8000"
     assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "vllm-api-key"
     other = run_program(full_config(vllm={"maxModelLen": 4096}))
     assert other.one("kubernetes:batch/v1:Job", "smoke").inputs["metadata"]["name"] != job.inputs["metadata"]["name"]

@@ -3,7 +3,8 @@
 
     launcher.py leader --group-size N --gpus-per-node G [--ray-port P] [--wait-timeout S] -- CMD...
     launcher.py worker [--leader-address HOST] --gpus-per-node G [--ray-port P] [--wait-timeout S]
-    launcher.py check [--max-age S]          (liveness: the leader's group heartbeat is fresh)
+    launcher.py check [--max-age S] [--health-url URL]
+                                             (liveness: the group heartbeat is fresh and URL answers 200)
 
 leader, N = 1: runs CMD directly (exec); vLLM needs no Ray on one node.
 leader, N > 1: starts the Ray head; waits until N nodes and N x G GPUs have joined, or exits 1
@@ -30,9 +31,13 @@ from pathlib import Path
 STATE_DIR = Path(os.environ.get("VLLM_GKE_STATE_DIR", "/tmp/vllm-gke"))
 HEARTBEAT = "group-ok"
 EXIT_JOIN_TIMEOUT, EXIT_NODE_LOST, EXIT_RAY_FAILED, EXIT_SERVER_STOPPED = 1, 3, 4, 5
-# Ray's GCS marks a node dead after failure_threshold x period without a health-check answer:
-# about 5 s here, instead of Ray's default 30 s, so a lost worker is acted on within ~10 s.
-RAY_HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+# Ray's GCS marks a node dead after failure_threshold consecutive failed health checks, one every period,
+# each allowed `timeout`: Ray's own defaults (src/ray/common/ray_config_def.h: 3000 ms, 10000 ms, 5), written
+# out so they are visible. A node is declared dead 15 s (process gone) to ~65 s (host silent) after it stops
+# answering, so a network or GCS stall of a few seconds never recreates a whole multi-node group. A worker
+# that really dies is noticed sooner by vLLM's own executor (~2 s on H200s, docs/benchmarks.md), whose exit
+# ends the group through this launcher. The 1 s x 5 used before turned any 5 s stall into a group restart.
+RAY_HEALTH_ENV = {"RAY_health_check_period_ms": "3000", "RAY_health_check_timeout_ms": "10000",
                   "RAY_health_check_failure_threshold": "5", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
@@ -66,12 +71,16 @@ def port_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def stop_ray(role: str, temp_dir: str | None) -> None:
+def stop_ray(role: str, timeout: float) -> None:
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()  # detach our driver first, or it reports the raylet's exit as a crash
     cmd = [*ray_cli(), "stop", "--force"]
-    subprocess.run(cmd, env=ray_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=60)
-    log(role, "ray stopped")
+    try:
+        subprocess.run(cmd, env=ray_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                       timeout=timeout)
+        log(role, "ray stopped")
+    except subprocess.TimeoutExpired:
+        log(role, f"ray stop did not finish within {timeout:.0f} s; leaving the rest to the pod's end")
 
 
 def cluster_state(address: str) -> tuple[int, float, list[str]]:
@@ -140,7 +149,7 @@ def leader(args: argparse.Namespace) -> int:
     alive, gpus = 0, 0.0
     while True:
         if terminated["flag"]:
-            stop_ray(role, args.temp_dir)
+            stop_ray(role, args.ray_stop_timeout)
             return 0
         try:
             alive, gpus, _ = cluster_state(address)
@@ -149,7 +158,7 @@ def leader(args: argparse.Namespace) -> int:
         if alive >= args.group_size and gpus >= want_gpus:
             break
         if time.monotonic() > deadline:
-            stop_ray(role, args.temp_dir)
+            stop_ray(role, args.ray_stop_timeout)
             return fail(role, EXIT_JOIN_TIMEOUT,
                         f"only {alive}/{args.group_size} Ray nodes joined after {args.wait_timeout:.0f} s "
                         f"(missing: {args.group_size - alive} node(s), {want_gpus - gpus:g} GPU(s))")
@@ -162,7 +171,7 @@ def leader(args: argparse.Namespace) -> int:
         if terminated["flag"]:
             log(role, f"SIGTERM: draining the server (up to {args.drain_timeout:.0f} s)")
             code = stop_child(role, child, args.drain_timeout)
-            stop_ray(role, args.temp_dir)
+            stop_ray(role, args.ray_stop_timeout)
             log(role, f"server exited with {code} after drain")
             return 0
         code = child.poll()
@@ -173,7 +182,7 @@ def leader(args: argparse.Namespace) -> int:
                 alive, gpus, dead = cluster_state(address)
             except Exception:
                 alive, gpus, dead = 0, 0.0, []
-            stop_ray(role, args.temp_dir)
+            stop_ray(role, args.ray_stop_timeout)
             if alive < args.group_size or gpus < want_gpus:
                 return fail(role, EXIT_NODE_LOST, f"server exited with {code} after a Ray node was lost "
                                                   f"({alive}/{args.group_size} nodes alive, dead: "
@@ -188,7 +197,7 @@ def leader(args: argparse.Namespace) -> int:
                        "stopping the server so the group is recreated")
             log(role, message)
             stop_child(role, child, 10)
-            stop_ray(role, args.temp_dir)
+            stop_ray(role, args.ray_stop_timeout)
             return fail(role, EXIT_NODE_LOST, message)
         write_heartbeat()
         time.sleep(1)
@@ -229,12 +238,27 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
+    """Liveness of a multi-node leader. Kubelet runs it only after the startup probe passed, i.e. once the
+    server answered, so a missing heartbeat means the launcher is not supervising the group: a failure."""
     beat = STATE_DIR / HEARTBEAT
     if not beat.exists():
-        return 0  # single-node groups and groups still starting: the startup probe covers them
-    age = time.time() - float(beat.read_text() or 0)
+        return fail("check", 1, f"no group heartbeat at {beat}: the launcher is not watching the group")
+    try:
+        age = time.time() - float(beat.read_text() or 0)
+    except ValueError:
+        return fail("check", 1, f"unreadable group heartbeat at {beat}")
     if age > args.max_age:
         return fail("check", 1, f"group heartbeat is {age:.0f} s old (max {args.max_age:.0f} s)")
+    if args.health_url:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(args.health_url, timeout=args.health_timeout) as response:
+                status = response.status
+        except Exception as exc:  # refused, timed out, HTTP error: the server is not healthy
+            return fail("check", 1, f"{args.health_url} did not answer ({type(exc).__name__}: {exc})")
+        if status != 200:
+            return fail("check", 1, f"{args.health_url} answered {status}")
     return 0
 
 
@@ -253,10 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     lead = sub.choices["leader"]
     lead.add_argument("--group-size", type=int, required=True)
     lead.add_argument("--drain-timeout", type=float, default=60)
+    lead.add_argument("--ray-stop-timeout", type=float, default=20)
     lead.add_argument("command", nargs=argparse.REMAINDER)
     sub.choices["worker"].add_argument("--leader-address", default=None)
     chk = sub.add_parser("check")
     chk.add_argument("--max-age", type=float, default=30)
+    chk.add_argument("--health-url", default=None, help="also require HTTP 200 from this URL")
+    chk.add_argument("--health-timeout", type=float, default=5)
     args = parser.parse_args(argv)
     if args.role in ("leader", "worker") and args.gpus_per_node < 0:
         parser.error("--gpus-per-node must be >= 0")
