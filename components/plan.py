@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from components.catalog import GIB
 from components.config import NAMESPACE, PROJECT_DIR, build_settings
 from components.errors import ConfigError
-from components.sizing import Sizing, plan
+from components.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
 
 
 class PlanInputError(Exception):
@@ -106,20 +107,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    written = write_objects(recording.kubernetes_objects(), args.out) if args.out else []
+    from components import cluster_rules
+
+    objects = recording.kubernetes_objects()
+    pools = cluster_rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
+    budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
+    # The Service-variable half of the names rule needs vLLM's own variable list (tests/test_cluster_rules.py).
+    violations = cluster_rules.check_all(objects, pools, budget, own_images=[settings.vllm.image])
+    written = write_objects(objects, args.out) if args.out else []
     resources = [{"type": r.type, "name": r.name} for r in recording.resources]
     if args.json:
         print(json.dumps({"stack": stack, "sizing": sizing.as_dict(), "resources": resources,
-                          "warnings": list(sizing.warnings)}, indent=2))
+                          "warnings": list(sizing.warnings), "cluster_rules": violations}, indent=2))
     else:
         print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
         print(f"resources ({len(resources)}):\n" + resource_tree(recording.resources))
         for warning in sizing.warnings:
             print(f"warning: {warning}")
+        print(f"\ncluster rules (names, scheduling on {', '.join(p.name for p in pools)}, budgets, images, "
+              f"runtime): {len(violations) or 'no'} violation{'s' if len(violations) != 1 else ''}")
         if written:
-            print(f"\nwrote {len(written)} Kubernetes objects to {args.out}")
-    return 0
+            print(f"wrote {len(written)} Kubernetes objects to {args.out}")
+    for violation in violations:
+        print(f"error: {violation}", file=sys.stderr)
+    return 1 if violations else 0
 
 
 if __name__ == "__main__":

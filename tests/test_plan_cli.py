@@ -28,6 +28,8 @@ def test_plan_json_for_dev_has_the_sizing_keys_and_the_l4_layout():
     assert (s["tensor_parallel_size"], s["pipeline_parallel_size"], s["nodes_per_replica"]) == (1, 1, 1)
     assert all(set(r) == {"type", "name"} for r in doc["resources"])
     assert isinstance(doc["warnings"], list)
+    assert doc["cluster_rules"] == [], "the dev stack breaks no rule a cluster would enforce"
+    assert doc["sizing"]["startup_probe_seconds"] >= doc["sizing"]["estimated_load_seconds"]
 
 
 def _stack(tmp_path, **sections):
