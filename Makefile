@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
 
-.PHONY: test lint plan plan-json docs loadtest bench bench-report clean
+.PHONY: test test-fast lint lock plan plan-json docs loadtest bench bench-report clean
 
 # Side tools, each in its own environment: workflow linters (npm), the policy pack (pulumi-policy pins
 # protobuf/grpcio apart from the program's), the security scanner (checkov pins its own libraries).
@@ -38,19 +38,37 @@ $(STAMP): requirements.txt requirements-dev.txt
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# Every tier: unit, program under mocks, real processes (Ray, vLLM CPU server), tools (linters, policy, scan).
 test: lint $(TOOLS)
 	@set +e; $(PY) -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
+# The inner loop: unit tests and the program under Pulumi's mocks (under a minute).
+test-fast: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q tests/unit tests/program
+
+# Re-resolve every lock file from its .in ranges (needs the package index); commit the .txt files it writes.
+PIP_COMPILE := pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --allow-unsafe
+lock:
+	$(PYTHON) -m venv build/pip-tools && build/pip-tools/bin/pip install -q pip-tools
+	PATH=$(CURDIR)/build/pip-tools/bin:$$PATH; \
+	$(PIP_COMPILE) --upgrade -o requirements.txt requirements.in && \
+	$(PIP_COMPILE) --upgrade -o requirements-dev.txt requirements-dev.in && \
+	$(PIP_COMPILE) --upgrade -o requirements-scan.txt requirements-scan.in && \
+	$(PIP_COMPILE) --upgrade -o policy/requirements.txt policy/requirements.in
+	@# The CPU wheel's local version (+cpu) is this machine's; the pin matches it and the PyPI release alike.
+	sed -i 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/' requirements-dev.txt
+
 plan: $(STAMP)
-	$(PY) -m components.plan --stack $(STACK) --out build/k8s/$(STACK)
+	$(PY) -m tools.plan --stack $(STACK) --out build/k8s/$(STACK)
 
 # Regenerate README.md's config reference (from Pulumi.yaml) and sizing examples (from the planner).
 docs: $(STAMP)
-	$(PY) -m components.readme
+	$(PY) -m tools.readme
 
 plan-json: $(STAMP)
-	$(PY) -m components.plan --stack $(STACK) --json
+	$(PY) -m tools.plan --stack $(STACK) --json
 
 # make loadtest URL=http://HOST:8000 MODEL=served-name TOKENIZER=hf-id-or-dir [PROMPTS=200]
 loadtest: $(STAMP)

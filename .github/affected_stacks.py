@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STACK_FILE = re.compile(r"^Pulumi\.([A-Za-z0-9_.-]+)\.yaml$")
 PROGRAM = ("__main__.py", "Pulumi.yaml", "requirements.txt")
-PROGRAM_DIRS = ("components/", "models/", "images/", "policy/")
+PROGRAM_DIRS = ("components/", "planner/", "models/", "images/", "policy/")
 
 
 def all_stacks(root: Path = ROOT) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from components.sizing import RESERVE_GIB
+from planner.sizing import RESERVE_GIB
 
 CHART = "tokens-per-gpu.png"
 BASELINE = "tp2-across-nodes-tcp"
@@ -123,7 +123,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
         f"{model.get('layers')} layers, {model.get('attention_heads')} attention / {model.get('kv_heads')} KV heads, "
         f"head dim {model.get('head_dim')}) with random {s.get('dtype')} weights and a word-level tokenizer "
         "covering every id, built by `bench/models.py` from the committed `models/*.json`.",
-        "- Every layout is started with the commands `components/commands.py` renders for the LeaderWorkerSet "
+        "- Every layout is started with the commands `planner/commands.py` renders for the LeaderWorkerSet "
         "(launcher leader/worker + vLLM arguments), with host paths for the model and launcher. "
         f"`--max-model-len {s.get('max_model_len')}`, `--gpu-memory-utilization {s.get('gpu_memory_utilization')}`.",
         "- Across-nodes layouts: two Ray nodes on one host (127.0.0.2 head, 127.0.0.3 worker, one GPU each), "
@@ -178,7 +178,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
 
     lines += ["## Planner calibration (KV cache tokens)", "",
               f"The planner predicts usable KV memory per GPU as GPU memory x utilization - weights / (TP x PP) - "
-              f"{RESERVE_GIB:g} GiB (`RESERVE_GIB` in `components/sizing.py`), divided by the KV bytes per token per "
+              f"{RESERVE_GIB:g} GiB (`RESERVE_GIB` in `planner/sizing.py`), divided by the KV bytes per token per "
               "GPU. vLLM's number is the `GPU KV cache size: N tokens` line of the engine log, at the same "
               "`--gpu-memory-utilization` and `--max-model-len`.", ""]
     cal_rows = []

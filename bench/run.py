@@ -6,7 +6,7 @@
     python3 bench/run.py build  [--config ...] [--calibrate ...]     (only build the random-weight models)
     python3 bench/run.py report [--out docs/benchmarks]               (re-render chart and doc from results.json)
 
-For every layout it renders the leader (and worker) command with components.commands, exactly as the
+For every layout it renders the leader (and worker) command with planner.commands, exactly as the
 LeaderWorkerSet does, with host paths in place of the pod's; "across nodes" layouts run two Ray nodes
 on this host (127.0.0.2 head, 127.0.0.3 worker, one GPU each) with NCCL forced onto TCP sockets. Each
 layout gets a warm-up (another seed) and then `vllm bench serve` (random dataset, --ignore-eos). After
@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.models import build_model  # noqa: E402
 from bench.report import write_report  # noqa: E402
-from components import sizing  # noqa: E402
-from components.architecture import load_architecture  # noqa: E402
-from components.catalog import ACCELERATORS  # noqa: E402
-from components.commands import (  # noqa: E402
+from planner import sizing  # noqa: E402
+from planner.architecture import load_architecture  # noqa: E402
+from planner.catalog import ACCELERATORS  # noqa: E402
+from planner.commands import (  # noqa: E402
     API_PORT,
     LAUNCHER,
     NODE_MANAGER_PORT,
@@ -53,8 +53,8 @@ from components.commands import (  # noqa: E402
     vllm_command,
     worker_command,
 )
-from components.config import build_settings  # noqa: E402
-from components.errors import ConfigError  # noqa: E402
+from planner.config import build_settings  # noqa: E402
+from planner.errors import ConfigError  # noqa: E402
 
 NODE_IPS = ("127.0.0.2", "127.0.0.3")
 # NVLink multicast stays off (shared hosts); harmless where there is none.

@@ -8,9 +8,11 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.metrics import HPA_METRICS, custom_metric_name
-from components.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
-from components.versions import CUSTOM_METRICS_ADAPTER_IMAGE
+from planner.config import Stack
+from planner.metrics import HPA_METRICS, custom_metric_name
+from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
+from planner.sizing import Sizing
+from planner.versions import CUSTOM_METRICS_ADAPTER_IMAGE
 
 ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_NAME = "custom-metrics-stackdriver-adapter"
@@ -23,26 +25,12 @@ the working directory, is on the read-only root: the crash of GoogleCloudPlatfor
 (`mkdir apiserver.local.config: permission denied`); custom-metrics-apiserver's fix is --cert-dir on a
 writable volume (kubernetes-sigs/custom-metrics-apiserver#107, #135)."""
 SCALE_DOWN_STABILIZATION_SECONDS = 300
-VLLM_MAX_NUM_SEQS = 256
-"""vLLM's default --max-num-seqs on GPUs: a replica never runs a larger batch."""
-
-
-def default_target(metric: str, max_concurrent_sequences: int) -> float:
-    """GKE's guidance: queue depth 3-5 per replica; batch size just under what a replica can hold."""
-    if metric == "queue":
-        return 3.0
-    capacity = min(VLLM_MAX_NUM_SEQS, max(1, max_concurrent_sequences))
-    return float(max(1, int(capacity * 0.9)))
-
-
 @dataclass(frozen=True)
 class AutoscalingArgs:
     """Inputs of Autoscaling."""
 
     project: str
     """GCP project (Workload Identity pool and IAM binding)."""
-    project_number: pulumi.Input[str]
-    """Project number for the Workload Identity Federation principal."""
     namespace: pulumi.Input[str]
     """Namespace of the LeaderWorkerSet."""
     lws_name: str
@@ -57,6 +45,13 @@ class AutoscalingArgs:
     """AverageValue per replica."""
     install_adapter: bool
     """False when the cluster already runs the adapter."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], lws_name: str) -> AutoscalingArgs:
+        scaling = stack.settings.autoscaling
+        return cls(project=stack.project, namespace=namespace, lws_name=lws_name,
+                   min_replicas=scaling.min_replicas, max_replicas=scaling.max_replicas, metric=scaling.metric,
+                   target=sizing.hpa_target, install_adapter=stack.settings.monitoring.install_adapter)
 
 
 def _meta(name: str, namespace: str | None = None, **scan_skips: str) -> dict[str, object]:
@@ -111,9 +106,11 @@ class Autoscaling(pulumi.ComponentResource):
         account = k8s.core.v1.ServiceAccount(f"{name}-adapter-sa", metadata=_meta(ADAPTER_NAME, ADAPTER_NAMESPACE),
                                              opts=in_ns)
         # Workload Identity Federation: the adapter's KSA itself may read Cloud Monitoring; no GSA, no keys.
+        number = gcp.organizations.get_project_output(project_id=args.project,
+                                                      opts=pulumi.InvokeOptions(parent=self)).number
         iam = gcp.projects.IAMMember(
             f"{name}-adapter-monitoring-viewer", project=args.project, role="roles/monitoring.viewer",
-            member=pulumi.Output.concat("principal://iam.googleapis.com/projects/", args.project_number,
+            member=pulumi.Output.concat("principal://iam.googleapis.com/projects/", number,
                                         "/locations/global/workloadIdentityPools/", args.project,
                                         ".svc.id.goog/subject/ns/", ADAPTER_NAMESPACE, "/sa/", ADAPTER_NAME),
             opts=child)

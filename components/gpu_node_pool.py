@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from planner.config import Stack
+from planner.sizing import Sizing
+
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
@@ -47,6 +50,16 @@ class GpuNodePoolArgs:
     """Place nodes close together (multi-node replicas on machine types that support it)."""
     local_ssd_count: int = 0
     """Local SSDs bundled with the machine type, used for ephemeral storage."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack, sizing: Sizing, cluster: pulumi.Input[str]) -> GpuNodePoolArgs:
+        acc = stack.settings.accelerator
+        return cls(cluster=cluster, location=stack.settings.cluster.location, project=stack.project,
+                   accelerator_type=acc.type, machine_type=acc.machine_type, gpus_per_node=acc.gpus_per_node,
+                   zones=acc.zones, min_nodes=sizing.min_nodes, max_nodes=sizing.max_nodes,
+                   provisioning=acc.provisioning, reservation=acc.reservation, driver_version=acc.driver_version,
+                   compact_placement=sizing.nodes_per_replica > 1 and acc.catalog.compact_placement,
+                   local_ssd_count=acc.machine.local_ssd_count)
 
 
 class GpuNodePool(pulumi.ComponentResource):

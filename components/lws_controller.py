@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.versions import LWS_CHART, LWS_VERSION
+from planner.config import Stack
+from planner.versions import LWS_CHART, LWS_VERSION
 
 LWS_NAMESPACE = "lws-system"
 
@@ -20,6 +21,10 @@ class LwsControllerArgs:
     """False when the cluster already runs the controller (serving.installLws: false)."""
     version: str = LWS_VERSION
     """Chart (and controller) version."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack) -> LwsControllerArgs:
+        return cls(install=stack.settings.serving.install_lws)
 
 
 class LwsController(pulumi.ComponentResource):

@@ -17,8 +17,10 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
-from components.versions import GCLOUD_IMAGE
+from planner.config import Stack
+from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
+from planner.sizing import Sizing
+from planner.versions import GCLOUD_IMAGE
 
 DOWNLOADER = Path(__file__).resolve().parent.parent / "images" / "model-downloader" / "download.py"
 CSI_DRIVER = "pd.csi.storage.gke.io"
@@ -72,6 +74,16 @@ class ModelWeightsArgs:
     """The Job's activeDeadlineSeconds (the planner's download deadline for the weights' size)."""
     hf_token: pulumi.Input[str] | None = None
     """Hugging Face token (a Pulumi secret) for gated models."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str]) -> ModelWeightsArgs:
+        s = stack.settings
+        return cls(project=stack.project, zone=s.accelerator.zones[0], namespace=namespace, model_id=s.model.id,
+                   revision=s.model.revision, source=s.model.source, gcs_uri=s.model.gcs_uri,
+                   disk_type=s.weights.disk_type, disk_gib=sizing.weights_disk_gib,
+                   provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=sizing.min_weight_bytes,
+                   downloader_image=s.vllm.image, deadline_seconds=sizing.download_deadline_seconds,
+                   hf_token=stack.hf_token)
 
 
 class ModelWeights(pulumi.ComponentResource):

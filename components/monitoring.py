@@ -9,7 +9,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components import metrics as m
+from planner import metrics as m
+from planner.commands import API_PORT_NAME
+from planner.config import Stack
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,13 @@ class MonitoringArgs:
     """Dashboard title."""
     hpa_name: str
     """HPA whose replica counts the dashboard shows."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack, leader_selector: dict[str, str], hpa_name: str) -> MonitoringArgs:
+        s = stack.settings
+        return cls(namespace=s.serving.namespace, leader_selector=leader_selector, port_name=API_PORT_NAME,
+                   interval=s.monitoring.scrape_interval, project=stack.project, dashboard=s.monitoring.dashboard,
+                   title=f"vLLM {s.model.served_name} ({pulumi.get_stack()})", hpa_name=hpa_name)
 
 
 def _quantiles(metric: str, selector: str) -> list[str]:

@@ -8,10 +8,11 @@ from typing import Any
 
 import yaml
 
-from components.config import PROJECT_DIR, Settings, build_settings
-from components.sizing import Sizing, plan
+from planner.config import PROJECT_DIR, Settings, build_settings
+from planner.sizing import Sizing, plan
 
 STACKS = Path(__file__).parent / "stacks"
+NODE_POOL = "gcp:container/nodePool:NodePool"
 
 
 def stack_file(name: str) -> dict[str, Any]:
@@ -61,3 +62,8 @@ def accel(acc_type: str, machine: str | None = None, **extra: Any) -> dict[str, 
     if machine:
         out["machineType"] = machine
     return out
+
+
+def node_config(recording: Any) -> dict[str, Any]:
+    """Inputs of the GPU node pool a recorded program declared."""
+    return recording.one(NODE_POOL, "gpu").inputs

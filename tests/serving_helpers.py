@@ -10,10 +10,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from components.commands import LAUNCHER, LAUNCHER_DIR
-from components.mocks import run_program
 from components.model_weights import SERVING_MOUNT
+from planner.commands import LAUNCHER, LAUNCHER_DIR
 from tests.helpers import full_config
+from tools.mocks import run_program
 
 LWS_TYPE = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
 

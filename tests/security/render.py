@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from components.mocks import run_program
 from tests.helpers import full_config
+from tools.mocks import run_program
 
 LWS_TYPE = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
 

@@ -1,0 +1,108 @@
+"""GKE cluster: look up an existing one or create one, and build the Kubernetes provider for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from planner.config import Stack
+
+SYSTEM_MACHINE_TYPE = "e2-standard-4"
+
+
+@dataclass(frozen=True)
+class GkeClusterArgs:
+    """Inputs of GkeCluster."""
+
+    name: str
+    """Cluster name."""
+    location: str
+    """Region or zone of the cluster."""
+    create: bool
+    """False: look the cluster up; true: create it."""
+    project: str
+    """GCP project id."""
+    release_channel: str = "REGULAR"
+    """GKE release channel when the cluster is created."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack) -> GkeClusterArgs:
+        c = stack.settings.cluster
+        return cls(name=c.name, location=c.location, create=c.create, project=stack.project,
+                   release_channel=c.release_channel)
+
+
+def kubeconfig(name: str, endpoint: str, ca: str) -> str:
+    """A kubeconfig that authenticates with gke-gcloud-auth-plugin (no static credentials in state)."""
+    return pulumi.Output.json_dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": {"server": pulumi.Output.concat("https://", endpoint),
+                                                "certificate-authority-data": ca}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "users": [{"name": name, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "gke-gcloud-auth-plugin",
+            "installHint": "Install gke-gcloud-auth-plugin: gcloud components install gke-gcloud-auth-plugin",
+            "provideClusterInfo": True}}}],
+    })
+
+
+class GkeCluster(pulumi.ComponentResource):
+    """An existing or new GKE Standard cluster and a Kubernetes provider that targets it."""
+
+    name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    provider: k8s.Provider
+    workload_pool: str
+
+    def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:cluster:GkeCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.workload_pool = f"{args.project}.svc.id.goog"
+        if args.create:
+            cluster = gcp.container.Cluster(
+                f"{name}-cluster", name=args.name, location=args.location, project=args.project,
+                # GKE needs a node pool at creation; ours are managed as separate resources.
+                remove_default_node_pool=True, initial_node_count=1,
+                release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
+                workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                    workload_pool=self.workload_pool),
+                # Dataplane V2 enforces NetworkPolicy (the Ray ports must not be reachable by others).
+                datapath_provider="ADVANCED_DATAPATH",
+                monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+                    enable_components=["SYSTEM_COMPONENTS"],
+                    managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True)),
+                # Image streaming starts the ~10 GB vLLM image in seconds instead of minutes.
+                node_pool_defaults=gcp.container.ClusterNodePoolDefaultsArgs(
+                    node_config_defaults=gcp.container.ClusterNodePoolDefaultsNodeConfigDefaultsArgs(
+                        gcfs_config=gcp.container.ClusterNodePoolDefaultsNodeConfigDefaultsGcfsConfigArgs(
+                            enabled=True))),
+                ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
+                deletion_protection=False,
+                opts=child)
+            gcp.container.NodePool(
+                f"{name}-system", cluster=cluster.name, location=args.location, project=args.project,
+                autoscaling=gcp.container.NodePoolAutoscalingArgs(total_min_node_count=1, total_max_node_count=3),
+                node_config=gcp.container.NodePoolNodeConfigArgs(
+                    machine_type=SYSTEM_MACHINE_TYPE, disk_size_gb=100,
+                    workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                        mode="GKE_METADATA"),
+                    oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"]),
+                management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount", "nodeCount"]))
+            self.name = cluster.name
+            self.endpoint = cluster.endpoint
+            ca = cluster.master_auth.cluster_ca_certificate
+        else:
+            found = gcp.container.get_cluster_output(name=args.name, location=args.location, project=args.project,
+                                                     opts=pulumi.InvokeOptions(parent=self))
+            self.name = found.name
+            self.endpoint = found.endpoint
+            ca = found.master_auths.apply(lambda auths: auths[0].cluster_ca_certificate)
+        self.provider = k8s.Provider(
+            f"{name}-k8s", kubeconfig=kubeconfig(args.name, self.endpoint, ca),
+            # Server-side apply lets GKE's own controllers co-own fields without diffs.
+            enable_server_side_apply=True, opts=child)
+        self.register_outputs({"name": self.name, "endpoint": self.endpoint})

@@ -1,0 +1,170 @@
+"""A model's architecture, read from its Hugging Face `config.json`.
+
+Only the fields the planner needs: depth, widths, attention and KV heads, experts, vocabulary,
+context length and the checkpoint's dtype / quantization.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import ConfigError
+
+DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
+               "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
+
+
+@dataclass(frozen=True)
+class ModelArchitecture:
+    """What the planner needs to know about a decoder-only transformer."""
+
+    name: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    num_experts: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek): the cache holds kv_lora_rank + rope dims per layer."""
+    qk_rope_head_dim: int = 0
+    torch_dtype: str = "bfloat16"
+    weight_bytes_per_param: float = 2.0
+    """1.0 for FP8 checkpoints, 0.5 for 4-bit ones; otherwise the bytes of torch_dtype."""
+
+    def parameter_count(self) -> int:
+        """Parameters of a dense or MoE decoder (every expert counted, since all are loaded)."""
+        h, layers = self.hidden_size, self.num_layers
+        if self.kv_lora_rank:
+            attention = h * self.num_attention_heads * self.head_dim * 3  # q, kv up/down, o; MLA approx.
+        else:
+            q_o = 2 * h * self.num_attention_heads * self.head_dim
+            kv = 2 * h * self.num_kv_heads * self.head_dim
+            attention = q_o + kv
+        dense_mlp = 3 * h * self.intermediate_size  # gate, up, down projections
+        if self.num_experts:
+            expert_inter = self.moe_intermediate_size or self.intermediate_size
+            moe_mlp = ((self.num_experts + self.num_shared_experts) * 3 * h * expert_inter
+                       + h * self.num_experts)  # router
+            dense_layers = min(self.first_dense_layers, layers)
+            mlp_total = dense_layers * dense_mlp + (layers - dense_layers) * moe_mlp
+        else:
+            mlp_total = layers * dense_mlp
+        norms = layers * 2 * h + h
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return layers * attention + mlp_total + norms + embeddings
+
+    def kv_bytes_per_token(self, tp: int, pp: int, kv_dtype_bytes: float) -> float:
+        """KV-cache bytes one token occupies on one GPU of a TP x PP replica."""
+        layers_per_stage = math.ceil(self.num_layers / pp)
+        if self.kv_lora_rank:
+            # MLA caches one latent vector per token and layer, replicated on every TP rank.
+            return layers_per_stage * (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
+        kv_heads_per_gpu = max(self.num_kv_heads / tp, 1)
+        return 2 * layers_per_stage * kv_heads_per_gpu * self.head_dim * kv_dtype_bytes
+
+
+def _require(cfg: Mapping[str, Any], key: str, source: str, names: tuple[str, ...]) -> int:
+    for name in names:
+        value = cfg.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    raise ConfigError(source, names[0], f"the model config has no positive integer {' / '.join(names)}")
+
+
+def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArchitecture:
+    """Build a ModelArchitecture from a Hugging Face config.json mapping.
+
+    `source` is the config key the mapping came from, so errors name it.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
+    if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
+        cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "quantization_config"}}
+    layers = _require(cfg, "num_hidden_layers", source, ("num_hidden_layers", "n_layer", "num_layers"))
+    hidden = _require(cfg, "hidden_size", source, ("hidden_size", "n_embd", "d_model"))
+    heads = _require(cfg, "num_attention_heads", source, ("num_attention_heads", "n_head"))
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    if not isinstance(kv_heads, int) or kv_heads <= 0 or heads % kv_heads:
+        raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
+    head_dim = cfg.get("head_dim") or (hidden // heads)
+    inter = cfg.get("intermediate_size") or 4 * hidden
+    vocab = _require(cfg, "vocab_size", source, ("vocab_size",))
+    max_pos = _require(cfg, "max_position_embeddings", source,
+                       ("max_position_embeddings", "n_positions", "max_sequence_length"))
+    experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts") or 0
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
+    weight_bytes = DTYPE_BYTES[dtype]
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, Mapping):
+        method = str(quant.get("quant_method", ""))
+        bits = quant.get("bits") or quant.get("w_bit")
+        if method in ("fp8", "fbgemm_fp8") or "fp8" in str(quant.get("fmt", "")):
+            weight_bytes = 1.0
+        elif isinstance(bits, int) and bits > 0:
+            weight_bytes = bits / 8
+    return ModelArchitecture(
+        name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
+        num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
+        vocab_size=vocab, max_position_embeddings=max_pos,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), num_experts=int(experts),
+        moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
+        num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+        first_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+        kv_lora_rank=int(cfg.get("kv_lora_rank") or 0), qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+        torch_dtype=dtype, weight_bytes_per_param=weight_bytes,
+    )
+
+
+def _fetch_from_hub(model_id: str, revision: str) -> dict[str, Any]:
+    """config.json from the Hugging Face Hub (token from HF_TOKEN or the local login)."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(model_id, "config.json", revision=revision)
+        return json.loads(Path(path).read_text())
+    except Exception as exc:  # any network, auth or not-found error ends in the same advice
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError("model.id", model_id,
+                          f"could not fetch config.json at revision {revision} from Hugging Face ({reason}); "
+                          "when offline or for gated models without HF_TOKEN, set model.configFile "
+                          "(a local config.json) or model.architecture") from None
+
+
+def load_architecture(model_id: str, revision: str, config_file: str | None, inline: Mapping[str, Any] | None,
+                      project_dir: Path) -> tuple[ModelArchitecture, str | None]:
+    """Resolve the architecture from configFile, the inline object, or the Hub; returns a note on the source."""
+    name = model_id.rsplit("/", 1)[-1]
+    if config_file and inline:
+        raise ConfigError("model.architecture", dict(inline), "set either model.configFile or model.architecture")
+    if inline is not None:
+        return parse_hf_config(inline, name, "model.architecture"), None
+    if config_file:
+        path = Path(config_file)
+        path = path if path.is_absolute() else project_dir / path
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError("model.configFile", config_file, f"no such file ({path})") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError("model.configFile", config_file, f"not a readable JSON file ({exc})") from None
+        return parse_hf_config(data, name, "model.configFile"), None
+    data = _fetch_from_hub(model_id, revision)
+    return (parse_hf_config(data, name, "model.id"),
+            f"model architecture fetched from Hugging Face ({model_id}@{revision}); "
+            "commit it as model.configFile for reproducible offline plans")

@@ -1,0 +1,415 @@
+"""What a real GKE cluster would refuse or break, checked on the rendered objects without a cluster.
+
+Schema validation and Pulumi's mocks accept objects that a cluster's controllers, scheduler and kubelet
+would not run as intended. Each rule here encodes one such class, with its source, and returns one line per
+violation (an empty list when the objects pass):
+- names:      no object the program creates collides with one a controller it relies on creates itself
+              (the LeaderWorkerSet controller's headless Services, GKE's own namespaces), and no Service injects
+              environment variables the server reads;
+- scheduling: every pod fits, by requests and limits, a node pool the stack declares (or the untainted pool the
+              README requires of an existing cluster), tolerates that pool's taints and matches its selectors;
+- budgets:    startup probe >= join wait + load estimate; preStop + drain + Ray stop <= grace period; the
+              server's drain <= the launcher's; Job deadlines cover the transfer and the wait they exist for;
+- images:     every image is pinned, and each third-party tag is recorded with a public listing.
+Pure Python over plain dicts: no Pulumi import, so tests, `bench/` and the policy pack can all use it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable
+from planner.versions import IMAGE_SOURCES
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+SPOT_LABEL = "cloud.google.com/gke-spot"
+DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
+"""Room kept on every node for GKE's own DaemonSets (logging, metrics agent, PD CSI node, Dataplane V2, GPU
+device plugin), on top of the allocatable formula. An allowance, not a published figure: their requests vary
+by GKE version; 0.5 CPU / 1 GiB covers what kube-system DaemonSets request on current Standard nodes."""
+GKE_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gmp-system", "gmp-public",
+                            "gke-managed-system", "gke-managed-cim", "gke-gmp-system"})
+"""Namespaces Kubernetes or GKE create and own; a program that also declares one would fight them over it."""
+EXISTING_CLUSTER_POOL = "untainted-pool (README: required of an existing cluster)"
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """What the scheduler sees of a node pool: one node's allocatable resources, labels and taints."""
+
+    name: str
+    cpu: float
+    memory_gib: float
+    gpus: int
+    labels: dict[str, str]
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect) with Kubernetes' effect names (NoSchedule, NoExecute, PreferNoSchedule)."""
+    zones: tuple[str, ...] | None = None
+    """Zones the pool has nodes in; None = every zone of the cluster."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The planner's numbers the time-budget rule compares the objects with."""
+
+    estimated_load_seconds: int
+    """Weights read + engine start (+ Ray group start) per replica."""
+    weights_bytes: float
+    """Size of the weights the download Job transfers."""
+    download_floor_mib_s: float
+    """The slowest download rate the download Job's deadline must allow for."""
+
+
+@dataclass
+class PodTemplate:
+    """One pod template inside an object, with where it came from."""
+
+    where: str
+    spec: dict[str, Any]
+    owner: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _where(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind')} {meta.get('namespace', '')}/{meta.get('name', '?')}".replace(" /", " ")
+
+
+def pod_templates(objects: Iterable[dict[str, Any]]) -> Iterator[PodTemplate]:
+    """Every pod template of Deployments, Jobs, Pods and LeaderWorkerSets (leader and worker templates)."""
+    for obj in objects:
+        kind, spec = obj.get("kind"), obj.get("spec") or {}
+        if kind in ("Deployment", "Job", "StatefulSet", "DaemonSet"):
+            yield PodTemplate(_where(obj), (spec.get("template") or {}).get("spec") or {}, obj)
+        elif kind == "Pod":
+            yield PodTemplate(_where(obj), spec, obj)
+        elif kind == "LeaderWorkerSet":
+            lwt = spec.get("leaderWorkerTemplate") or {}
+            for role in ("leaderTemplate", "workerTemplate"):
+                if role in lwt:
+                    yield PodTemplate(f"{_where(obj)} {role}", (lwt[role] or {}).get("spec") or {}, obj)
+
+
+# ---------------------------------------------------------------------------------------------- quantities
+
+_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3}
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity ("250m", "8Gi", "4", 2) as a plain number (bytes for memory, cores for CPU)."""
+    text = str(value).strip()
+    match = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", text)
+    if not match or (match.group(2) and match.group(2) not in _SUFFIXES):
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return float(match.group(1)) * _SUFFIXES.get(match.group(2), 1)
+
+
+# ---------------------------------------------------------------------------------------------- node pools
+
+def _machine(name: str) -> tuple[float, float, int]:
+    """(vCPUs, memory GiB, GPUs) of a machine type the catalog knows."""
+    if name == SYSTEM_MACHINE.name:
+        return SYSTEM_MACHINE.vcpus, SYSTEM_MACHINE.memory_gib, 0
+    for acc in ACCELERATORS.values():
+        machine = acc.machine(name)
+        if machine is not None:
+            return machine.vcpus, machine.memory_gib, machine.gpus
+    raise KeyError(f"machine type {name} is not in the catalog")
+
+
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def node_pools(resources: Iterable[tuple[str, str, dict[str, Any]]]) -> list[NodePool]:
+    """The node pools a stack declares, from (type token, resource name, inputs) of its GCP resources, with the
+    labels GKE adds by itself (gke-nodepool, gke-accelerator on GPU nodes, gke-spot on Spot nodes: GKE "About
+    node labels"). Without a created cluster, the untainted pool the README requires of an existing cluster
+    stands in."""
+    pools, created = [], False
+    for type_token, resource_name, inputs in resources:
+        if type_token == "gcp:container/cluster:Cluster":
+            created = True
+        if type_token != "gcp:container/nodePool:NodePool":
+            continue
+        config = inputs.get("nodeConfig") or {}
+        vcpus, memory, gpus = _machine(config.get("machineType", ""))
+        cpu, mem = gke_allocatable(vcpus, memory)
+        name = inputs.get("name") or resource_name
+        labels = {**(config.get("labels") or {}), NODEPOOL_LABEL: name}
+        for accelerator in config.get("guestAccelerators") or []:
+            labels[ACCELERATOR_LABEL] = accelerator.get("type", "")
+        if config.get("spot"):
+            labels[SPOT_LABEL] = "true"
+        taints = tuple((t.get("key", ""), t.get("value", ""), _EFFECTS.get(t.get("effect", ""), t.get("effect", "")))
+                       for t in config.get("taints") or [])
+        zones = tuple(inputs["nodeLocations"]) if inputs.get("nodeLocations") else None
+        pools.append(NodePool(name, cpu, mem, gpus, labels, taints, zones))
+    if not created:
+        cpu, mem = gke_allocatable(SYSTEM_MACHINE.vcpus, SYSTEM_MACHINE.memory_gib)
+        pools.append(NodePool(EXISTING_CLUSTER_POOL, cpu, mem, 0, {}))
+    return pools
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: tuple[str, str, str]) -> bool:
+    key, value, effect = taint
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != effect:
+            continue
+        if tol.get("operator") == "Exists":
+            if not tol.get("key") or tol["key"] == key:
+                return True
+        elif tol.get("key") == key and tol.get("value", "") == value:
+            return True
+    return False
+
+
+def _misfit(pod: dict[str, Any], pool: NodePool) -> str | None:
+    """Why `pod` cannot run on a node of `pool`, or None when it can."""
+    for key, value in (pod.get("nodeSelector") or {}).items():
+        if key == ZONE_LABEL:
+            if pool.zones is not None and value not in pool.zones:
+                return f"nodeSelector {key}={value} but the pool is in {', '.join(pool.zones)}"
+        elif pool.labels.get(key) != value:
+            return f"nodeSelector {key}={value} does not match the pool's labels"
+    for taint in pool.taints:
+        if taint[2] in ("NoSchedule", "NoExecute") and not _tolerates(pod.get("tolerations") or [], taint):
+            return f"does not tolerate the taint {taint[0]}={taint[1]}:{taint[2]}"
+    cpu = memory = limit_memory = 0.0
+    gpus = 0
+    for container in pod.get("containers") or []:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        cpu += quantity(requests.get("cpu", 0))
+        memory += quantity(requests.get("memory", limits.get("memory", 0)))
+        limit_memory += quantity(limits.get("memory", requests.get("memory", 0)))
+        gpus += int(quantity(limits.get("nvidia.com/gpu", requests.get("nvidia.com/gpu", 0))))
+    if gpus > pool.gpus:
+        return f"asks for {gpus} GPU(s); a node has {pool.gpus}"
+    per_node = pool.gpus // gpus if gpus else 1
+    free_cpu, free_mem = pool.cpu - DAEMONSET_CPU, pool.memory_gib - DAEMONSET_MEMORY_GIB
+    if cpu * per_node > free_cpu:
+        return (f"{per_node} pod(s) per node x {cpu:g} CPU requested exceed the {free_cpu:.2f} CPU a node offers "
+                f"after GKE's reservation and its DaemonSets")
+    for what, amount in (("requested", memory), ("limited to", limit_memory)):
+        if amount * per_node / GIB > free_mem:
+            return (f"{per_node} pod(s) per node x {amount / GIB:.2f} GiB memory {what} exceed the {free_mem:.2f} GiB "
+                    "a node offers after GKE's reservation and its DaemonSets")
+    return None
+
+
+def scheduling(objects: Iterable[dict[str, Any]], pools: list[NodePool]) -> list[str]:
+    """Every pod template fits some declared node pool (GKE's allocatable formula, catalog.gke_allocatable)."""
+    problems = []
+    for template in pod_templates(objects):
+        reasons = {pool.name: _misfit(template.spec, pool) for pool in pools}
+        if all(reasons.values()):
+            why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+            problems.append(f"scheduling: {template.where} fits no node pool ({why})")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- names
+
+def implicit_services(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(namespace, name) of the Services the LeaderWorkerSet controller creates for each LeaderWorkerSet: a headless
+    Service named after it (subdomainPolicy Shared, the default), or one per replica `<name>-<i>` for
+    UniquePerReplica (kubernetes-sigs/lws pkg/controllers, CreateHeadlessServiceIfNotExists; KEP-173). The
+    replica count reaches as far as an HPA scaling the set may take it."""
+    max_replicas: dict[tuple[str, str], int] = {}
+    for obj in objects:
+        if obj.get("kind") == "HorizontalPodAutoscaler":
+            ref, ns = obj["spec"].get("scaleTargetRef") or {}, obj["metadata"].get("namespace", "")
+            if ref.get("kind") == "LeaderWorkerSet":
+                max_replicas[(ns, ref.get("name", ""))] = int(obj["spec"].get("maxReplicas", 1))
+    found = set()
+    for obj in objects:
+        if obj.get("kind") != "LeaderWorkerSet":
+            continue
+        ns, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
+        found.add((ns, name))
+        policy = ((obj["spec"].get("networkConfig") or {}).get("subdomainPolicy")) or "Shared"
+        if policy == "UniquePerReplica":
+            replicas = max(int(obj["spec"].get("replicas", 1)), max_replicas.get((ns, name), 0))
+            found |= {(ns, f"{name}-{i}") for i in range(replicas)}
+    return found
+
+
+def service_link_variables(service: dict[str, Any]) -> set[str]:
+    """The variables Kubernetes injects into every pod of the namespace (enableServiceLinks defaults to true) for a
+    Service with a cluster IP: NAME_SERVICE_HOST/_PORT[_PORTNAME] and the Docker-link NAME_PORT[_P_PROTO[_*]]."""
+    spec = service.get("spec") or {}
+    if spec.get("clusterIP") == "None":
+        return set()
+    base = re.sub(r"[^A-Z0-9]", "_", service["metadata"]["name"].upper())
+    names = {f"{base}_SERVICE_HOST", f"{base}_SERVICE_PORT", f"{base}_PORT"}
+    for port in spec.get("ports") or []:
+        if port.get("name"):
+            names.add(f"{base}_SERVICE_PORT_{re.sub(r'[^A-Z0-9]', '_', port['name'].upper())}")
+        prefix = f"{base}_PORT_{port.get('port')}_{port.get('protocol', 'TCP')}"
+        names |= {prefix, f"{prefix}_PROTO", f"{prefix}_PORT", f"{prefix}_ADDR"}
+    return names
+
+
+def names(objects: list[dict[str, Any]], server_env: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """No declared object collides with one a controller creates; no Service injects a variable in `server_env`."""
+    problems = []
+    implicit = implicit_services(objects)
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if obj.get("kind") == "Service":
+            if key in implicit:
+                problems.append(f"names: Service {key[0]}/{key[1]} is also the headless Service the LeaderWorkerSet "
+                                "controller creates for the LeaderWorkerSet of that name; rename it")
+            clash = sorted(service_link_variables(obj) & set(server_env))
+            if clash:
+                problems.append(f"names: Service {key[0]}/{key[1]} injects {', '.join(clash)} into every pod of "
+                                "its namespace, which the server reads; rename it")
+        if obj.get("kind") == "Namespace" and key[1] in GKE_NAMESPACES:
+            problems.append(f"names: Namespace {key[1]} is created and owned by Kubernetes or GKE; use another")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+def _flag(command: list[str], flag: str) -> str | None:
+    for i, word in enumerate(command):
+        if word == flag and i + 1 < len(command):
+            return command[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _probe_budget(probe: dict[str, Any]) -> int:
+    """Seconds a probe tolerates failure before kubelet acts (defaults: period 10, threshold 3)."""
+    return int(probe.get("initialDelaySeconds", 0)) + \
+        int(probe.get("periodSeconds", 10)) * int(probe.get("failureThreshold", 3))
+
+
+def _is_launcher(command: list[str], role: str) -> bool:
+    return len(command) > 2 and command[1].endswith("launcher.py") and command[2] == role
+
+
+def budgets(objects: list[dict[str, Any]], budget: Budget) -> list[str]:
+    """Startup, termination and Job time budgets are consistent with each other and with the planner."""
+    problems = []
+    leader_startup = 0
+    for template in pod_templates(objects):
+        grace = int(template.spec.get("terminationGracePeriodSeconds", 30))
+        for container in template.spec.get("containers") or []:
+            command = container.get("command") or []
+            where = f"{template.where} container {container.get('name')}"
+            if _is_launcher(command, "leader"):
+                nodes = int(_flag(command, "--group-size") or 1)
+                wait = float(_flag(command, "--wait-timeout") or 0) if nodes > 1 else 0
+                need = wait + budget.estimated_load_seconds
+                startup = _probe_budget(container.get("startupProbe") or {})
+                leader_startup = max(leader_startup, startup)
+                if startup < need:
+                    problems.append(f"budgets: {where}: startup probe allows {startup} s, less than the join wait "
+                                    f"({wait:g} s) + the load estimate ({budget.estimated_load_seconds} s)")
+                drain = float(_flag(command, "--drain-timeout") or 0)
+                server_drain = float(_flag(command, "--shutdown-timeout") or 0)
+                if server_drain > drain:
+                    problems.append(f"budgets: {where}: the server drains for up to {server_drain:g} s but the "
+                                    f"launcher kills it after {drain:g} s (--drain-timeout)")
+                stop = drain + float(_flag(command, "--ray-stop-timeout") or 0)
+                pre_stop = int(((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep", {})
+                               .get("seconds", 0))
+                if pre_stop + stop > grace:
+                    problems.append(f"budgets: {where}: preStop {pre_stop} s + drain and Ray stop {stop:g} s exceed "
+                                    f"terminationGracePeriodSeconds {grace} (the grace period counts from preStop)")
+    for obj in objects:
+        if obj.get("kind") != "Job":
+            continue
+        deadline = int(obj["spec"].get("activeDeadlineSeconds", 0)) or math.inf
+        containers = obj["spec"]["template"]["spec"].get("containers") or [{}]
+        command = containers[0].get("command") or []
+        if "--min-bytes" in command:  # the weights download
+            need = budget.weights_bytes / MIB / budget.download_floor_mib_s
+            if deadline < need:
+                problems.append(f"budgets: {_where(obj)}: activeDeadlineSeconds {deadline} is shorter than "
+                                f"{budget.weights_bytes / GIB:.1f} GiB at {budget.download_floor_mib_s:g} MiB/s "
+                                f"({need:.0f} s)")
+        wait = _flag(command, "--timeout")
+        if wait is not None and leader_startup:  # the smoke Job waits for the server
+            if float(wait) < leader_startup:
+                problems.append(f"budgets: {_where(obj)}: waits {wait} s for the server, less than the leader's "
+                                f"startup budget ({leader_startup} s)")
+            if deadline < float(wait):
+                problems.append(f"budgets: {_where(obj)}: activeDeadlineSeconds {deadline} ends it before its own "
+                                f"{wait} s wait")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- images
+
+def images(objects: list[dict[str, Any]], own: Iterable[str] = ()) -> list[str]:
+    """Every image pinned (a digest, or a tag other than latest); every third-party tag listed in IMAGE_SOURCES,
+    except `own` (a stack's own vllm.image: the user's choice, which only has to be pinned)."""
+    problems, own = [], set(own)
+    for template in pod_templates(objects):
+        for container in [*(template.spec.get("initContainers") or []), *(template.spec.get("containers") or [])]:
+            image = container.get("image", "")
+            name, _, tag = image.rpartition(":") if "@" not in image else (image, "", "digest")
+            if not name or "/" in tag or tag in ("", "latest"):
+                problems.append(f"images: {template.where}: {image!r} is not pinned to a tag or digest")
+            elif image not in IMAGE_SOURCES and image not in own:
+                problems.append(f"images: {template.where}: {image} has no public listing recorded in "
+                                "planner/versions.py IMAGE_SOURCES")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- runtime
+
+PATH_FLAGS = ("--cert-dir", "--temp-dir", "--download-dir")
+"""Flags naming a directory the process writes to at start."""
+WRITABLE_ENV = ("HOME", "HF_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR")
+
+
+def _run_as_root(pod: dict[str, Any], container: dict[str, Any]) -> bool:
+    user = (container.get("securityContext") or {}).get("runAsUser",
+                                                         (pod.get("securityContext") or {}).get("runAsUser"))
+    return user in (None, 0)
+
+
+def runtime(objects: Iterable[dict[str, Any]]) -> list[str]:
+    """A non-root container with every capability dropped binds no port below 1024 (no NET_BIND_SERVICE), and a
+    container with a read-only root writes only under its writable mounts: every directory named by a path flag
+    or a cache/home variable lies under a mount that is not read-only."""
+    problems = []
+    for template in pod_templates(objects):
+        for container in template.spec.get("containers") or []:
+            where = f"{template.where} container {container.get('name')}"
+            security = container.get("securityContext") or {}
+            dropped = "ALL" in ((security.get("capabilities") or {}).get("drop") or [])
+            added = (security.get("capabilities") or {}).get("add") or []
+            if dropped and "NET_BIND_SERVICE" not in added and not _run_as_root(template.spec, container):
+                for port in container.get("ports") or []:
+                    if int(port.get("containerPort", 1024)) < 1024:
+                        problems.append(f"runtime: {where}: binds port {port['containerPort']} as a non-root user "
+                                        "without NET_BIND_SERVICE; use a port >= 1024")
+            if not security.get("readOnlyRootFilesystem"):
+                continue
+            writable = [m["mountPath"].rstrip("/") for m in container.get("volumeMounts") or []
+                        if not m.get("readOnly")]
+            paths = [value for flag in PATH_FLAGS if (value := _flag(container.get("command") or [], flag))]
+            paths += [e["value"] for e in container.get("env") or [] if e.get("name") in WRITABLE_ENV and "value" in e]
+            for path in paths:
+                if not any(path == root or path.startswith(root + "/") for root in writable):
+                    problems.append(f"runtime: {where}: writes to {path}, which is on the read-only root "
+                                    "filesystem (no writable volume is mounted there)")
+    return problems
+
+
+def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budget,
+              server_env: set[str] | frozenset[str] = frozenset(), own_images: Iterable[str] = ()) -> list[str]:
+    """Every rule above over one stack's objects."""
+    return [*names(objects, server_env), *scheduling(objects, pools), *budgets(objects, budget),
+            *images(objects, own_images), *runtime(objects)]

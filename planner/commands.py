@@ -1,0 +1,96 @@
+"""The command lines of a serving group, as pure functions: the vLLM API server, the launcher's leader
+and worker. The Kubernetes objects (components/ray_vllm_server.py) and the GPU benchmark runner (bench/run.py) both
+render them from here, so what is benchmarked is what is deployed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+LAUNCHER = Path(__file__).resolve().parent.parent / "images" / "vllm-ray" / "launcher.py"
+LAUNCHER_DIR = "/opt/vllm-gke"
+API_PORT = 8000
+API_PORT_NAME = "http"
+"""Named port of the leader container: probes, Service, PodMonitoring and the smoke Job use it."""
+RAY_PORT = 6379
+NODE_MANAGER_PORT = 8076
+OBJECT_MANAGER_PORT = 8077
+DRAIN_SECONDS = 90
+"""In-flight requests get this long to finish (vLLM --shutdown-timeout, launcher --drain-timeout)."""
+RAY_JOIN_TIMEOUT = 600
+"""Workers may land on nodes the autoscaler is still creating (GPU nodes take minutes)."""
+RAY_STOP_SECONDS = 20
+"""`ray stop --force` after the drain: it kills Ray's processes, so a few seconds are enough; bounded so
+preStop + drain + Ray stop fit the pod's termination grace period."""
+LIVENESS_MAX_AGE = 30
+"""The launcher's group heartbeat (written every second while every Ray node is alive) may be this old."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What the vLLM command line needs."""
+
+    model_path: str
+    """Weights directory inside the pod (the read-only weights volume)."""
+    served_name: str
+    """OpenAI model name."""
+    tensor: int
+    """--tensor-parallel-size."""
+    pipeline: int
+    """--pipeline-parallel-size."""
+    nodes: int
+    """Nodes per replica (group size)."""
+    gpus_per_node: int
+    """GPUs each group member contributes to Ray."""
+    max_model_len: int
+    """--max-model-len."""
+    gpu_memory_utilization: float
+    """--gpu-memory-utilization."""
+    dtype: str
+    """--dtype."""
+    kv_cache_dtype: str
+    """--kv-cache-dtype."""
+    extra_args: tuple[str, ...] = ()
+    """Appended verbatim."""
+    port: int = API_PORT
+    """API port."""
+
+
+def vllm_command(spec: ServerSpec, python: str = "python3") -> list[str]:
+    """The vLLM API server command a leader runs (the `vllm` console script is avoided on purpose:
+    the module entry point works in every image that has vLLM installed)."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path,
+           "--served-model-name", spec.served_name, "--host", "0.0.0.0", "--port", str(spec.port),
+           "--tensor-parallel-size", str(spec.tensor), "--pipeline-parallel-size", str(spec.pipeline),
+           "--max-model-len", str(spec.max_model_len),
+           "--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}",
+           "--dtype", spec.dtype, "--kv-cache-dtype", spec.kv_cache_dtype,
+           "--shutdown-timeout", str(DRAIN_SECONDS)]
+    if spec.nodes > 1:
+        cmd += ["--distributed-executor-backend", "ray"]
+    return cmd + list(spec.extra_args)
+
+
+def leader_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
+                   ) -> list[str]:
+    return [python, launcher, "leader", "--group-size", str(spec.nodes), "--gpus-per-node", str(spec.gpus_per_node),
+            "--ray-port", str(RAY_PORT), "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--drain-timeout", str(DRAIN_SECONDS),
+            "--ray-stop-timeout", str(RAY_STOP_SECONDS),
+            "--node-manager-port", str(NODE_MANAGER_PORT), "--object-manager-port", str(OBJECT_MANAGER_PORT),
+            "--", *vllm_command(spec, python)]
+
+
+def liveness_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
+                     ) -> list[str]:
+    """Liveness of a multi-node leader: the group heartbeat is fresh (every Ray node alive) and the API
+    server answers /health (a wedged server is restarted even while Ray is fine)."""
+    return [python, launcher, "check", "--max-age", str(LIVENESS_MAX_AGE),
+            "--health-url", f"http://127.0.0.1:{spec.port}/health"]
+
+
+def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
+                   ) -> list[str]:
+    # LWS injects LWS_LEADER_ADDRESS into every pod of the group; the launcher reads it.
+    return [python, launcher, "worker", "--gpus-per-node", str(spec.gpus_per_node), "--ray-port", str(RAY_PORT),
+            "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--node-manager-port", str(NODE_MANAGER_PORT),
+            "--object-manager-port", str(OBJECT_MANAGER_PORT)]

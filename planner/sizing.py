@@ -1,0 +1,402 @@
+"""Sizing planner: pure functions from model architecture x accelerator to a serving layout.
+
+Memory model per GPU (vLLM's own accounting, simplified):
+    usable KV bytes = GPU memory x gpuMemoryUtilization - weights / (TP x PP) - RESERVE
+    KV bytes per token = 2 x ceil(layers / PP) x max(kvHeads / TP, 1) x headDim x kv dtype bytes
+    KV tokens per replica = usable / KV bytes per token
+Layout rule: tensor parallel inside a node, pipeline parallel across nodes, replicas for
+throughput. Every rejection is a ConfigError naming the smallest layout that would work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from planner.architecture import DTYPE_BYTES, ModelArchitecture
+from planner.catalog import DISK_TYPES, GIB, MIB, Accelerator, MachineType, readonly_attach_limit
+from planner.commands import RAY_JOIN_TIMEOUT
+from planner.config import Settings
+from planner.errors import ConfigError
+
+RESERVE_GIB = 2.0
+"""Per-GPU memory outside weights and KV cache: activations at max batch, CUDA graphs, NCCL buffers."""
+ENGINE_START_SECONDS = 90
+"""vLLM engine start after weights are read: profiling run, KV allocation, CUDA-graph capture."""
+RAY_GROUP_SECONDS = 30
+"""Multi-node groups: Ray head start, worker joins and placement-group creation."""
+MAX_NODES_PER_REPLICA = 64
+MAX_NODES_PER_POOL = 1000
+"""GKE's limit of nodes per node pool per zone: the pool cannot grow past it."""
+PROBE_PERIOD_SECONDS = 10
+DOWNLOAD_FLOOR_MIB_S = 50
+"""The slowest weights download the Job's deadline allows for (Hugging Face or GCS into one pod)."""
+DOWNLOAD_SLACK_SECONDS = 1800
+"""Pod scheduling, node scale-up and the final sync on top of the transfer itself."""
+def pod_resources(machine: MachineType, gpus_per_pod: int) -> tuple[int, int, int]:
+    """(CPU cores, memory GiB, /dev/shm GiB) for a pod using `gpus_per_pod` of the machine's GPUs.
+
+    GKE keeps roughly 6% of CPU and 10% of memory plus system daemons for itself; the rest is shared
+    in proportion to the GPUs a pod takes, so replicas sharing a node all fit.
+    """
+    share = gpus_per_pod / machine.gpus
+    cpu = max(1, math.floor((machine.vcpus * 0.94 - 1) * share))
+    memory = max(4, math.floor((machine.memory_gib * 0.9 - 3) * share))
+    shm = min(64, max(2, memory // 4))
+    return cpu, memory, shm
+
+
+VLLM_MAX_NUM_SEQS = 256
+"""vLLM's default --max-num-seqs on GPUs: a replica never runs a larger batch."""
+
+
+def default_target(metric: str, max_concurrent_sequences: int) -> float:
+    """GKE's guidance: queue depth 3-5 per replica; batch size just under what a replica can hold."""
+    if metric == "queue":
+        return 3.0
+    capacity = min(VLLM_MAX_NUM_SEQS, max(1, max_concurrent_sequences))
+    return float(max(1, int(capacity * 0.9)))
+
+
+NODE_PROVISIONING_SECONDS = 900
+"""A new GPU node (create, boot, driver install, image pull) before the pod starts: the smoke Job's wait adds it
+to the startup budget."""
+MIN_WEIGHT_FRACTION = 0.9
+"""The download verifies at least this share of the planned weight bytes arrived (shards vary in overhead)."""
+MEASURED_CROSS_NODE_TCP = ("measured on 2x H200 over TCP sockets (docs/benchmarks.md): pipeline parallel across "
+                           "nodes 3,690 output tok/s per GPU, tensor parallel across nodes 496")
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    nodes: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    def describe(self, machine: MachineType | None = None) -> str:
+        text = f"tensor={self.tp}, pipeline={self.pp}"
+        where = f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+        if machine is not None:
+            where += f" of {machine.name}"
+        return f"{text} on {where}"
+
+
+@dataclass(frozen=True)
+class Fit:
+    weights_per_gpu: float
+    usable_per_gpu: float
+    kv_bytes_per_token: float
+    kv_tokens: int
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.usable_per_gpu > 0
+
+
+@dataclass(frozen=True)
+class Sizing:
+    accelerator: str
+    machine_type: str
+    gpus_per_node: int
+    nodes_per_replica: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpus_per_replica: int
+    gpus_per_pod: int
+    parameter_count: int
+    weights_gib: float
+    weights_gib_per_gpu: float
+    kv_cache_gib_per_gpu: float
+    kv_cache_tokens_per_replica: int
+    max_model_len: int
+    max_concurrent_sequences: int
+    estimated_load_seconds: int
+    startup_probe_seconds: int
+    download_deadline_seconds: int
+    weights_disk_gib: int
+    disk_read_mib_s: int
+    disk_provisioned_mib_s: int
+    min_nodes: int
+    max_nodes: int
+    layout_source: str
+    pod_cpu: int
+    pod_memory_gib: int
+    pod_shm_gib: int
+    hpa_target: float
+    min_weight_bytes: int
+    smoke_wait_seconds: int
+    fingerprint: str
+    warnings: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def weight_bytes_per_param(arch: ModelArchitecture, dtype: str) -> float:
+    """vLLM's `--dtype auto` keeps bf16/fp16 checkpoints and serves fp32 ones in 16 bits."""
+    if arch.weight_bytes_per_param < 2:  # quantized checkpoint: the dtype flag sets activations only
+        return arch.weight_bytes_per_param
+    if dtype == "auto":
+        return 2.0
+    return DTYPE_BYTES[dtype]
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, dtype: str) -> float:
+    if kv_cache_dtype != "auto":
+        return DTYPE_BYTES[kv_cache_dtype]
+    return 4.0 if dtype == "float32" else 2.0
+
+
+def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
+    """TP sizes vLLM accepts: dividing the attention heads, and the KV heads dividing or divisible."""
+    return [tp for tp in range(1, limit + 1)
+            if arch.num_attention_heads % tp == 0
+            and (arch.num_kv_heads % tp == 0 or tp % arch.num_kv_heads == 0)]
+
+
+def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
+        weights_bytes: float, kv_bytes: float) -> Fit:
+    per_gpu = weights_bytes / layout.gpus
+    usable = acc.memory_bytes * utilization - per_gpu - RESERVE_GIB * GIB
+    per_token = arch.kv_bytes_per_token(layout.tp, layout.pp, kv_bytes)
+    tokens = int(usable // per_token) if usable > 0 else 0
+    return Fit(per_gpu, usable, per_token, tokens)
+
+
+def place(tp: int, pp: int, gpus_per_node: int) -> int | None:
+    """Nodes a TP x PP replica needs: one when it fits a node, else whole nodes with TP inside one."""
+    gpus = tp * pp
+    if gpus <= gpus_per_node:
+        return 1
+    if tp > gpus_per_node or gpus % gpus_per_node:
+        return None
+    return gpus // gpus_per_node
+
+
+def candidate_layouts(arch: ModelArchitecture, gpus_per_node: int) -> list[Layout]:
+    """Every layout with TP inside a node, ordered smallest first (GPUs, then nodes, then larger TP)."""
+    layouts = []
+    for tp in valid_tensor_sizes(arch, gpus_per_node):
+        for pp in range(1, arch.num_layers + 1):
+            nodes = place(tp, pp, gpus_per_node)
+            if nodes is not None and nodes <= MAX_NODES_PER_REPLICA:
+                layouts.append(Layout(tp, pp, nodes))
+            if tp * pp >= gpus_per_node * MAX_NODES_PER_REPLICA:
+                break
+    return sorted(layouts, key=lambda lay: (lay.gpus, lay.nodes, -lay.tp))
+
+
+def smallest_working(arch: ModelArchitecture, acc: Accelerator, gpus_per_node: int, utilization: float,
+                     weights_bytes: float, kv_bytes: float, tokens_needed: int) -> Layout | None:
+    for layout in candidate_layouts(arch, gpus_per_node):
+        if fit(arch, acc, layout, utilization, weights_bytes, kv_bytes).kv_tokens >= tokens_needed:
+            return layout
+    return None
+
+
+def _suggestion(settings: Settings, weights_bytes: float, kv_bytes: float, tokens_needed: int) -> str:
+    arch, accs = settings.model.architecture, settings.accelerator
+    util = settings.vllm.gpu_memory_utilization
+    options = []
+    here = smallest_working(arch, accs.catalog, accs.gpus_per_node, util, weights_bytes, kv_bytes, tokens_needed)
+    if here is not None:
+        options.append(here.describe(accs.machine))
+    for machine in accs.catalog.machines:
+        if machine.gpus <= accs.gpus_per_node or machine is not accs.catalog.default_machine(machine.gpus):
+            continue
+        other = smallest_working(arch, accs.catalog, machine.gpus, util, weights_bytes, kv_bytes, tokens_needed)
+        if other is not None and other.nodes == 1 and (here is None or here.nodes > 1):
+            options.append(f"{other.describe(machine)} (accelerator.machineType: {machine.name})")
+            break
+    if not options:
+        return (f"no layout of up to {MAX_NODES_PER_REPLICA} nodes fits; use a larger accelerator, "
+                "an FP8 kv cache (vllm.kvCacheDtype: fp8) or a smaller vllm.maxModelLen")
+    return "a layout that fits: " + "; or ".join(options)
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_bytes: float,
+                    kv_bytes: float) -> Layout:
+    arch, accs = settings.model.architecture, settings.accelerator
+    gpn = accs.gpus_per_node
+    tp_key = "parallelism.tensor" if settings.parallelism.tensor is not None else "parallelism.pipeline"
+    if arch.num_attention_heads % layout_tp or not (arch.num_kv_heads % layout_tp == 0
+                                                    or layout_tp % arch.num_kv_heads == 0):
+        valid = valid_tensor_sizes(arch, max(8, gpn))
+        listed = ", ".join(str(v) for v in valid[:-1]) + f" or {valid[-1]}" if len(valid) > 1 else str(valid[0])
+        raise ConfigError("parallelism.tensor", layout_tp,
+                          f"{arch.name} has {arch.num_attention_heads} attention heads and {arch.num_kv_heads} "
+                          f"KV heads, which {layout_tp} does not divide; use {listed}")
+    if layout_pp > arch.num_layers:
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"{arch.name} has only {arch.num_layers} layers; use at most {arch.num_layers}")
+    nodes = place(layout_tp, layout_pp, gpn)
+    if nodes is None:
+        if layout_tp > gpn:
+            raise ConfigError("parallelism.tensor", layout_tp,
+                              f"tensor parallelism must stay inside one node ({accs.machine_type} has {gpn} GPUs); "
+                              f"use tensor={gpn} and pipeline={layout_tp * layout_pp // gpn} across nodes")
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"tensor x pipeline = {layout_tp * layout_pp} GPUs does not fill whole nodes of "
+                          f"{gpn} ({accs.machine_type}); use a multiple of {gpn}")
+    if nodes > MAX_NODES_PER_REPLICA:
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"needs {nodes} nodes per replica; at most {MAX_NODES_PER_REPLICA} are supported")
+    layout = Layout(layout_tp, layout_pp, nodes)
+    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes)
+    max_len = settings.vllm.max_model_len
+    if not result.weights_fit:
+        budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
+        raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
+                          f"{arch.name} needs {_gib(result.weights_per_gpu)} of weights per GPU at {layout.describe()}"
+                          f" but an {accs.type} offers {_gib(budget)} ({_gib(accs.catalog.memory_bytes)} x "
+                          f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a {RESERVE_GIB:g} GiB "
+                          f"reserve; {_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
+    if result.kv_tokens < max_len:
+        alternative = _suggestion(settings, weights_bytes, kv_bytes, max_len).removeprefix("a layout that fits: ")
+        raise ConfigError("vllm.maxModelLen", max_len,
+                          f"the KV cache at {layout.describe()} holds only {result.kv_tokens} tokens per replica "
+                          f"({_gib(result.usable_per_gpu)} per GPU), less than one sequence, so vLLM would refuse "
+                          f"to start; lower vllm.maxModelLen to {result.kv_tokens} or less, or use "
+                          f"{alternative}")
+    return layout
+
+
+def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
+    arch, accs = settings.model.architecture, settings.accelerator
+    acc, gpn, util = accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization
+    max_len = settings.vllm.max_model_len
+    wanted = settings.parallelism.min_concurrent_sequences * max_len
+    tps = valid_tensor_sizes(arch, gpn)
+    for tp in tps:  # (a) smallest TP on one node that holds the wanted concurrency
+        layout = Layout(tp, 1, 1)
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes).kv_tokens >= wanted:
+            return layout
+    tp_max = tps[-1]
+    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes).kv_tokens >= max_len:
+        return Layout(tp_max, 1, 1)  # (b) the whole node holds at least one full sequence
+    for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # (c) fewest nodes, PP across them
+        pp = nodes * gpn // tp_max
+        if pp > arch.num_layers:
+            break
+        layout = Layout(tp_max, pp, nodes)
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes).kv_tokens >= max_len:
+            return layout
+    raise ConfigError("model.id", settings.model.id,
+                      f"{arch.name} ({_gib(weights_bytes)} of weights) with vllm.maxModelLen {max_len} does not fit "
+                      f"on up to {MAX_NODES_PER_REPLICA} nodes of {accs.machine_type}; "
+                      f"{_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
+
+
+def disk_read_mib_s(disk_type: str, disk_gib: int, machine: MachineType) -> float:
+    """Sustained read throughput one VM gets from the weights disk."""
+    disk = DISK_TYPES[disk_type]
+    vm_cap = disk.vm_cap_large_mib_s if machine.vcpus >= 16 else disk.vm_cap_small_mib_s
+    if disk.mib_s_per_gib == 0:  # provisioned throughput (Hyperdisk ML): we provision at least the VM cap
+        return vm_cap
+    return min(vm_cap, disk.baseline_mib_s + disk.mib_s_per_gib * disk_gib)
+
+
+def weights_disk_size(settings: Settings, weights_bytes: float, machine: MachineType) -> int:
+    """Capacity for the weights plus 15% and 10 GiB of slack; for persistent disks, grown up to 4x
+    when that buys read throughput (PD throughput scales with size), since load time is GPU time."""
+    if settings.weights.size_gib is not None:
+        return settings.weights.size_gib
+    need = math.ceil((weights_bytes / GIB) * 1.15 + 10)
+    disk = DISK_TYPES[settings.weights.disk_type]
+    size = need
+    if disk.mib_s_per_gib:
+        vm_cap = disk.vm_cap_large_mib_s if machine.vcpus >= 16 else disk.vm_cap_small_mib_s
+        size = max(need, min(4 * need, math.ceil((vm_cap - disk.baseline_mib_s) / disk.mib_s_per_gib)))
+    return int(math.ceil(size / 10) * 10)
+
+
+def plan(settings: Settings) -> Sizing:
+    """The serving layout and its derived numbers for validated settings (raises ConfigError)."""
+    arch, accs, par = settings.model.architecture, settings.accelerator, settings.parallelism
+    params = arch.parameter_count()
+    if settings.model.weights_gib is not None:
+        weights_bytes = settings.model.weights_gib * GIB
+    else:
+        weights_bytes = params * weight_bytes_per_param(arch, settings.vllm.dtype)
+    kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype)
+
+    if par.tensor is None and par.pipeline is None:
+        layout, source = _auto(settings, weights_bytes, kv_bytes), "auto"
+    else:
+        layout = _check_explicit(settings, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
+        source = "config"
+    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes)
+
+    warnings = list(settings.warnings)
+    concurrency = result.kv_tokens // settings.vllm.max_model_len
+    if concurrency < par.min_concurrent_sequences:
+        warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
+                        f"parallelism.minConcurrentSequences ({par.min_concurrent_sequences})")
+    if layout.nodes > 1 and not accs.catalog.compact_placement:
+        warnings.append(f"{accs.machine_type} does not support compact placement; "
+                        "pipeline stages will talk across the zone's network")
+    if layout.nodes > 1 and accs.machine.gpudirect:
+        warnings.append(f"{accs.machine_type} offers {accs.machine.gpudirect} for GPU traffic between nodes, which "
+                        f"this program does not set up: the {layout.nodes} nodes of a replica talk over TCP on the "
+                        f"primary NIC. Keep tensor parallelism inside a node ({MEASURED_CROSS_NODE_TCP})")
+
+    disk_gib = weights_disk_size(settings, weights_bytes, accs.machine)
+    if disk_gib * GIB < weights_bytes:
+        raise ConfigError("weights.sizeGib", settings.weights.size_gib,
+                          f"smaller than the model's weights ({_gib(weights_bytes)})")
+    read_mib_s = disk_read_mib_s(settings.weights.disk_type, disk_gib, accs.machine)
+    max_nodes = settings.autoscaling.max_replicas * layout.nodes
+    if max_nodes > MAX_NODES_PER_POOL:
+        raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
+                          f"{max_nodes} nodes ({layout.nodes} per replica) exceed what one GKE node pool may grow "
+                          f"to in a zone ({MAX_NODES_PER_POOL}); use at most {MAX_NODES_PER_POOL // layout.nodes}")
+    attach_limit = readonly_attach_limit(settings.weights.disk_type, disk_gib)
+    if max_nodes > attach_limit:
+        raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
+                          f"{max_nodes} nodes ({layout.nodes} per replica) would attach the read-only "
+                          f"{settings.weights.disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
+                          "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
+    # Hyperdisk ML throughput is per disk and shared by every attached VM: provision for all of them.
+    provisioned = int(min(max(400, read_mib_s * max_nodes), 1_200_000))
+    per_node_mib = weights_bytes / layout.nodes / MIB
+    load = per_node_mib / read_mib_s + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
+    # The leader's startup probe runs from its container start: a multi-node leader may first wait up to
+    # RAY_JOIN_TIMEOUT for workers on nodes still being created, then load and start. A probe budget shorter
+    # than that kills the leader mid-wait and the group is recreated, losing the launcher's diagnostic.
+    join_wait = RAY_JOIN_TIMEOUT if layout.nodes > 1 else 0
+    probe = int(math.ceil((join_wait + 2 * load + 60) / PROBE_PERIOD_SECONDS) * PROBE_PERIOD_SECONDS)
+    download = max(3600, math.ceil(weights_bytes / MIB / DOWNLOAD_FLOOR_MIB_S) + DOWNLOAD_SLACK_SECONDS)
+
+    gpus_per_pod = layout.gpus if layout.nodes == 1 else accs.gpus_per_node
+    pod_cpu, pod_memory, pod_shm = pod_resources(accs.machine, gpus_per_pod)
+    hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, concurrency)
+    # Anything that changes what is served: the smoke Job is renamed (so re-run) when this changes.
+    served = f"{settings.model.id}@{settings.model.revision}|{settings.vllm.image}|{layout}|{settings.vllm}"
+    return Sizing(
+        accelerator=accs.type, machine_type=accs.machine_type, gpus_per_node=accs.gpus_per_node,
+        nodes_per_replica=layout.nodes, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp,
+        gpus_per_replica=layout.gpus, gpus_per_pod=gpus_per_pod,
+        parameter_count=params, weights_gib=round(weights_bytes / GIB, 2),
+        weights_gib_per_gpu=round(result.weights_per_gpu / GIB, 2),
+        kv_cache_gib_per_gpu=round(result.usable_per_gpu / GIB, 2),
+        kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
+        max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
+        startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
+        disk_read_mib_s=int(read_mib_s),
+        disk_provisioned_mib_s=provisioned if settings.weights.disk_type == "hyperdisk-ml" else 0,
+        min_nodes=settings.autoscaling.min_replicas * layout.nodes,
+        max_nodes=max_nodes,
+        layout_source=source, pod_cpu=pod_cpu, pod_memory_gib=pod_memory, pod_shm_gib=pod_shm,
+        hpa_target=hpa_target, min_weight_bytes=int(weights_bytes * MIN_WEIGHT_FRACTION),
+        smoke_wait_seconds=probe + NODE_PROVISIONING_SECONDS,
+        fingerprint=hashlib.sha256(served.encode()).hexdigest()[:16], warnings=tuple(warnings),
+    )

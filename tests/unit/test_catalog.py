@@ -1,0 +1,48 @@
+"""The accelerator catalog is one consistent table."""
+
+import pytest
+
+from planner.catalog import ACCELERATORS, DISK_TYPES, readonly_attach_limit
+
+ISSUE_TYPES = ["nvidia-tesla-t4", "nvidia-l4", "nvidia-tesla-a100", "nvidia-a100-80gb", "nvidia-h100-80gb",
+               "nvidia-h100-mega-80gb", "nvidia-h200-141gb", "nvidia-b200"]
+
+
+def test_catalog_covers_every_gke_accelerator_type_the_product_supports():
+    assert sorted(ACCELERATORS) == sorted(ISSUE_TYPES)
+
+
+@pytest.mark.parametrize("acc_type,mib", [("nvidia-l4", 23_034), ("nvidia-h100-80gb", 81_559),
+                                          ("nvidia-h200-141gb", 143_771), ("nvidia-tesla-t4", 15_360)])
+def test_gpu_memory_is_what_the_driver_reports(acc_type, mib):
+    assert ACCELERATORS[acc_type].memory_mib == mib
+
+
+def test_machine_type_names_are_unique_and_their_gpu_count_matches_the_name():
+    names = [m.name for a in ACCELERATORS.values() for m in a.machines]
+    assert len(names) == len(set(names)), "a machine type belongs to one accelerator"
+    for acc in ACCELERATORS.values():
+        for machine in acc.machines:
+            if machine.name.endswith("g") and machine.name.split("-")[-1][:-1].isdigit():
+                assert machine.gpus == int(machine.name.split("-")[-1][:-1]), machine.name
+
+
+def test_every_gpu_count_has_a_default_machine_and_it_is_listed_first():
+    for acc in ACCELERATORS.values():
+        for count in acc.gpu_counts():
+            first = next(m for m in acc.machines if m.gpus == count)
+            assert acc.default_machine(count) is first
+
+
+def test_n1_t4_supports_neither_compact_placement_nor_hyperdisk_ml():
+    t4 = ACCELERATORS["nvidia-tesla-t4"]
+    assert not t4.compact_placement and not t4.hyperdisk_ml
+    assert all(a.hyperdisk_ml for a in ACCELERATORS.values() if a.type != "nvidia-tesla-t4")
+
+
+def test_readonly_attach_limits_follow_disk_type_and_hyperdisk_ml_size():
+    assert readonly_attach_limit("pd-ssd", 100) == 10
+    assert readonly_attach_limit("hyperdisk-ml", 200) == 2_500
+    assert readonly_attach_limit("hyperdisk-ml", 1_500) == 300
+    assert readonly_attach_limit("hyperdisk-ml", 60_000) == 30
+    assert set(DISK_TYPES) == {"pd-ssd", "pd-balanced", "hyperdisk-ml"}

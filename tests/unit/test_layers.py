@@ -1,0 +1,61 @@
+"""The layout is the architecture: pure planner, components holding only ComponentResources, thin __main__."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def test_the_planner_package_imports_no_pulumi_module():
+    code = ("import pkgutil, sys, planner\n"
+            "for m in pkgutil.iter_modules(planner.__path__): __import__(f'planner.{m.name}')\n"
+            "print(sorted(n for n in sys.modules if n.split('.')[0].startswith('pulumi')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", f"planner pulled in {result.stdout.strip()}"
+
+
+@pytest.mark.parametrize("folder", ["bench", "policy", "images"])
+def test_bench_policy_and_images_import_nothing_from_components_or_pulumi_programs(folder):
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        if "venv" in path.parts:
+            continue
+        bad = {m for m in imported_modules(path) if m.split(".")[0] in ("components", "tools")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: only the planner package is shared"
+
+
+def test_each_component_file_holds_one_component_resource_named_after_the_file():
+    for path in sorted((ROOT / "components").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        components = [n.name for n in tree.body if isinstance(n, ast.ClassDef)
+                      and any(ast.unparse(b) == "pulumi.ComponentResource" for b in n.bases)]
+        expected = "".join(part.capitalize() for part in path.stem.split("_"))
+        assert [c.lower() for c in components] == [expected.lower()], \
+            f"{path.name} must hold exactly one ComponentResource named like the file, found {components}"
+
+
+def test_main_is_the_dependency_graph_and_nothing_else():
+    text = (ROOT / "__main__.py").read_text()
+    assert len(text.splitlines()) <= 60
+    tree = ast.parse(text)
+    arithmetic = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+    assert not arithmetic, f"derived numbers belong on the planner's result: {arithmetic}"
+    assert "pulumi.Config" not in text, "config and secrets are read once, by planner.config.from_pulumi"

@@ -1,0 +1,167 @@
+"""Planner maths on known models and the layout rule (TP inside a node, PP across nodes)."""
+
+import pytest
+
+from planner.architecture import parse_hf_config
+from planner.errors import ConfigError
+from planner.sizing import RESERVE_GIB, candidate_layouts, valid_tensor_sizes
+from tests.helpers import accel, model, settings, sizing
+
+GIB = 1024**3
+
+
+def arch(name):
+    return settings(model=model(name), accelerator=accel("nvidia-h200-141gb")).model.architecture
+
+
+@pytest.mark.parametrize("name,billions", [("Llama-3.1-8B-Instruct", 8.03), ("Llama-3.1-70B-Instruct", 70.55),
+                                           ("Llama-3.1-405B-Instruct", 405.85), ("Mixtral-8x7B-Instruct-v0.1", 46.70),
+                                           ("Qwen2.5-7B-Instruct", 7.62)])
+def test_parameter_count_matches_published_sizes_counting_every_expert(name, billions):
+    assert arch(name).parameter_count() / 1e9 == pytest.approx(billions, abs=0.02)
+
+
+def test_kv_bytes_per_token_follow_the_formula_and_replicate_kv_heads_beyond_tp():
+    a = arch("Llama-3.1-70B-Instruct")  # 80 layers, 8 KV heads, head_dim 128
+    assert a.kv_bytes_per_token(tp=1, pp=1, kv_dtype_bytes=2) == 2 * 80 * 8 * 128 * 2
+    assert a.kv_bytes_per_token(tp=4, pp=2, kv_dtype_bytes=2) == 2 * 40 * 2 * 128 * 2
+    assert a.kv_bytes_per_token(tp=16, pp=1, kv_dtype_bytes=1) == 2 * 80 * 1 * 128 * 1
+
+
+def test_dev_stack_is_llama_8b_on_one_l4_with_tp1():
+    s = sizing()
+    assert (s.nodes_per_replica, s.tensor_parallel_size, s.pipeline_parallel_size) == (1, 1, 1)
+    assert s.weights_gib == pytest.approx(14.96, abs=0.01)
+    usable = 23_034 / 1024 * 0.9 - 14.96 - RESERVE_GIB
+    assert s.kv_cache_tokens_per_replica == pytest.approx(usable * GIB / (2 * 32 * 8 * 128 * 2), rel=0.001)
+
+
+def test_llama_70b_on_a3_highgpu_8g_takes_tp4_on_one_node():
+    s = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"))
+    assert (s.nodes_per_replica, s.tensor_parallel_size, s.pipeline_parallel_size) == (1, 4, 1)
+    assert s.gpus_per_pod == 4, "single-node replicas request TP GPUs"
+
+
+def test_llama_70b_on_two_l4_nodes_goes_pipeline_parallel_across_four_nodes():
+    s = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"))
+    assert (s.nodes_per_replica, s.tensor_parallel_size, s.pipeline_parallel_size) == (4, 2, 4)
+    assert s.gpus_per_pod == 2, "multi-node replicas take whole nodes"
+    assert (s.min_nodes, s.max_nodes) == (4, 8), "node bounds are replicas x nodes per replica"
+
+
+def test_llama_405b_fits_one_h200_node_at_tp8():
+    s = sizing(model=model("Llama-3.1-405B-Instruct"), accelerator=accel("nvidia-h200-141gb"))
+    assert (s.nodes_per_replica, s.tensor_parallel_size) == (1, 8)
+
+
+def test_mixtral_counts_all_experts_and_needs_tp2_on_h100():
+    s = sizing(model=model("Mixtral-8x7B-Instruct-v0.1"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"))
+    assert s.weights_gib == pytest.approx(86.99, abs=0.05)
+    assert s.tensor_parallel_size == 2
+
+
+def test_llama_8b_tp1_on_a_t4_is_refused_for_memory_with_a_layout_that_fits():
+    with pytest.raises(ConfigError) as err:
+        sizing(accelerator=accel("nvidia-tesla-t4"), parallelism={"tensor": 1})
+    msg = str(err.value)
+    assert msg.startswith("vllm-gke:parallelism.tensor = 1")
+    assert "weights per GPU" in msg and "a layout that fits" in msg
+    assert "tensor=2, pipeline=1 on 1 node of n1-standard-16" in msg
+
+
+def test_tp3_for_32_heads_is_refused_naming_the_valid_sizes():
+    with pytest.raises(ConfigError) as err:
+        sizing(parallelism={"tensor": 3})
+    assert str(err.value).startswith("vllm-gke:parallelism.tensor = 3")
+    assert "use 1, 2, 4 or 8" in str(err.value)
+
+
+def test_tensor_parallel_across_nodes_is_refused_in_favour_of_pipeline():
+    with pytest.raises(ConfigError) as err:
+        sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"),
+               parallelism={"tensor": 8})
+    assert "use tensor=2 and pipeline=4" in str(err.value)
+
+
+def test_partial_nodes_are_refused():
+    with pytest.raises(ConfigError) as err:
+        sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-96"),
+               parallelism={"tensor": 4, "pipeline": 3})
+    assert str(err.value).startswith("vllm-gke:parallelism.pipeline = 3") and "whole nodes" in str(err.value)
+
+
+def test_pipeline_beyond_the_layer_count_is_refused():
+    with pytest.raises(ConfigError, match="only 32 layers"):
+        sizing(parallelism={"tensor": 1, "pipeline": 40})
+
+
+def test_a_context_longer_than_the_kv_cache_is_refused_on_max_model_len():
+    with pytest.raises(ConfigError) as err:
+        sizing(vllm={"maxModelLen": 65536}, parallelism={"tensor": 1})
+    assert str(err.value).startswith("vllm-gke:vllm.maxModelLen = 65536")
+    assert "vLLM would refuse" in str(err.value)
+
+
+def test_explicit_layout_wins_over_the_automatic_one():
+    s = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"),
+               parallelism={"tensor": 8})
+    assert (s.tensor_parallel_size, s.layout_source) == (8, "config")
+
+
+def test_fp8_kv_cache_doubles_the_token_capacity():
+    base = sizing(parallelism={"tensor": 1})
+    fp8 = sizing(parallelism={"tensor": 1}, vllm={"kvCacheDtype": "fp8"})
+    assert fp8.kv_cache_tokens_per_replica == pytest.approx(2 * base.kv_cache_tokens_per_replica, rel=0.001)
+
+
+def test_weights_gib_overrides_the_computed_size():
+    assert sizing(model={**model("Llama-3.1-8B-Instruct"), "weightsGib": 9.5}).weights_gib == 9.5
+
+
+def test_a_model_too_big_for_any_layout_names_the_remedies():
+    with pytest.raises(ConfigError) as err:
+        sizing(model=model("Llama-3.1-405B-Instruct"), accelerator=accel("nvidia-tesla-t4"),
+               vllm={"maxModelLen": 131072})
+    assert str(err.value).startswith("vllm-gke:model.id")
+
+
+def test_load_estimate_grows_with_weights_and_drops_with_hyperdisk_ml():
+    pd = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"))
+    hd = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"),
+                weights={"diskType": "hyperdisk-ml"})
+    small = sizing()
+    assert hd.estimated_load_seconds < pd.estimated_load_seconds
+    assert hd.disk_read_mib_s == 4_000, "Hyperdisk ML is provisioned up to the A3 per-VM cap"
+    assert pd.disk_read_mib_s == int(0.48 * pd.weights_disk_gib), "pd-ssd reads 0.48 MiB/s per GiB"
+    assert pd.startup_probe_seconds >= 2 * pd.estimated_load_seconds
+    assert small.weights_disk_gib * GIB >= small.weights_gib * GIB * 1.15
+
+
+def test_valid_tensor_sizes_respect_kv_heads():
+    qwen = arch("Qwen2.5-7B-Instruct")  # 28 heads, 4 KV heads
+    assert valid_tensor_sizes(qwen, 8) == [1, 2, 4]
+    odd = parse_hf_config({"num_hidden_layers": 2, "hidden_size": 768, "num_attention_heads": 12,
+                           "num_key_value_heads": 6, "vocab_size": 100, "max_position_embeddings": 64},
+                          "odd", "model.architecture")
+    assert valid_tensor_sizes(odd, 12) == [1, 2, 3, 6, 12]
+
+
+def test_candidate_layouts_keep_tp_inside_a_node_and_fill_whole_nodes():
+    layouts = candidate_layouts(arch("Llama-3.1-70B-Instruct"), gpus_per_node=2)
+    assert layouts[0].gpus == 1
+    for lay in layouts:
+        assert lay.tp <= 2
+        assert lay.nodes == 1 or lay.gpus == lay.nodes * 2
+
+
+def test_replicas_beyond_what_the_node_pool_may_grow_to_are_refused():
+    with pytest.raises(ConfigError) as err:
+        sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"),
+               autoscaling={"maxReplicas": 300}, weights={"diskType": "hyperdisk-ml"})
+    assert str(err.value).startswith("vllm-gke:autoscaling.maxReplicas = 300") and "use at most 250" in str(err.value)
+
+
+def test_more_nodes_than_a_persistent_disk_attaches_to_are_refused_naming_hyperdisk_ml():
+    with pytest.raises(ConfigError) as err:
+        sizing(autoscaling={"maxReplicas": 11})
+    assert "at most 10 VMs" in str(err.value) and "hyperdisk-ml" in str(err.value)

@@ -1,0 +1,208 @@
+"""Run the real Pulumi program under Pulumi's mocks runtime and record what it declares.
+
+Used by `tools.plan` and the tests: no CLI, no credentials, no network. Resources get
+their inputs echoed back as outputs, plus the few computed outputs the program reads
+(cluster endpoint and CA, image self links, project number).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from planner.config import NAMESPACE, PROJECT_DIR
+
+FAKE_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm1vY2sKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
+FAKE_PROJECT_NUMBER = "123456789012"
+
+
+@dataclass
+class Recorded:
+    """One resource the program registered."""
+
+    type: str
+    name: str
+    urn: str
+    inputs: dict[str, Any]
+    parent: str | None = None
+    provider: str | None = None
+    dependencies: list[str] = field(default_factory=list)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    custom: bool = True
+    ignore_changes: list[str] = field(default_factory=list)
+    delete_before_replace: bool = False
+    additional_secret_outputs: list[str] = field(default_factory=list)
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self, project: str) -> None:
+        self.project = project
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
+        outputs = dict(args.inputs)
+        if args.typ == "gcp:container/cluster:Cluster":
+            outputs.update(endpoint="203.0.113.10", masterAuth={"clusterCaCertificate": FAKE_CA},
+                           location=args.inputs.get("location"))
+        if args.typ in ("gcp:compute/image:Image", "gcp:compute/snapshot:Snapshot", "gcp:compute/disk:Disk"):
+            kind = args.typ.split(":")[-1].lower() + "s"
+            outputs["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{self.project}/global/{kind}/{args.name}"
+        if args.typ == "gcp:serviceaccount/account:Account":
+            outputs["email"] = f"{args.inputs.get('accountId')}@{self.project}.iam.gserviceaccount.com"
+        if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):
+            outputs["metadata"].setdefault("name", args.name)
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        if args.token == "gcp:container/getCluster:getCluster":
+            return {"name": args.args.get("name"), "location": args.args.get("location"),
+                    "endpoint": "203.0.113.10", "masterAuths": [{"clusterCaCertificate": FAKE_CA}],
+                    "project": args.args.get("project") or self.project,
+                    "workloadIdentityConfigs": [{"workloadPool": f"{self.project}.svc.id.goog"}]}
+        if args.token in ("gcp:organizations/getProject:getProject",
+                          "gcp:organizations/getClientConfig:getClientConfig"):
+            return {"number": FAKE_PROJECT_NUMBER, "projectId": self.project, "project": self.project}
+        return dict(args.args)
+
+
+class _RecordingMonitor(pulumi_mocks.MockMonitor):
+    """MockMonitor that also keeps each registration's parent, provider and dependencies."""
+
+    def __init__(self, mocks: _Mocks) -> None:
+        super().__init__(mocks)
+        self.recorded: list[Recorded] = []
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        from pulumi.runtime import rpc
+
+        response = super().RegisterResource(request)
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        self.recorded.append(Recorded(
+            type=request.type, name=request.name, urn=response.urn, inputs=_plain(inputs),
+            parent=request.parent or None, provider=request.provider or None,
+            dependencies=list(request.dependencies),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            custom=request.custom, ignore_changes=list(request.ignoreChanges),
+            delete_before_replace=request.deleteBeforeReplace,
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+        ))
+        return response
+
+
+def _plain(value: Any) -> Any:
+    """Secrets as their values wrapped in a marker dict, everything else as plain JSON data."""
+    from pulumi.runtime import rpc
+
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return {"__secret__": _plain(value.get("value"))}
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class Recording:
+    stack: str
+    resources: list[Recorded]
+
+    def of_type(self, type_token: str) -> list[Recorded]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def one(self, type_token: str, name_contains: str = "") -> Recorded:
+        found = [r for r in self.of_type(type_token) if name_contains in r.name]
+        if len(found) != 1:
+            raise AssertionError(f"expected one {type_token} named *{name_contains}*, found {[r.name for r in found]}")
+        return found[0]
+
+    def by_urn(self, urn: str) -> Recorded:
+        return next(r for r in self.resources if r.urn == urn)
+
+    def kubernetes_resources(self) -> list[tuple[str, dict[str, Any]]]:
+        """(type token, object as it would be applied, secret values masked) for every Kubernetes object."""
+        found = []
+        for res in self.resources:
+            if not res.type.startswith("kubernetes:") or res.type.startswith("kubernetes:helm") \
+                    or "apiVersion" not in res.inputs:
+                continue
+            obj = json.loads(json.dumps(res.inputs, default=str))
+            obj.pop("__secret__", None)
+            found.append((res.type, _integral(_unwrap_secrets(obj))))
+        return found
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object as it would be applied (secret values masked)."""
+        return [obj for _, obj in self.kubernetes_resources()]
+
+
+def _integral(value: Any) -> Any:
+    """Numbers cross the Pulumi RPC as doubles; Kubernetes integer fields read back as ints."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _unwrap_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__secret__"}:
+            return "[secret]"
+        return {k: _unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secrets(v) for v in value]
+    return value
+
+
+def config_strings(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """Stack-file config -> the string map Pulumi hands a program, plus its secret keys.
+
+    Encrypted `secure:` values cannot be decrypted offline; they become placeholders.
+    """
+    values, secrets = {}, []
+    for key, value in config.items():
+        full = key if ":" in key else f"{NAMESPACE}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            values[full] = "[secret]"
+            secrets.append(full)
+        elif isinstance(value, (dict, list)):
+            values[full] = json.dumps(value)
+        elif isinstance(value, bool):
+            values[full] = "true" if value else "false"
+        else:
+            values[full] = str(value)
+    return values, secrets
+
+
+def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = PROJECT_DIR,
+                preview: bool = False) -> Recording:
+    """Evaluate `__main__.py` for a stack's config under mocks and return what it registered."""
+    values, secrets = config_strings(config)
+    project = values.get("gcp:project", "mock-project")
+    set_all_config(values, secrets)
+    mocks = _Mocks(project)
+    monitor = _RecordingMonitor(mocks)
+    logger = logging.getLogger("vllm-gke.mocks")  # program warnings are reported by the caller
+    logger.propagate = False
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    pulumi.runtime.set_mocks(mocks, project=NAMESPACE, stack=stack, preview=preview, monitor=monitor,
+                             logger=logger)
+    pulumi_settings.SETTINGS.rpc_manager.clear()
+    pulumi_settings.SETTINGS.outputs.clear()
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(project_dir / "__main__.py"),
+                                                         run_name="__pulumi_main__")))
+    return Recording(stack, [r for r in monitor.recorded if r.type != "pulumi:pulumi:Stack"])

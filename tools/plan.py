@@ -1,0 +1,140 @@
+"""Offline plan: evaluate a stack under Pulumi mocks and show what it would deploy.
+
+    python -m tools.plan --stack dev [--json] [--out DIR]
+    python -m tools.plan --config path/to/Pulumi.x.yaml
+
+No CLI, credentials or network. A ConfigError exits 2 with its one-line message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.catalog import GIB
+from planner.config import NAMESPACE, PROJECT_DIR, build_settings
+from planner.errors import ConfigError
+from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
+
+
+class PlanInputError(Exception):
+    """A bad command-line argument or unreadable stack file."""
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise PlanInputError(f"--config {path}: no such stack file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise PlanInputError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise PlanInputError(f"--config {path}: `config:` must be a mapping of keys to values")
+    return config
+
+
+def namespaced(config: dict[str, Any]) -> dict[str, Any]:
+    """The `vllm-gke:` keys of a stack config, without the prefix; secure values as placeholders."""
+    prefix = f"{NAMESPACE}:"
+    out = {}
+    for key, value in config.items():
+        if key.startswith(prefix):
+            if isinstance(value, dict) and set(value) == {"secure"}:
+                value = "[secret]"
+            out[key[len(prefix):]] = value
+    return out
+
+
+def sizing_table(sizing: Sizing) -> str:
+    rows = [(k, v) for k, v in sizing.as_dict().items() if k != "warnings"]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def resource_tree(resources: list[Any]) -> str:
+    children: dict[str | None, list[Any]] = {}
+    urns = {r.urn for r in resources}
+    for res in resources:
+        children.setdefault(res.parent if res.parent in urns else None, []).append(res)
+    for siblings in children.values():  # registration order varies run to run; the listing must not
+        siblings.sort(key=lambda res: (res.type, res.name))
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for res in children.get(parent, []):
+            lines.append(f"{'  ' * (depth + 1)}{res.type}  {res.name}")
+            walk(res.urn, depth + 1)
+
+    walk(None, 0)
+    return "\n".join(lines)
+
+
+def write_objects(objects: list[dict[str, Any]], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        name = f"{obj.get('kind', 'Object')}-{meta.get('namespace', '_cluster')}-{meta.get('name', 'unnamed')}"
+        path = out / f"{name.lower()}.yaml"
+        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--stack", help="stack name: reads Pulumi.<stack>.yaml next to Pulumi.yaml")
+    source.add_argument("--config", type=Path, help="any stack file (Pulumi.<stack>.yaml layout)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--out", type=Path, help="write every Kubernetes object as YAML into this directory")
+    args = parser.parse_args(argv)
+
+    try:
+        path = args.config if args.config else PROJECT_DIR / f"Pulumi.{args.stack}.yaml"
+        stack = args.stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
+        config = read_stack_file(path)
+        settings = build_settings(namespaced(config), PROJECT_DIR)
+        sizing = plan(settings)
+        from tools.mocks import run_program  # imported late: pulumi start-up is the slow part
+
+        recording = run_program(config, stack=stack)
+    except (ConfigError, PlanInputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from planner import cluster_rules
+
+    objects = recording.kubernetes_objects()
+    pools = cluster_rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
+    budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
+    # The Service-variable half of the names rule needs vLLM's own variable list (tests/test_cluster_rules.py).
+    violations = cluster_rules.check_all(objects, pools, budget, own_images=[settings.vllm.image])
+    written = write_objects(objects, args.out) if args.out else []
+    resources = [{"type": r.type, "name": r.name} for r in recording.resources]
+    if args.json:
+        print(json.dumps({"stack": stack, "sizing": sizing.as_dict(), "resources": resources,
+                          "warnings": list(sizing.warnings), "cluster_rules": violations}, indent=2))
+    else:
+        print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})\n")
+        print("sizing:\n" + sizing_table(sizing) + "\n")
+        print(f"resources ({len(resources)}):\n" + resource_tree(recording.resources))
+        for warning in sizing.warnings:
+            print(f"warning: {warning}")
+        print(f"\ncluster rules (names, scheduling on {', '.join(p.name for p in pools)}, budgets, images, "
+              f"runtime): {len(violations) or 'no'} violation{'s' if len(violations) != 1 else ''}")
+        if written:
+            print(f"wrote {len(written)} Kubernetes objects to {args.out}")
+    for violation in violations:
+        print(f"error: {violation}", file=sys.stderr)
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
