@@ -1,118 +1,40 @@
 """Stack configuration -> validated, frozen settings.
 
 The program reads `pulumi.Config` exactly once (`from_pulumi`); everything else takes the
-`Settings` built here. Defaults live only in `Pulumi.yaml`'s `config:` block: for object keys the
-stack's object is merged field by field over the project default, so a stack names only what it
-changes. Every invalid value raises one `ConfigError` naming the key, the value and what is
-accepted; unknown keys are errors too, so a typo never passes silently.
+`Settings` built here. Every key is declared once, with its type, default, bounds, choices and
+description, in `planner/stack_schema.py` (pydantic); Pulumi.yaml's `config:` block, the README
+reference and the JSON Schema are generated from it. A stack's object is read over the declared
+defaults field by field, so a stack names only what it changes. Every invalid value raises one
+`ConfigError` naming the key, the value and what is accepted; unknown keys are errors too, so a
+typo never passes silently.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
+import re
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import BaseModel, ValidationError
 
 from planner.architecture import ModelArchitecture, load_architecture
-from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType
+from planner.catalog import ACCELERATORS, Accelerator, MachineType
 from planner.errors import NAMESPACE, ConfigError, fmt_value
+from planner.stack_schema import (
+    SECRETS,
+    SECTIONS,
+    AcceleratorConfig,
+    ModelConfig,
+    Section,
+    section_defaults,
+)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEYS = ("hfToken", "apiKey")
-OBJECT_KEYS = ("cluster", "accelerator", "model", "parallelism", "vllm", "weights",
-               "autoscaling", "serving", "monitoring")
-
-PROVISIONING = ("on-demand", "spot", "reservation")
-MODEL_SOURCES = ("huggingface", "gcs")
-DTYPES = ("auto", "bfloat16", "float16", "float32", "half")
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-EXPOSE = ("cluster-ip", "internal-lb")
-METRICS = ("queue", "batch")
-RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
-
-
-class _Section:
-    """Reads one config object, remembering which fields were consumed."""
-
-    def __init__(self, key: str, raw: Any):
-        if not isinstance(raw, Mapping):
-            raise ConfigError(key, raw, "expected an object (a YAML mapping)")
-        self.key, self.raw, self.seen = key, raw, set()
-
-    def _get(self, name: str, required: bool) -> Any:
-        self.seen.add(name)
-        value = self.raw.get(name)
-        if value is None and required:
-            raise ConfigError(f"{self.key}.{name}", None, "is required")
-        return value
-
-    def str(self, name: str, required: bool = False, choices: tuple[str, ...] = ()) -> str | None:
-        value = self._get(name, required)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{self.key}.{name}", value, "expected a non-empty string")
-        if choices and value not in choices:
-            raise ConfigError(f"{self.key}.{name}", value, f"accepted: {', '.join(choices)}")
-        return value
-
-    def int(self, name: str, required: bool = False, minimum: int = 1) -> int | None:
-        value = self._get(name, required)
-        if value is None:
-            return None
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"{self.key}.{name}", value, f"expected an integer >= {minimum}")
-        return value
-
-    def float(self, name: str, low: float, high: float, required: bool = False) -> float | None:
-        value = self._get(name, required)
-        if value is None:
-            return None
-        try:
-            number = float(value) if not isinstance(value, bool) else None
-        except (TypeError, ValueError):
-            number = None
-        if number is None or not (low < number <= high):
-            raise ConfigError(f"{self.key}.{name}", value, f"expected a number in ({low}, {high}]")
-        return number
-
-    def bool(self, name: str, required: bool = False) -> bool | None:
-        value = self._get(name, required)
-        if value is None:
-            return None
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.key}.{name}", value, "expected true or false")
-        return value
-
-    def str_list(self, name: str) -> tuple[str, ...]:
-        value = self._get(name, False)
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{self.key}.{name}", value, "expected a list of non-empty strings")
-        return tuple(value)
-
-    def obj(self, name: str) -> dict[str, Any] | None:
-        value = self._get(name, False)
-        if value is not None and not isinstance(value, Mapping):
-            raise ConfigError(f"{self.key}.{name}", value, "expected an object (a YAML mapping)")
-        return dict(value) if value is not None else None
-
-    def done(self) -> None:
-        unknown = sorted(set(self.raw) - self.seen)
-        if unknown:
-            raise ConfigError(f"{self.key}.{unknown[0]}", self.raw[unknown[0]],
-                              f"unknown key; accepted keys: {', '.join(sorted(self.seen))}")
-
 
 @dataclass(frozen=True)
 class ClusterSettings:
@@ -218,20 +140,14 @@ class Settings:
     warnings: tuple[str, ...] = field(default=())
 
 
-def project_defaults(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
-    """The `default` of every key declared in Pulumi.yaml's `config:` block."""
-    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
-    defaults: dict[str, Any] = {}
-    for key, decl in (project.get("config") or {}).items():
-        name = key.split(":", 1)[1] if key.startswith(f"{NAMESPACE}:") else key
-        if isinstance(decl, Mapping) and "default" in decl:
-            defaults[name] = decl["default"]
-    return defaults
+def project_defaults() -> dict[str, Any]:
+    """The default object of every `vllm-gke:` key (what Pulumi.yaml's `config:` block declares)."""
+    return {key: section_defaults(model) for key, model in SECTIONS.items()}
 
 
 def _decode(key: str, value: Any) -> Any:
     """Pulumi hands object values to Python as JSON strings; stack files as YAML mappings."""
-    if key in OBJECT_KEYS and isinstance(value, str):
+    if key in SECTIONS and isinstance(value, str):
         try:
             return json.loads(value)
         except json.JSONDecodeError:
@@ -239,177 +155,151 @@ def _decode(key: str, value: Any) -> Any:
     return value
 
 
-def merge_with_defaults(raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    merged: dict[str, Any] = {k: v for k, v in defaults.items()}
-    for key, value in raw.items():
-        value = _decode(key, value)
-        base = merged.get(key)
-        if isinstance(base, Mapping) and isinstance(value, Mapping):
-            merged[key] = {**base, **value}
-        else:
-            merged[key] = value
-    return merged
+def _field(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, Any]:
+    """(camelCase dotted name, FieldInfo or None) of an error location inside `model`."""
+    info = model.model_fields.get(str(loc[0])) if loc else None
+    if info is None:  # located by alias
+        info = next((f for f in model.model_fields.values() if f.alias == loc[0]), None) if loc else None
+    name = (info.alias if info is not None and info.alias else str(loc[0])) if loc else ""
+    return name, info
 
 
-def _accelerator(sec: _Section) -> AcceleratorSettings:
-    acc_type = sec.str("type", required=True, choices=tuple(ACCELERATORS))
-    acc = ACCELERATORS[acc_type]
-    machine_type = sec.str("machineType")
-    gpus = sec.int("gpusPerNode")
-    if machine_type is not None:
-        machine = acc.machine(machine_type)
+def _bounds(info: Any) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for item in getattr(info, "metadata", []) or []:
+        for attr in ("gt", "ge", "lt", "le"):
+            if getattr(item, attr, None) is not None:
+                found[attr] = getattr(item, attr)
+    return found
+
+
+def _base_type(annotation: Any) -> Any:
+    """int for `Int`, `Int | None` and the like: the type under Optional and Annotated."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _base_type(typing.get_args(annotation)[0])
+    options = [t for t in typing.get_args(annotation) if t is not type(None)]
+    if options and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return _base_type(options[0])
+    return annotation
+
+
+def _reason(error: dict[str, Any], info: Any, model: type[BaseModel]) -> str:
+    """The one-line reason for a pydantic error, in the words this project has always used."""
+    kind, bounds = error["type"], _bounds(info)
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        accepted = sorted(f.alias or n for n, f in model.model_fields.items())
+        return f"unknown key; accepted keys: {', '.join(accepted)}"
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", error["ctx"]["expected"])
+        return f"accepted: {', '.join(choices)}"
+    base = _base_type(info.annotation) if info is not None else None
+    if base is int and "ge" in bounds:  # any wrong value of an integer field, including a non-number
+        return f"expected an integer >= {int(bounds['ge'])}"
+    if base is float and "gt" in bounds and "le" in bounds:
+        return f"expected a number in ({bounds['gt']:g}, {bounds['le']:g}]"
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    return error["msg"].removeprefix("Value error, ")
+
+
+def _section(key: str, model: type[Section], value: Any) -> Any:
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, value, "expected an object (a YAML mapping)")
+    try:
+        return model.model_validate(dict(value))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name, info = _field(model, error["loc"])
+        shown = value.get(name, error.get("input")) if error["type"] != "missing" else None
+        raise ConfigError(f"{key}.{name}", shown, _reason(error, info, model)) from None
+
+
+def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
+    catalog = ACCELERATORS[acc.type]
+    gpus = acc.gpus_per_node
+    if acc.machine_type is not None:
+        machine = catalog.machine(acc.machine_type)
         if machine is None:
-            names = ", ".join(m.name for m in acc.machines)
-            raise ConfigError("accelerator.machineType", machine_type,
-                              f"does not carry {acc_type}; accepted: {names}")
+            names = ", ".join(m.name for m in catalog.machines)
+            raise ConfigError("accelerator.machineType", acc.machine_type,
+                              f"does not carry {acc.type}; accepted: {names}")
         if gpus is not None and gpus != machine.gpus:
             raise ConfigError("accelerator.gpusPerNode", gpus,
-                              f"{machine_type} has {machine.gpus} x {acc_type}; "
+                              f"{acc.machine_type} has {machine.gpus} x {acc.type}; "
                               f"use {machine.gpus} or leave it unset")
     else:
-        wanted = gpus if gpus is not None else acc.gpu_counts()[0]
-        machine = acc.default_machine(wanted)
+        machine = catalog.default_machine(gpus if gpus is not None else catalog.gpu_counts()[0])
         if machine is None:
-            counts = ", ".join(str(c) for c in acc.gpu_counts())
-            raise ConfigError("accelerator.gpusPerNode", gpus,
-                              f"{acc_type} machine types carry {counts} GPUs")
-    zones = sec.str_list("zones")
-    if not zones:
-        raise ConfigError("accelerator.zones", list(zones), "list at least one zone, e.g. [us-central1-a]")
-    if len(zones) > 1:
+            counts = ", ".join(str(c) for c in catalog.gpu_counts())
+            raise ConfigError("accelerator.gpusPerNode", gpus, f"{acc.type} machine types carry {counts} GPUs")
+    if not acc.zones:
+        raise ConfigError("accelerator.zones", list(acc.zones), "list at least one zone, e.g. [us-central1-a]")
+    if len(acc.zones) > 1:
         # The read-only weights disk is zonal and a LeaderWorkerSet mounts one claim.
-        raise ConfigError("accelerator.zones", list(zones),
+        raise ConfigError("accelerator.zones", list(acc.zones),
                           "one serving zone per stack (the weights disk is zonal); use one stack per zone")
-    provisioning = sec.str("provisioning", required=True, choices=PROVISIONING)
-    reservation = sec.str("reservation")
-    if provisioning == "reservation" and reservation is None:
-        raise ConfigError("accelerator.reservation", None,
-                          "is required when accelerator.provisioning is reservation")
-    if provisioning != "reservation" and reservation is not None:
-        raise ConfigError("accelerator.reservation", reservation,
-                          f"only used with provisioning: reservation (provisioning is {provisioning})")
-    driver = sec.str("driverVersion", required=True)
-    if driver not in ("LATEST", "DEFAULT", "INSTALLATION_DISABLED"):
-        raise ConfigError("accelerator.driverVersion", driver,
-                          "accepted: LATEST, DEFAULT, INSTALLATION_DISABLED")
-    sec.done()
-    return AcceleratorSettings(acc_type, machine.name, machine.gpus, zones, provisioning,
-                               reservation, driver)
+    if acc.provisioning == "reservation" and acc.reservation is None:
+        raise ConfigError("accelerator.reservation", None, "is required when accelerator.provisioning is reservation")
+    if acc.provisioning != "reservation" and acc.reservation is not None:
+        raise ConfigError("accelerator.reservation", acc.reservation,
+                          f"only used with provisioning: reservation (provisioning is {acc.provisioning})")
+    return AcceleratorSettings(acc.type, machine.name, machine.gpus, acc.zones, acc.provisioning, acc.reservation,
+                               acc.driver_version)
 
 
-def _cidrs(sec: _Section, name: str) -> tuple[str, ...]:
-    """A non-empty list of IPv4/IPv6 networks in CIDR form, host bits clear (as Kubernetes' ipBlock wants)."""
-    values = sec.str_list(name)
-    if not values:
-        raise ConfigError(f"{sec.key}.{name}", list(values), "expected at least one CIDR, e.g. [10.0.0.0/8]")
-    for value in values:
-        try:
-            ipaddress.ip_network(value, strict=True)
-        except ValueError as exc:
-            raise ConfigError(f"{sec.key}.{name}", value, f"not a network in CIDR form ({exc}), e.g. 10.0.0.0/8")\
-                from None
-    return values
+def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None]:
+    if m.source == "gcs" and (m.gcs_uri is None or not m.gcs_uri.startswith("gs://")):
+        raise ConfigError("model.gcsUri", m.gcs_uri, "a gs://bucket/path URI is required when model.source is gcs")
+    if m.source == "huggingface" and m.gcs_uri is not None:
+        raise ConfigError("model.gcsUri", m.gcs_uri, "only used with model.source: gcs")
+    arch, note = load_architecture(m.id, m.revision, m.config_file, m.architecture, project_dir)
+    return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch), note
 
 
-def _model(sec: _Section, project_dir: Path) -> tuple[ModelSettings, str | None]:
-    model_id = sec.str("id", required=True)
-    revision = sec.str("revision", required=True)
-    source = sec.str("source", required=True, choices=MODEL_SOURCES)
-    gcs_uri = sec.str("gcsUri")
-    if source == "gcs" and (gcs_uri is None or not gcs_uri.startswith("gs://")):
-        raise ConfigError("model.gcsUri", gcs_uri, "a gs://bucket/path URI is required when model.source is gcs")
-    if source == "huggingface" and gcs_uri is not None:
-        raise ConfigError("model.gcsUri", gcs_uri, "only used with model.source: gcs")
-    config_file = sec.str("configFile")
-    inline = sec.obj("architecture")
-    weights_gib = sec.float("weightsGib", 0, 100_000)
-    served_name = sec.str("servedName") or model_id
-    sec.done()
-    arch, note = load_architecture(model_id, revision, config_file, inline, project_dir)
-    return ModelSettings(model_id, revision, source, gcs_uri, weights_gib, served_name, arch), note
-
-
-def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR,
-                   defaults: Mapping[str, Any] | None = None) -> Settings:
-    """Validate raw stack config (keys without the `vllm-gke:` prefix) into Settings."""
-    if defaults is None:
-        defaults = project_defaults(project_dir)
-    known = set(OBJECT_KEYS) | set(SECRET_KEYS)
+def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> Settings:
+    """Validate raw stack config (keys without the `vllm-gke:` prefix) into Settings. Each object is read over its
+    declared defaults field by field (planner/stack_schema.py), so a stack names only what it changes."""
+    known = set(SECTIONS) | set(SECRETS)
     for key in raw:
         if key not in known:
             raise ConfigError(key, raw[key], f"unknown key; accepted keys: {', '.join(sorted(known))}")
-    cfg = merge_with_defaults(raw, defaults)
-    for key in OBJECT_KEYS:
-        if key not in cfg:
-            raise ConfigError(key, None, "is required")
+    cfg = {key: _section(key, model, _decode(key, raw.get(key))) for key, model in SECTIONS.items()}
 
-    sec = _Section("cluster", cfg["cluster"])
-    cluster = ClusterSettings(sec.str("name", required=True), sec.str("location", required=True),
-                              sec.bool("create", required=True),
-                              sec.str("releaseChannel", required=True, choices=RELEASE_CHANNELS))
-    sec.done()
+    c = cfg["cluster"]
+    cluster = ClusterSettings(c.name, c.location, c.create, c.release_channel)
+    accelerator = _accelerator(cfg["accelerator"])
+    model, note = _model(cfg["model"], project_dir)
+    p = cfg["parallelism"]
+    parallelism = ParallelismSettings(p.tensor, p.pipeline, p.min_concurrent_sequences)
 
-    accelerator = _accelerator(_Section("accelerator", cfg["accelerator"]))
-    model, note = _model(_Section("model", cfg["model"]), project_dir)
-
-    sec = _Section("parallelism", cfg["parallelism"])
-    parallelism = ParallelismSettings(sec.int("tensor"), sec.int("pipeline"),
-                                      sec.int("minConcurrentSequences", required=True))
-    sec.done()
-
-    sec = _Section("vllm", cfg["vllm"])
-    image = sec.str("image", required=True)
-    if image.endswith(":latest") or (":" not in image.rsplit("/", 1)[-1] and "@" not in image):
-        raise ConfigError("vllm.image", image, "pin a tag or digest, e.g. vllm/vllm-openai:v0.32.0")
-    max_len = sec.int("maxModelLen", minimum=16) or model.architecture.max_position_embeddings
+    v = cfg["vllm"]
+    max_len = v.max_model_len or model.architecture.max_position_embeddings
     if max_len > model.architecture.max_position_embeddings:
         raise ConfigError("vllm.maxModelLen", max_len,
                           f"{model.architecture.name} supports at most "
                           f"{model.architecture.max_position_embeddings} tokens")
-    vllm = VllmSettings(image, max_len, sec.float("gpuMemoryUtilization", 0.1, 0.99, required=True),
-                        sec.str("dtype", required=True, choices=DTYPES),
-                        sec.str("kvCacheDtype", required=True, choices=KV_CACHE_DTYPES),
-                        sec.str_list("extraArgs"))
-    sec.done()
-    owned = ("--tensor-parallel-size", "--pipeline-parallel-size", "--max-model-len", "--model",
-             "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype", "--api-key", "--port")
-    for arg in vllm.extra_args:
-        if arg.split("=", 1)[0] in owned:
-            raise ConfigError("vllm.extraArgs", list(vllm.extra_args),
-                              f"{arg.split('=', 1)[0]} is set by the program from other keys; remove it")
+    vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args)
 
-    sec = _Section("weights", cfg["weights"])
-    weights = WeightsSettings(sec.str("diskType", required=True, choices=tuple(DISK_TYPES)),
-                              sec.int("sizeGib", minimum=10))
-    sec.done()
+    w = cfg["weights"]
+    weights = WeightsSettings(w.disk_type, w.size_gib)
     if weights.disk_type == "hyperdisk-ml" and not accelerator.catalog.hyperdisk_ml:
         raise ConfigError("weights.diskType", "hyperdisk-ml",
                           f"{accelerator.machine_type} cannot attach Hyperdisk ML; use pd-ssd or pd-balanced")
 
-    sec = _Section("autoscaling", cfg["autoscaling"])
-    autoscaling = AutoscalingSettings(sec.int("minReplicas", required=True),
-                                      sec.int("maxReplicas", required=True),
-                                      sec.str("metric", required=True, choices=METRICS),
-                                      sec.float("target", 0, 10_000))
-    sec.done()
+    a = cfg["autoscaling"]
+    autoscaling = AutoscalingSettings(a.min_replicas, a.max_replicas, a.metric, a.target)
     if autoscaling.min_replicas > autoscaling.max_replicas:
         raise ConfigError("autoscaling.minReplicas", autoscaling.min_replicas,
                           f"must not exceed autoscaling.maxReplicas ({autoscaling.max_replicas})")
 
-    sec = _Section("serving", cfg["serving"])
-    serving = ServingSettings(sec.str("namespace", required=True), sec.str("expose", required=True, choices=EXPOSE),
-                              sec.bool("installLws", required=True), sec.str_list("allowedNamespaces"),
-                              sec.bool("smokeTest", required=True), _cidrs(sec, "sourceRanges"))
-    sec.done()
-
-    sec = _Section("monitoring", cfg["monitoring"])
-    interval = sec.str("scrapeInterval", required=True)
-    if not (interval.endswith("s") and interval[:-1].isdigit() and 5 <= int(interval[:-1]) <= 300):
-        raise ConfigError("monitoring.scrapeInterval", interval, "expected seconds between 5s and 300s, e.g. 15s")
-    monitoring = MonitoringSettings(interval, sec.bool("dashboard", required=True),
-                                    sec.bool("installAdapter", required=True))
-    sec.done()
-
+    sv, mo = cfg["serving"], cfg["monitoring"]
+    serving = ServingSettings(sv.namespace, sv.expose, sv.install_lws, sv.allowed_namespaces, sv.smoke_test,
+                              sv.source_ranges)
+    monitoring = MonitoringSettings(mo.scrape_interval, mo.dashboard, mo.install_adapter)
     return Settings(cluster, accelerator, model, parallelism, vllm, weights, autoscaling, serving,
                     monitoring, has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),
                     warnings=(note,) if note else ())

@@ -206,3 +206,16 @@ def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = 
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(project_dir / "__main__.py"),
                                                          run_name="__pulumi_main__")))
     return Recording(stack, [r for r in monitor.recorded if r.type != "pulumi:pulumi:Stack"])
+
+
+def close_event_loop() -> None:
+    """Close the event loop Pulumi's runtime ran on. Left to the garbage collector at interpreter exit, it is
+    sometimes closed after its self-pipe, and Python prints an ignored `Invalid file descriptor` traceback."""
+    import asyncio
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()

@@ -102,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         config = read_stack_file(path)
         settings = build_settings(namespaced(config), PROJECT_DIR)
         sizing = plan(settings)
-        from tools.mocks import run_program  # imported late: pulumi start-up is the slow part
+        from tools.mocks import close_event_loop, run_program  # imported late: pulumi start-up is the slow part
 
         recording = run_program(config, stack=stack)
+        close_event_loop()
     except (ConfigError, PlanInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

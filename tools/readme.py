@@ -1,54 +1,135 @@
-"""The generated parts of README.md: the config reference (from Pulumi.yaml) and the worked sizing examples
-(from the planner). `python -m tools.readme` rewrites them; `--check` exits 1 when README.md drifts
-(tests/test_readme.py runs the same comparison).
+"""Everything generated from the declarations: README.md's config reference (from planner/stack_schema.py) and
+worked sizing examples (from the planner), Pulumi.yaml's `config:` block and docs/stack-config.schema.json.
+`python -m tools.readme` (make docs) rewrites them; `--check` exits 1 when one drifts (tests/tools/test_readme.py
+runs the same comparison).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter
 
 from planner.config import NAMESPACE, PROJECT_DIR, build_settings
 from planner.sizing import plan
+from planner.stack_schema import SECRETS, SECTIONS, section_defaults
 from tools.plan import namespaced, read_stack_file
 
 README = PROJECT_DIR / "README.md"
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) start -->\n)(?P<body>.*?)(<!-- generated:(?P=name) end -->)",
                    re.DOTALL)
-SECRET_LINE = re.compile(rf"^#\s+{NAMESPACE}:(\w+)\s+(.+)$")
+SCHEMA = PROJECT_DIR / "docs" / "stack-config.schema.json"
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(map(str, value)) + "]"
     return str(value)
 
 
+def _type(info: Any) -> str:
+    """A field's accepted values as a reader wants them: the choices, or the plain type."""
+    schema = TypeAdapter(info.annotation).json_schema() if info.annotation is not None else {}
+    options = [o for o in schema.get("anyOf", [schema]) if o.get("type") != "null"]
+    option = options[0] if options else {}
+    if "enum" in option:
+        return " \\| ".join(map(str, option["enum"]))
+    kind = {"array": "list", "integer": "integer", "number": "number", "boolean": "true/false",
+            "object": "object", "string": "string"}.get(option.get("type", ""), "value")
+    bounds = {attr: getattr(m, attr) for m in info.metadata for attr in ("ge", "gt", "le")
+              if getattr(m, attr, None) is not None}
+    if "gt" in bounds and "le" in bounds:
+        return f"{kind} in ({bounds['gt']:g}, {bounds['le']:g}]"
+    if "ge" in bounds:
+        return f"{kind} >= {bounds['ge']:g}"
+    return kind
+
+
 def config_reference(project_dir: Path = PROJECT_DIR) -> str:
-    """One row per key of Pulumi.yaml's config block, then the secrets its comments declare."""
-    text = (project_dir / "Pulumi.yaml").read_text()
-    config = yaml.safe_load(text)["config"]
-    rows = ["| key | what it sets | defaults |", "|---|---|---|"]
-    for key, decl in config.items():
-        default = decl.get("default")
-        if isinstance(default, dict):
-            shown = ", ".join(f"`{k}: {_fmt(v)}`" for k, v in default.items()) or "-"
-        else:
-            shown = f"`{_fmt(default)}`" if default is not None else "-"
-        description = " ".join(str(decl.get("description", "")).split()).replace("|", "\\|")
-        rows.append(f"| `{key}` | {description} | {shown} |")
-    for line in text.splitlines():
-        if match := SECRET_LINE.match(line.strip()):
-            rows.append(f"| `{NAMESPACE}:{match.group(1)}` (secret) | {match.group(2).strip()} | unset |")
+    """One row per field of every `vllm-gke:` key (planner/stack_schema.py), then the secrets."""
+    rows = ["| key | accepts | default | what it sets |", "|---|---|---|---|"]
+    for key, section in SECTIONS.items():
+        rows.append(f"| **`{NAMESPACE}:{key}`** | object | | {section.__doc__.strip()} |")
+        for name, info in section.model_fields.items():
+            default = "required" if info.is_required() else "-" if info.default is None else f"`{_fmt(info.default)}`"
+            description = " ".join(str(info.description).split()).replace("|", "\\|")
+            rows.append(f"| `{key}.{info.alias or name}` | {_type(info)} | {default} | {description} |")
+    for key, description in SECRETS.items():
+        rows.append(f"| `{NAMESPACE}:{key}` (secret) | string | unset | {description} |")
     return "\n".join(rows) + "\n"
+
+
+def pulumi_yaml_config() -> str:
+    """Pulumi.yaml's `config:` block: each key's description and default object, from the same declarations.
+    Pulumi's project config takes `type` only for string/integer/boolean/array, so objects declare a default."""
+    config = {}
+    for key, section in SECTIONS.items():
+        fields = "; ".join(f"{info.alias or name} ({' '.join(str(info.description).split()).rstrip('.')})"
+                           for name, info in section.model_fields.items())
+        config[f"{NAMESPACE}:{key}"] = {"description": f"{section.__doc__.strip()} Fields: {fields}.",
+                                        "default": section_defaults(section)}
+    return yaml.safe_dump({"config": config}, sort_keys=False, width=110)
+
+
+def render_pulumi_yaml(text: str) -> str:
+    """Pulumi.yaml with its `config:` block (the file's last block) regenerated."""
+    head = text[:text.index("\nconfig:\n") + 1]
+    return head + pulumi_yaml_config()
+
+
+def _keywords(node: Any) -> Any:
+    """pydantic writes ge/gt/le/lt inside unions as they are; JSON Schema spells them minimum and so on."""
+    names = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+    if isinstance(node, dict):
+        return {names.get(k, k) if not isinstance(v, (dict, list)) else k: _keywords(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_keywords(v) for v in node]
+    return node
+
+
+def stack_schema() -> dict[str, Any]:
+    """JSON Schema of a `Pulumi.<stack>.yaml` file (docs/stack-config.schema.json), for editors and CI."""
+    properties: dict[str, Any] = {"gcp:project": {"type": "string", "description": "GCP project id."}}
+    defs: dict[str, Any] = {}
+    for key, section in SECTIONS.items():
+        schema = _keywords(section.model_json_schema(by_alias=True, ref_template="#/$defs/{model}"))
+        defs.update(schema.pop("$defs", {}))
+        properties[f"{NAMESPACE}:{key}"] = schema
+    secure = {"oneOf": [{"type": "string"}, {"type": "object", "required": ["secure"],
+                                                 "properties": {"secure": {"type": "string"}}}]}
+    for key, description in SECRETS.items():
+        properties[f"{NAMESPACE}:{key}"] = {**secure, "description": f"{description} Set it with "
+                                                                    "`pulumi config set --secret`."}
+    known = sorted(k for k in properties if k.startswith(f"{NAMESPACE}:"))
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://vllm-gke/docs/stack-config.schema.json",
+        "title": "vllm-gke stack file (Pulumi.<stack>.yaml)",
+        "description": "Generated from planner/stack_schema.py by `make docs`; do not edit.",
+        "type": "object", "required": ["config"],
+        "properties": {"config": {
+            "type": "object", "required": ["gcp:project", f"{NAMESPACE}:cluster", f"{NAMESPACE}:accelerator",
+                                           f"{NAMESPACE}:model"],
+            "properties": properties,
+            # Other namespaces (gcp:region, kubernetes:...) pass; an unknown vllm-gke: key is a typo.
+            "propertyNames": {"anyOf": [{"enum": known}, {"not": {"pattern": f"^{NAMESPACE}:"}}]}},
+            "secretsprovider": {"type": "string"}, "encryptedkey": {"type": "string"},
+            "encryptionsalt": {"type": "string"}},
+        "$defs": defs,
+    }
+
+
+def schema_text() -> str:
+    return json.dumps(stack_schema(), indent=2) + "\n"
 
 
 EXAMPLES: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -93,18 +174,27 @@ def render(readme_text: str, project_dir: Path = PROJECT_DIR) -> str:
     return BLOCK.sub(lambda m: m.group(1) + GENERATORS[m.group("name")](project_dir) + m.group(4), readme_text)
 
 
+def outputs(project_dir: Path = PROJECT_DIR) -> dict[Path, tuple[str, str]]:
+    """Every generated file: path -> (text now, text it should have)."""
+    readme, pulumi_yaml = project_dir / "README.md", project_dir / "Pulumi.yaml"
+    schema = project_dir / "docs" / "stack-config.schema.json"
+    current = {path: path.read_text() if path.exists() else "" for path in (readme, pulumi_yaml, schema)}
+    return {readme: (current[readme], render(current[readme], project_dir)),
+            pulumi_yaml: (current[pulumi_yaml], render_pulumi_yaml(current[pulumi_yaml])),
+            schema: (current[schema], schema_text())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs from what it would be")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated file differs from what it would be")
     args = parser.parse_args(argv)
-    text = README.read_text()
-    new = render(text)
+    stale = [path for path, (now, wanted) in outputs().items() if now != wanted]
     if args.check:
-        if new != text:
-            print("README.md is out of date: run `python -m tools.readme` (make docs)", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(new)
+        for path in stale:
+            print(f"{path.name} is out of date: run `python -m tools.readme` (make docs)", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(outputs()[path][1])
     return 0
 
 

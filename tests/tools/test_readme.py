@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 
+from planner.stack_schema import SECTIONS, section_defaults
 from tools import readme
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,25 +23,55 @@ def test_readme_blocks_are_what_pulumi_yaml_and_the_planner_give():
     assert readme.render(text) == text, "README.md drifted: run `make docs`"
 
 
-def test_config_reference_lists_every_declared_key_with_its_defaults():
+def test_config_reference_lists_every_declared_field_with_its_default():
     table = readme.config_reference()
-    config = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
-    for key, decl in config.items():
-        row = next(line for line in table.splitlines() if line.startswith(f"| `{key}` |"))
-        for field, value in (decl.get("default") or {}).items():
-            assert f"`{field}: " in row, (key, field, value)
+    for key, section in SECTIONS.items():
+        for name, info in section.model_fields.items():
+            row = next(line for line in table.splitlines() if line.startswith(f"| `{key}.{info.alias or name}` |"))
+            if info.is_required():
+                assert "| required |" in row, row
     assert "| `vllm-gke:hfToken` (secret) |" in table and "| `vllm-gke:apiKey` (secret) |" in table
 
 
-def test_drift_is_detected(tmp_path):
-    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text().replace(
-        "scrapeInterval: 15s", "scrapeInterval: 30s"))
-    for name in ("Pulumi.dev.yaml", "Pulumi.prod.yaml"):
+def test_pulumi_yaml_defaults_are_the_declared_ones():
+    config = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+    assert list(config) == [f"vllm-gke:{key}" for key in SECTIONS]
+    for key, section in SECTIONS.items():
+        assert config[f"vllm-gke:{key}"]["default"] == section_defaults(section)
+
+
+def test_drift_in_any_generated_file_is_detected(tmp_path):
+    for name in ("README.md", "Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.prod.yaml"):
         (tmp_path / name).write_text((ROOT / name).read_text())
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "stack-config.schema.json").write_text(readme.SCHEMA.read_text())
     (tmp_path / "models").symlink_to(ROOT / "models")
-    text = (ROOT / "README.md").read_text()
-    assert readme.render(text, tmp_path) != text
-    assert "`scrapeInterval: 30s`" in readme.render(text, tmp_path)
+    assert all(now == wanted for now, wanted in readme.outputs(tmp_path).values())
+    pulumi_yaml = tmp_path / "Pulumi.yaml"
+    pulumi_yaml.write_text(pulumi_yaml.read_text().replace("scrapeInterval: 15s", "scrapeInterval: 30s"))
+    (tmp_path / "docs" / "stack-config.schema.json").write_text("{}\n")
+    stale = {path.name for path, (now, wanted) in readme.outputs(tmp_path).items() if now != wanted}
+    assert stale == {"Pulumi.yaml", "stack-config.schema.json"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_example_stack_files_validate_against_the_generated_schema(stack):
+    schema = json.loads(readme.SCHEMA.read_text())
+    jsonschema.validate(yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text()), schema)
+
+
+@pytest.mark.parametrize("config", [
+    {"vllm-gke:clustr": {"name": "x"}},                                   # a typo of a vllm-gke key
+    {"vllm-gke:vllm": {"gpuMemoryUtilization": 2}},                     # out of range
+    {"vllm-gke:accelerator": {"type": "nvidia-l4", "provisioning": "x"}},  # not a choice
+    {"vllm-gke:serving": {"smokeTest": "yes"}},                         # wrong type
+])
+def test_the_schema_refuses_what_the_program_refuses(config):
+    schema = json.loads(readme.SCHEMA.read_text())
+    stack = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    stack["config"].update(config)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(stack, schema)
 
 
 def test_quick_start_commands_exist():

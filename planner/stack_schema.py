@@ -1,0 +1,246 @@
+"""Every stack config key, declared once: type, default, bounds, choices and description (pydantic v2 models).
+
+pydantic is the Python ecosystem's standard for typed, validated configuration, and it exports JSON Schema, so the
+same declarations give the validation (planner/config.py), Pulumi.yaml's `config:` block, the README's config
+reference and docs/stack-config.schema.json (tools/readme.py writes all three; tests fail on drift).
+Field names are snake_case in Python and camelCase in stack files (the alias). Checks that involve more than one
+field, the catalog or the model's config.json live in planner/config.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from planner.catalog import ACCELERATORS, DISK_TYPES
+
+
+def _bool(value: Any) -> Any:
+    """true/false, or the strings Pulumi hands over for them; pydantic's own 'yes'/'on'/1 are refused."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _int(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("expected an integer")
+    return value
+
+
+def _float(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number") from None
+
+
+def _text(value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+def _texts(value: Any) -> Any:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("expected a list of non-empty strings")
+    return tuple(value)
+
+
+Bool = Annotated[bool, BeforeValidator(_bool)]
+Int = Annotated[int, BeforeValidator(_int)]
+Float = Annotated[float, BeforeValidator(_float)]
+Text = Annotated[str, BeforeValidator(_text)]
+Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
+
+AcceleratorType = Literal[tuple(ACCELERATORS)]  # type: ignore[valid-type]
+DiskType = Literal[tuple(DISK_TYPES)]  # type: ignore[valid-type]
+
+
+class Section(BaseModel):
+    """One `vllm-gke:<key>` object of a stack file."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+                              validate_default=True)
+
+
+class ClusterConfig(Section):
+    """GKE cluster: an existing one to look up, or one to create."""
+
+    name: Text = Field(description="Cluster name.")
+    location: Text = Field(description="Region or zone of the cluster.")
+    create: Bool = Field(False, description="false = look up an existing cluster; true = create one with Workload "
+                                            "Identity, Managed Prometheus, Dataplane V2 and image streaming.")
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field(
+        "REGULAR", description="GKE release channel of a created cluster.")
+
+
+class AcceleratorConfig(Section):
+    """GPU nodes: the accelerator and the machine type that carries it."""
+
+    type: AcceleratorType = Field(description="GKE accelerator type.")
+    machine_type: Text | None = Field(None, description="Machine type; derived from gpusPerNode when unset.")
+    gpus_per_node: Int | None = Field(None, ge=1, description="GPUs per node; derived from machineType when unset.")
+    zones: Texts = Field((), description="The serving zone (one; the weights disk is zonal), e.g. [us-central1-a].")
+    provisioning: Literal["on-demand", "spot", "reservation"] = Field(
+        "on-demand", description="How GPU nodes are bought.")
+    reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
+    driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = Field(
+        "LATEST", description="GKE-managed NVIDIA driver version.")
+
+
+class ModelConfig(Section):
+    """The model to serve and where its weights come from."""
+
+    id: Text = Field(description="Hugging Face repo id, e.g. meta-llama/Llama-3.1-8B-Instruct.")
+    revision: Text = Field("main", description="Branch, tag or commit of the weights.")
+    source: Literal["huggingface", "gcs"] = Field("huggingface", description="Where the download Job reads from.")
+    gcs_uri: Text | None = Field(None, description="gs://bucket/prefix of the weights, with source: gcs.")
+    config_file: Text | None = Field(None, description="Local config.json (relative to the project) for offline "
+                                                       "plans; without it or architecture, the Hub is asked.")
+    architecture: dict[str, Any] | None = Field(None, description="The config.json fields inline.")
+    weights_gib: Float | None = Field(None, gt=0, le=100_000, description="Overrides the computed weight size.")
+    served_name: Text | None = Field(None, description="OpenAI model name (default: id).")
+
+    @field_validator("architecture", mode="before")
+    @classmethod
+    def _mapping(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("expected an object (a YAML mapping)")
+        return value
+
+
+class ParallelismConfig(Section):
+    """Tensor and pipeline parallel sizes; unset = planned (TP inside a node, PP across nodes)."""
+
+    tensor: Int | None = Field(None, ge=1, description="--tensor-parallel-size.")
+    pipeline: Int | None = Field(None, ge=1, description="--pipeline-parallel-size.")
+    min_concurrent_sequences: Int = Field(4, ge=1, description="Full-length sequences the automatic layout tries "
+                                                               "to fit in one replica's KV cache.")
+
+
+OWNED_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--max-model-len", "--model",
+               "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype", "--api-key", "--port")
+"""vLLM flags the program renders from other keys; vllm.extraArgs may not set them."""
+
+
+class VllmConfig(Section):
+    """The vLLM server."""
+
+    image: Text = Field("vllm/vllm-openai:v0.32.0", description="Serving image, pinned to a tag or digest.")
+    max_model_len: Int | None = Field(None, ge=16, description="--max-model-len (default: the model's context).")
+    gpu_memory_utilization: Float = Field(0.9, gt=0.1, le=0.99, description="--gpu-memory-utilization.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "half"] = Field("auto", description="--dtype.")
+    kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="--kv-cache-dtype.")
+    extra_args: Texts = Field((), description="Appended to the server's command line.")
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, image: str) -> str:
+        if image.endswith(":latest") or (":" not in image.rsplit("/", 1)[-1] and "@" not in image):
+            raise ValueError("pin a tag or digest, e.g. vllm/vllm-openai:v0.32.0")
+        return image
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_owned(cls, args: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in args:
+            if arg.split("=", 1)[0] in OWNED_FLAGS:
+                raise ValueError(f"{arg.split('=', 1)[0]} is set by the program from other keys; remove it")
+        return args
+
+
+class WeightsConfig(Section):
+    """The persistent-disk image of the weights."""
+
+    disk_type: DiskType = Field("pd-ssd", description="Serving disk type.")
+    size_gib: Int | None = Field(None, ge=10, description="Disk size (default: weights + 15% + 10 GiB, grown for "
+                                                          "read throughput on persistent disks).")
+
+
+class AutoscalingConfig(Section):
+    """Replicas, each a whole LeaderWorkerSet group, scaled by an HPA on a vLLM metric."""
+
+    min_replicas: Int = Field(1, ge=1, description="HPA minReplicas.")
+    max_replicas: Int = Field(1, ge=1, description="HPA maxReplicas.")
+    metric: Literal["queue", "batch"] = Field(
+        "queue", description="queue = vllm:num_requests_waiting, batch = vllm:num_requests_running.")
+    target: Float | None = Field(None, gt=0, le=10_000, description="Per-replica average (default: GKE's guidance "
+                                                                    "for the metric).")
+
+
+class ServingConfig(Section):
+    """Namespace, exposure and the objects around the serving groups."""
+
+    namespace: Text = Field("vllm", description="Namespace the program creates for the serving objects.")
+    expose: Literal["cluster-ip", "internal-lb"] = Field("cluster-ip", description="How the API is reached.")
+    install_lws: Bool = Field(True, description="false when the cluster already runs the LeaderWorkerSet "
+                                                "controller.")
+    allowed_namespaces: Texts = Field((), description="Namespaces allowed to reach the API port.")
+    smoke_test: Bool = Field(True, description="Run a chat completion after deploy.")
+    source_ranges: Texts = Field(("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
+                                 description="CIDRs that may reach the internal load balancer.")
+
+    @field_validator("source_ranges")
+    @classmethod
+    def _cidrs(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        if not values:
+            raise ValueError("expected at least one CIDR, e.g. [10.0.0.0/8]")
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{value} is not a network in CIDR form ({exc}), e.g. 10.0.0.0/8") from None
+        return values
+
+
+class MonitoringConfig(Section):
+    """Managed Prometheus scraping, the dashboard and the metrics adapter."""
+
+    scrape_interval: Text = Field("15s", description="PodMonitoring interval, 5s to 300s.")
+    dashboard: Bool = Field(True, description="Create the Cloud Monitoring dashboard.")
+    install_adapter: Bool = Field(True, description="false when the custom-metrics Stackdriver adapter is already "
+                                                    "installed.")
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _seconds(cls, interval: str) -> str:
+        if not (re.fullmatch(r"\d+s", interval) and 5 <= int(interval[:-1]) <= 300):
+            raise ValueError("expected seconds between 5s and 300s, e.g. 15s")
+        return interval
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "cluster": ClusterConfig, "accelerator": AcceleratorConfig, "model": ModelConfig,
+    "parallelism": ParallelismConfig, "vllm": VllmConfig, "weights": WeightsConfig,
+    "autoscaling": AutoscalingConfig, "serving": ServingConfig, "monitoring": MonitoringConfig,
+}
+"""Every `vllm-gke:` object key, in the order the README and Pulumi.yaml list them."""
+
+SECRETS: dict[str, str] = {
+    "hfToken": "Hugging Face token for gated models (download Job only).",
+    "apiKey": "API key the vLLM server requires (VLLM_API_KEY from a Secret); unset = no key.",
+}
+"""Secret keys (`pulumi config set --secret`): only whether each is set is read at plan time."""
+
+
+def section_defaults(section: type[Section]) -> dict[str, Any]:
+    """A section's defaults by alias, the fields without a default (required) and those defaulting to None left out."""
+    out = {}
+    for name, info in section.model_fields.items():
+        if info.is_required() or info.default is None:
+            continue
+        value = info.default
+        out[info.alias or name] = list(value) if isinstance(value, tuple) else value
+    return out
