@@ -81,11 +81,11 @@ def _exit_note(code: int | None) -> str:
     if code == 0:
         return (" Exit code 0 is what the launcher did before this run exposed it: vLLM exits 0 when its Ray "
                 "executor loses a worker, and the launcher passed that on. It now fails the group on any server exit "
-                "it did not ask for (exit 3 when a node is gone; `tests/test_launcher.py`).")
+                "it did not ask for (exit 3 when a node is gone; `tests/process/test_launcher.py`).")
     if code:
         return (" vLLM itself exits 0 when its Ray executor loses a worker; the launcher turns any server exit it "
-                "did not ask for into a failure (5, or 3 once Ray has marked a node dead; `tests/test_launcher.py`), "
-                "so the leader container fails.")
+                "did not ask for into a failure (5, or 3 once Ray has marked a node dead; "
+                "`tests/process/test_launcher.py`), so the leader container fails.")
     return ""
 
 

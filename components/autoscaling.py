@@ -9,6 +9,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from planner.config import Stack
+from planner.labels import LWS_API
 from planner.metrics import HPA_METRICS, custom_metric_name
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 from planner.sizing import Sizing
@@ -83,7 +84,7 @@ class Autoscaling(pulumi.ComponentResource):
         self.hpa = k8s.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-hpa", metadata={"name": name, "namespace": args.namespace},
             spec={
-                "scaleTargetRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "scaleTargetRef": {"apiVersion": LWS_API, "kind": "LeaderWorkerSet",
                                    "name": args.lws_name},
                 "minReplicas": args.min_replicas, "maxReplicas": args.max_replicas,
                 "metrics": [{"type": "Pods", "pods": {

@@ -35,7 +35,7 @@ class GkeClusterArgs:
                    release_channel=c.release_channel)
 
 
-def kubeconfig(name: str, endpoint: str, ca: str) -> str:
+def kubeconfig(name: str, endpoint: pulumi.Input[str], ca: pulumi.Input[str]) -> pulumi.Output[str]:
     """A kubeconfig that authenticates with gke-gcloud-auth-plugin (no static credentials in state)."""
     return pulumi.Output.json_dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": name,

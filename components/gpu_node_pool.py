@@ -8,12 +8,9 @@ import pulumi
 import pulumi_gcp as gcp
 
 from planner.config import Stack
+from planner.labels import ACCELERATOR_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL
 from planner.sizing import Sizing
 
-GPU_TAINT_KEY = "nvidia.com/gpu"
-GPU_TAINT_VALUE = "present"
-ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-SPOT_LABEL = "cloud.google.com/gke-spot"
 BOOT_DISK_GB = 200
 """The vLLM image is ~10 GB compressed, ~25 GB unpacked; room for two versions during a rollout."""
 

@@ -18,13 +18,13 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from planner.config import Stack
+from planner.labels import ZONE_LABEL
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 from planner.sizing import Sizing
 from planner.versions import GCLOUD_IMAGE
 
 DOWNLOADER = Path(__file__).resolve().parent.parent / "images" / "model-downloader" / "download.py"
 CSI_DRIVER = "pd.csi.storage.gke.io"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 WEIGHTS_SUBDIR = "model"
 """Weights live in <disk>/model, next to ext4's lost+found."""
 SERVING_MOUNT = "/models"

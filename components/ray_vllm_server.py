@@ -11,7 +11,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import parent_depends_on
-from components.gpu_node_pool import ACCELERATOR_LABEL, GPU_TAINT_KEY, SPOT_LABEL
 from planner.commands import (
     API_PORT_NAME,
     DRAIN_SECONDS,
@@ -28,12 +27,17 @@ from planner.commands import (
     worker_command,
 )
 from planner.config import Stack
+from planner.labels import (
+    ACCELERATOR_LABEL,
+    GPU_TAINT_KEY,
+    LWS_API,
+    LWS_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+    SPOT_LABEL,
+)
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 from planner.sizing import Sizing
 
-LWS_API = "leaderworkerset.x-k8s.io/v1"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 API_KEY_DIGEST_ANNOTATION = "vllm-gke/api-key-sha256"
 GMP_NAMESPACE = "gmp-system"
 """Where GKE's managed collection runs the Prometheus collectors."""

@@ -23,12 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable
+from planner.labels import ACCELERATOR_LABEL, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
 from planner.versions import IMAGE_SOURCES
 
-ZONE_LABEL = "topology.kubernetes.io/zone"
-NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
-ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-SPOT_LABEL = "cloud.google.com/gke-spot"
 DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
 """Room kept on every node for GKE's own DaemonSets (logging, metrics agent, PD CSI node, Dataplane V2, GPU
 device plugin), on top of the allocatable formula. An allowance, not a published figure: their requests vary

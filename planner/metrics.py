@@ -1,5 +1,5 @@
 """Every vLLM metric the program references, in one place (names change between vLLM versions;
-tests/test_metrics.py checks each against a real server's /metrics)."""
+tests/process/test_metrics_on_real_server.py checks each against a real server's /metrics)."""
 
 from __future__ import annotations
 

@@ -21,5 +21,5 @@ IMAGE_SOURCES: dict[str, str] = {
                                   "production/adapter_new_resource_model.yaml (commit 0857364d)",
 }
 """Image reference -> the public manifest or registry listing that shows the tag exists. The image check
-(tests/test_cluster_rules.py) refuses any rendered image that is not listed here, except a stack's own
+(tests/program/test_cluster_rules.py) refuses any rendered image that is not listed here, except a stack's own
 vllm.image when it differs from the default: the user's choice, which only has to be pinned."""

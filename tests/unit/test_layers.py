@@ -59,3 +59,11 @@ def test_main_is_the_dependency_graph_and_nothing_else():
     arithmetic = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
     assert not arithmetic, f"derived numbers belong on the planner's result: {arithmetic}"
     assert "pulumi.Config" not in text, "config and secrets are read once, by planner.config.from_pulumi"
+
+
+@pytest.mark.parametrize("dockerfile", sorted((ROOT / "images").glob("*/Dockerfile")), ids=lambda p: p.parent.name)
+def test_baked_images_run_as_the_uid_the_pods_declare(dockerfile):
+    from planner.security import RUN_AS_UID
+
+    users = [line.split()[1] for line in dockerfile.read_text().splitlines() if line.startswith("USER ")]
+    assert users == [str(RUN_AS_UID)], f"{dockerfile.parent.name}: USER {users} but pods run as {RUN_AS_UID}"

@@ -1,0 +1,18 @@
+"""Kubernetes API names, labels and taints the program and its checks agree on, each written once."""
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+"""LeaderWorkerSet API version (kubernetes-sigs/lws)."""
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+"""Set by the LWS controller on every pod of a LeaderWorkerSet."""
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+"""0 on a group's leader pod."""
+
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+"""GKE labels GPU nodes with their accelerator type."""
+SPOT_LABEL = "cloud.google.com/gke-spot"
+"""GKE labels Spot nodes `true`."""
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+"""GKE labels every node with its pool's name."""
+ZONE_LABEL = "topology.kubernetes.io/zone"
+GPU_TAINT_KEY, GPU_TAINT_VALUE = "nvidia.com/gpu", "present"
+"""GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule."""
