@@ -85,6 +85,59 @@ def _require(cfg: Mapping[str, Any], key: str, source: str, names: tuple[str, ..
     raise ConfigError(source, names[0], f"the model config has no positive integer {' / '.join(names)}")
 
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+"""The config.json keys vLLM derives the context length from, smallest wins, model_max_length overriding
+(vllm/transformers_utils/model_arch_config_convertor.py, derive_max_model_len_and_key)."""
+ROPE_KEEPS_LENGTH = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+"""RoPE scaling types whose factor vLLM does not apply to the derived length (vllm/config/model.py,
+_get_and_verify_max_len): for the others, the length is multiplied by rope_scaling.factor."""
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def context_length(cfg: Mapping[str, Any], source: str) -> int:
+    """The longest sequence vLLM accepts for this config.json, derived the way vLLM derives it."""
+    found = {}
+    for key in CONTEXT_KEYS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not _positive_int(value):
+            raise ConfigError(source, value, f"{key} must be a positive integer")
+        found[key] = value
+    if not found:
+        raise ConfigError(source, "max_position_embeddings",
+                          f"the model config has none of {', '.join(CONTEXT_KEYS)}, so its context length is unknown")
+    length: float = found.get("model_max_length") or min(found.values())
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
+        kind = rope.get("rope_type") or rope.get("type") or "default"
+        factor = rope.get("factor")
+        if kind not in ROPE_KEEPS_LENGTH and isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            if factor <= 0:
+                raise ConfigError(source, factor, "rope_scaling.factor must be positive")
+            length *= factor
+    return int(length)
+
+
+def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str) -> int:
+    """The MLP width; a per-layer list (vLLM accepts one, one entry per layer) counts as its mean."""
+    value = cfg.get("intermediate_size")
+    if value is None:
+        return 4 * hidden
+    if isinstance(value, list):
+        if len(value) != layers or not all(_positive_int(v) for v in value):
+            raise ConfigError(source, value, f"intermediate_size as a list needs {layers} positive integers, "
+                                             "one per layer")
+        return round(sum(value) / layers)
+    if not _positive_int(value):
+        raise ConfigError(source, value, "intermediate_size must be a positive integer (or a list, one per layer)")
+    return value
+
+
 def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArchitecture:
     """Build a ModelArchitecture from a Hugging Face config.json mapping.
 
@@ -101,10 +154,11 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if not isinstance(kv_heads, int) or kv_heads <= 0 or heads % kv_heads:
         raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
     head_dim = cfg.get("head_dim") or (hidden // heads)
-    inter = cfg.get("intermediate_size") or 4 * hidden
+    if not _positive_int(head_dim):
+        raise ConfigError(source, head_dim, "head_dim must be a positive integer")
+    inter = _intermediate(cfg, layers, hidden, source)
     vocab = _require(cfg, "vocab_size", source, ("vocab_size",))
-    max_pos = _require(cfg, "max_position_embeddings", source,
-                       ("max_position_embeddings", "n_positions", "max_sequence_length"))
+    max_pos = context_length(cfg, source)
     experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts") or 0
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
@@ -158,11 +212,21 @@ def load_architecture(model_id: str, revision: str, config_file: str | None, inl
         path = Path(config_file)
         path = path if path.is_absolute() else project_dir / path
         try:
-            data = json.loads(path.read_text())
+            raw = path.read_bytes()
         except FileNotFoundError:
             raise ConfigError("model.configFile", config_file, f"no such file ({path})") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError("model.configFile", config_file, f"not a readable JSON file ({exc})") from None
+        except OSError as exc:
+            raise ConfigError("model.configFile", config_file, f"not readable ({exc.strerror})") from None
+        if raw[:2] == b"\x1f\x8b":
+            raise ConfigError("model.configFile", config_file, "is gzip-compressed; give the plain config.json")
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError("model.configFile", config_file, f"not a UTF-8 JSON file ({exc})") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError("model.configFile", config_file,
+                              f"holds a JSON {type(data).__name__ if data is not None else 'null'}, "
+                              "not a config.json object")
         return parse_hf_config(data, name, "model.configFile"), None
     data = _fetch_from_hub(model_id, revision)
     return (parse_hf_config(data, name, "model.id"),

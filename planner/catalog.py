@@ -41,6 +41,9 @@ class Accelerator:
     machines: tuple[MachineType, ...]
     compact_placement: bool
     hyperdisk_ml: bool
+    bfloat16: bool = True
+    """bf16 arithmetic: compute capability 8.0 and up (NVIDIA CUDA GPUs list); the T4 (7.5) has none, and vLLM
+    refuses --dtype bfloat16 there ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0")."""
 
     @property
     def memory_bytes(self) -> int:
@@ -72,7 +75,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "nvidia-tesla-t4", "NVIDIA T4", 15_360,
             (_m("n1-standard-8", 1, 8, 30), _m("n1-standard-4", 1, 4, 15),
              _m("n1-standard-16", 2, 16, 60), _m("n1-standard-32", 4, 32, 120)),
-            compact_placement=False, hyperdisk_ml=False,
+            compact_placement=False, hyperdisk_ml=False, bfloat16=False,
         ),
         Accelerator(
             "nvidia-l4", "NVIDIA L4", 23_034,

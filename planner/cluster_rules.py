@@ -23,16 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable
-from planner.labels import ACCELERATOR_LABEL, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
+from planner.labels import ACCELERATOR_LABEL, GKE_NAMESPACES, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
 from planner.versions import IMAGE_SOURCES
 
 DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
 """Room kept on every node for GKE's own DaemonSets (logging, metrics agent, PD CSI node, Dataplane V2, GPU
 device plugin), on top of the allocatable formula. An allowance, not a published figure: their requests vary
 by GKE version; 0.5 CPU / 1 GiB covers what kube-system DaemonSets request on current Standard nodes."""
-GKE_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gmp-system", "gmp-public",
-                            "gke-managed-system", "gke-managed-cim", "gke-gmp-system"})
-"""Namespaces Kubernetes or GKE create and own; a program that also declares one would fight them over it."""
 EXISTING_CLUSTER_POOL = "untainted-pool (README: required of an existing cluster)"
 
 

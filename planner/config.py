@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from planner.architecture import ModelArchitecture, load_architecture
-from planner.catalog import ACCELERATORS, Accelerator, MachineType
+from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.stack_schema import (
     SECRETS,
@@ -272,6 +272,13 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     c = cfg["cluster"]
     cluster = ClusterSettings(c.name, c.location, c.create, c.release_channel)
     accelerator = _accelerator(cfg["accelerator"])
+    zone = accelerator.zones[0]
+    if zone != c.location and not zone.startswith(f"{c.location}-"):
+        raise ConfigError("accelerator.zones", list(accelerator.zones),
+                          f"{zone} is not in the cluster's location {c.location}; use a zone of {c.location}")
+    if c.create and not cfg["serving"].install_lws:
+        raise ConfigError("serving.installLws", False, "a cluster this program creates has no LeaderWorkerSet "
+                          "controller; leave serving.installLws true (false is for existing clusters running one)")
     model, note = _model(cfg["model"], project_dir)
     p = cfg["parallelism"]
     parallelism = ParallelismSettings(p.tensor, p.pipeline, p.min_concurrent_sequences)
@@ -283,9 +290,17 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
                           f"{model.architecture.name} supports at most "
                           f"{model.architecture.max_position_embeddings} tokens")
     vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args)
+    if not accelerator.catalog.bfloat16:
+        for key, value in (("vllm.dtype", v.dtype), ("vllm.kvCacheDtype", v.kv_cache_dtype)):
+            if value == "bfloat16":
+                raise ConfigError(key, value, f"{accelerator.catalog.display} has no bfloat16 (compute capability "
+                                              "below 8.0) and vLLM refuses it; use float16 or auto")
 
     w = cfg["weights"]
     weights = WeightsSettings(w.disk_type, w.size_gib)
+    largest = DISK_TYPES[w.disk_type].max_size_gib
+    if w.size_gib is not None and w.size_gib > largest:
+        raise ConfigError("weights.sizeGib", w.size_gib, f"a {w.disk_type} disk holds at most {largest:,} GiB")
     if weights.disk_type == "hyperdisk-ml" and not accelerator.catalog.hyperdisk_ml:
         raise ConfigError("weights.diskType", "hyperdisk-ml",
                           f"{accelerator.machine_type} cannot attach Hyperdisk ML; use pd-ssd or pd-balanced")

@@ -16,3 +16,7 @@ NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 GPU_TAINT_KEY, GPU_TAINT_VALUE = "nvidia.com/gpu", "present"
 """GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule."""
+
+GKE_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gmp-system", "gmp-public",
+                            "gke-managed-system", "gke-managed-cim", "gke-gmp-system"})
+"""Namespaces Kubernetes or GKE create and own; a program that also declares one would fight them over it."""

@@ -19,6 +19,7 @@ from planner.catalog import DISK_TYPES, GIB, MIB, Accelerator, MachineType, read
 from planner.commands import RAY_JOIN_TIMEOUT
 from planner.config import Settings
 from planner.errors import ConfigError
+from planner.stack_schema import VllmConfig
 
 RESERVE_GIB = 2.0
 """Per-GPU memory outside weights and KV cache: activations at max batch, CUDA graphs, NCCL buffers."""
@@ -26,6 +27,8 @@ ENGINE_START_SECONDS = 90
 """vLLM engine start after weights are read: profiling run, KV allocation, CUDA-graph capture."""
 RAY_GROUP_SECONDS = 30
 """Multi-node groups: Ray head start, worker joins and placement-group creation."""
+DEFAULT_UTILIZATION: float = VllmConfig.model_fields["gpu_memory_utilization"].default
+"""vllm.gpuMemoryUtilization's declared default: the level a too-low setting is compared with."""
 MAX_NODES_PER_REPLICA = 64
 MAX_NODES_PER_POOL = 1000
 """GKE's limit of nodes per node pool per zone: the pool cannot grow past it."""
@@ -290,6 +293,14 @@ def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
         layout = Layout(tp_max, pp, nodes)
         if fit(arch, acc, layout, util, weights_bytes, kv_bytes).kv_tokens >= max_len:
             return layout
+    for higher in (DEFAULT_UTILIZATION,):  # a utilization set below the default may be all that is in the way
+        if higher > util:
+            layout = smallest_working(arch, acc, gpn, higher, weights_bytes, kv_bytes, max_len)
+            if layout is not None:
+                raise ConfigError("vllm.gpuMemoryUtilization", util,
+                                  f"leaves too little GPU memory for {arch.name} ({_gib(weights_bytes)} of weights) "
+                                  f"with vllm.maxModelLen {max_len} on {accs.machine_type}; at {higher:g} it fits "
+                                  f"with {layout.describe(accs.machine)}: raise vllm.gpuMemoryUtilization")
     raise ConfigError("model.id", settings.model.id,
                       f"{arch.name} ({_gib(weights_bytes)} of weights) with vllm.maxModelLen {max_len} does not fit "
                       f"on up to {MAX_NODES_PER_REPLICA} nodes of {accs.machine_type}; "

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic.alias_generators import to_camel
 
 from planner.catalog import ACCELERATORS, DISK_TYPES
+from planner.labels import GKE_NAMESPACES
 
 
 def _bool(value: Any) -> Any:
@@ -57,6 +58,24 @@ def _texts(value: Any) -> Any:
     return tuple(value)
 
 
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+"""Kubernetes namespace names: RFC 1123 labels, at most 63 characters."""
+GKE_CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+"""GKE: a lowercase letter first, then up to 39 lowercase letters, digits or hyphens, not ending in a hyphen."""
+REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+
+
+def namespace_problem(name: str) -> str | None:
+    """Why `name` cannot be a namespace the program creates, or None."""
+    if len(name) > 63 or not DNS_LABEL.match(name):
+        return ("a namespace is a DNS label: at most 63 characters, lowercase letters, digits and '-', starting and "
+                "ending with a letter or digit, e.g. vllm")
+    if name in GKE_NAMESPACES:
+        return f"{name} is created and owned by Kubernetes or GKE; use a namespace of its own, e.g. vllm"
+    return None
+
+
 Bool = Annotated[bool, BeforeValidator(_bool)]
 Int = Annotated[int, BeforeValidator(_int)]
 Float = Annotated[float, BeforeValidator(_float)]
@@ -84,6 +103,21 @@ class ClusterConfig(Section):
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field(
         "REGULAR", description="GKE release channel of a created cluster.")
 
+    @field_validator("name")
+    @classmethod
+    def _gke_name(cls, name: str) -> str:
+        if not GKE_CLUSTER_NAME.match(name):
+            raise ValueError("GKE cluster names are 1-40 characters: a lowercase letter, then lowercase letters, "
+                             "digits or hyphens, not ending in a hyphen, e.g. ml-dev")
+        return name
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, location: str) -> str:
+        if not (REGION.match(location) or ZONE.match(location)):
+            raise ValueError("expected a region (us-central1) or a zone (us-central1-a)")
+        return location
+
 
 class AcceleratorConfig(Section):
     """GPU nodes: the accelerator and the machine type that carries it."""
@@ -95,6 +129,14 @@ class AcceleratorConfig(Section):
     provisioning: Literal["on-demand", "spot", "reservation"] = Field(
         "on-demand", description="How GPU nodes are bought.")
     reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_names(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
+        for zone in zones:
+            if not ZONE.match(zone):
+                raise ValueError(f"{zone} is not a zone name; expected e.g. us-central1-a")
+        return zones
     driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = Field(
         "LATEST", description="GKE-managed NVIDIA driver version.")
 
@@ -129,9 +171,26 @@ class ParallelismConfig(Section):
                                                                "to fit in one replica's KV cache.")
 
 
-OWNED_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--max-model-len", "--model",
-               "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype", "--api-key", "--port")
-"""vLLM flags the program renders from other keys; vllm.extraArgs may not set them."""
+OWNED_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size",
+               "--pipeline-parallel-size", "--max-model-len", "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype",
+               "--api-key", "--distributed-executor-backend", "--shutdown-timeout", "--config")
+"""vLLM flags the program renders from other keys or relies on (--config would load any of them from a file);
+vllm.extraArgs may not set them in any spelling vLLM's parser accepts."""
+OWNED_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+"""vLLM's short aliases of owned flags (vllm/engine/arg_utils.py)."""
+
+
+def owned_flag(arg: str) -> str | None:
+    """The owned flag `arg` sets, spelled as vLLM's parser reads it: `_` or `-` in the name (FlexibleArgumentParser
+    turns underscores into dashes), `=value` attached, an unambiguous prefix (argparse's allow_abbrev, on in vLLM),
+    or a short alias with or without its value attached (-tp4)."""
+    for short, flag in OWNED_SHORT.items():
+        if arg == short or (arg.startswith(short) and arg[len(short):].lstrip("=").isdigit()):
+            return flag
+    if not arg.startswith("--") or len(arg) <= 2:
+        return None
+    name = arg.split("=", 1)[0].replace("_", "-")
+    return next((flag for flag in OWNED_FLAGS if flag == name or (len(name) >= 4 and flag.startswith(name))), None)
 
 
 class VllmConfig(Section):
@@ -156,8 +215,11 @@ class VllmConfig(Section):
     @classmethod
     def _not_owned(cls, args: tuple[str, ...]) -> tuple[str, ...]:
         for arg in args:
-            if arg.split("=", 1)[0] in OWNED_FLAGS:
-                raise ValueError(f"{arg.split('=', 1)[0]} is set by the program from other keys; remove it")
+            words = arg.split()
+            if len(words) > 1 and arg.lstrip().startswith("-"):
+                raise ValueError(f"one flag or value per list item: write {arg!r} as [{', '.join(words)}]")
+            if flag := owned_flag(arg.strip()):
+                raise ValueError(f"{arg} sets {flag}, which is set by the program from other keys; remove it")
         return args
 
 
@@ -192,6 +254,21 @@ class ServingConfig(Section):
     source_ranges: Texts = Field(("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
                                  description="CIDRs that may reach the internal load balancer.")
 
+    @field_validator("namespace")
+    @classmethod
+    def _own_namespace(cls, name: str) -> str:
+        if problem := namespace_problem(name):
+            raise ValueError(problem)
+        return name
+
+    @field_validator("allowed_namespaces")
+    @classmethod
+    def _namespaces(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if len(name) > 63 or not DNS_LABEL.match(name):
+                raise ValueError(f"{name} is not a namespace name (a DNS label of at most 63 characters)")
+        return names
+
     @field_validator("source_ranges")
     @classmethod
     def _cidrs(cls, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -208,15 +285,16 @@ class ServingConfig(Section):
 class MonitoringConfig(Section):
     """Managed Prometheus scraping, the dashboard and the metrics adapter."""
 
-    scrape_interval: Text = Field("15s", description="PodMonitoring interval, 5s to 300s.")
+    scrape_interval: Any = Field("15s", description="PodMonitoring interval, 5s to 300s.",
+                                 json_schema_extra={"type": "string", "pattern": "^[0-9]+s$"})
     dashboard: Bool = Field(True, description="Create the Cloud Monitoring dashboard.")
     install_adapter: Bool = Field(True, description="false when the custom-metrics Stackdriver adapter is already "
                                                     "installed.")
 
     @field_validator("scrape_interval")
     @classmethod
-    def _seconds(cls, interval: str) -> str:
-        if not (re.fullmatch(r"\d+s", interval) and 5 <= int(interval[:-1]) <= 300):
+    def _seconds(cls, interval: Any) -> str:
+        if not (isinstance(interval, str) and re.fullmatch(r"\d+s", interval) and 5 <= int(interval[:-1]) <= 300):
             raise ValueError("expected seconds between 5s and 300s, e.g. 15s")
         return interval
 

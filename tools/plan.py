@@ -26,16 +26,49 @@ class PlanInputError(Exception):
     """A bad command-line argument or unreadable stack file."""
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as Pulumi reads a stack file: a key given twice is an error, not a silent overwrite."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
 def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `config:` mapping of a stack file, read the way Pulumi reads it: valid YAML without duplicate keys, a
+    mapping at the top with `config:` in it, every key `<namespace>:<name>`."""
     if not path.is_file():
         raise PlanInputError(f"--config {path}: no such stack file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_StrictLoader)
     except yaml.YAMLError as exc:
-        raise PlanInputError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PlanInputError(f"--config {path}: not valid YAML ({where}{problem})") from None
+    except UnicodeDecodeError:
+        raise PlanInputError(f"--config {path}: not a UTF-8 text file") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PlanInputError(f"--config {path}: the top level is a {type(data).__name__}; a stack file is a mapping "
+                             "with a `config:` key")
     config = data.get("config") or {}
     if not isinstance(config, dict):
         raise PlanInputError(f"--config {path}: `config:` must be a mapping of keys to values")
+    for key in config:
+        if not isinstance(key, str) or ":" not in key:
+            raise PlanInputError(f"--config {path}: key {key!r} has no namespace; Pulumi reads only "
+                                 f"`<namespace>:<name>` keys, e.g. `{NAMESPACE}:{key}`")
     return config
 
 
