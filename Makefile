@@ -10,7 +10,11 @@ STACK ?= dev
 
 # Side tools, each in its own environment: workflow linters (npm), the policy pack (pulumi-policy pins
 # protobuf/grpcio apart from the program's), the security scanner (checkov pins its own libraries).
-TOOLS := node_modules/.installed-stamp policy/venv/.installed-stamp .venv-scan/.installed-stamp
+TOOLS := node_modules/.installed-stamp policy/venv/.installed-stamp .venv-scan/.installed-stamp /usr/bin/bwrap
+
+# The pod runner (tools/pod_runner.py) runs rendered pods under bubblewrap, as root; Debian packages it.
+/usr/bin/bwrap:
+	apt-get update -qq && apt-get install -y -qq bubblewrap
 
 node_modules/.installed-stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error

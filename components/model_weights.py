@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from planner.config import Stack
 from planner.labels import ZONE_LABEL
-from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
+from planner.security import PART_OF, PART_OF_LABEL, container_security_context, identity_env, pod_security_context
 from planner.sizing import Sizing
 from planner.versions import GCLOUD_IMAGE
 
@@ -179,8 +179,8 @@ class ModelWeights(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-downloader", namespace=args.namespace,
                                                 labels=labels),
             data={"download.py": DOWNLOADER.read_text()}, opts=child)
-        env = [k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp"),
-               k8s.core.v1.EnvVarArgs(name="HF_HOME", value="/tmp/hf")]
+        env = [k8s.core.v1.EnvVarArgs(**e) for e in
+               (*identity_env(), {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"})]
         depends: list[pulumi.Resource] = [staging_pvc, script]
         service_account = None
         if args.source == "huggingface":

@@ -35,7 +35,7 @@ from planner.labels import (
     LWS_WORKER_INDEX_LABEL,
     SPOT_LABEL,
 )
-from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
+from planner.security import PART_OF, PART_OF_LABEL, container_security_context, identity_env, pod_security_context
 from planner.sizing import Sizing
 
 API_KEY_DIGEST_ANNOTATION = "vllm-gke/api-key-sha256"
@@ -144,7 +144,7 @@ class RayVllmServer(pulumi.ComponentResource):
             data={"launcher.py": LAUNCHER.read_text()}, opts=child)
         env: list[dict[str, Any]] = [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "HOME", "value": "/tmp/home"}, {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+            *identity_env(), {"name": "HOME", "value": "/tmp/home"}, {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
             {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
         if spec.nodes > 1:
             # Pin vLLM's, NCCL's and Gloo's traffic to the pod network: with a second NIC on the node

@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 from components import parent_depends_on
 from planner.commands import API_PORT
 from planner.config import Stack
-from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
+from planner.security import PART_OF, PART_OF_LABEL, container_security_context, identity_env, pod_security_context
 from planner.sizing import Sizing
 
 SCRIPT = Path(__file__).resolve().parent.parent / "images" / "smoke" / "smoke.py"
@@ -58,7 +58,7 @@ class SmokeCheck(pulumi.ComponentResource):
         script = k8s.core.v1.ConfigMap(
             f"{name}-script", metadata={"name": f"{name}-smoke-script", "namespace": args.namespace},
             data={"smoke.py": source}, opts=pulumi.ResourceOptions(parent=self))
-        env = []
+        env = identity_env()
         if args.api_key_secret:
             env.append({"name": "VLLM_API_KEY",
                         "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "VLLM_API_KEY"}}})

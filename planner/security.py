@@ -20,3 +20,15 @@ def container_security_context() -> dict[str, Any]:
     """Container level: no privilege escalation, no capabilities, read-only root (writes go to emptyDirs)."""
     return {"allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]}}
+
+USER_NAME = "vllm-gke"
+"""What the pods answer to getpass.getuser(). Their UID has no passwd entry in the stock images, and getuser() falls
+back to pwd.getpwuid(), which raises KeyError: torch 2.11's inductor cache dir (torch/_inductor/runtime/
+cache_dir_utils.py) calls it at import, so vLLM died in 9.7 s on the GPU host (vllm-project/vllm#44548,
+pytorch/pytorch#140765; llm-d sets USER for the same reason). getuser() reads LOGNAME, USER, LNAME and USERNAME
+first."""
+
+
+def identity_env() -> list[dict[str, str]]:
+    """Env that gives the non-root UID a user name without a passwd entry (see USER_NAME)."""
+    return [{"name": "USER", "value": USER_NAME}, {"name": "LOGNAME", "value": USER_NAME}]

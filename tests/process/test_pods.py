@@ -1,0 +1,219 @@
+"""Rendered pods run as they declare themselves (tools/pod_runner.py): UID 10001 without a passwd entry, read-only
+root, only the declared mounts writable, env as rendered, probes as the kubelet runs them, preStop + SIGTERM + grace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import API_KEY
+from tests.helpers import full_config
+from tools.mocks import run_program
+from tools.pod_runner import Pod, PodNetwork
+
+pytestmark = pytest.mark.slow
+VENV_BIN = str(Path(sys.executable).parent)
+CPU_IMAGE_ENV = {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "VLLM_CPU_KVCACHE_SPACE": "1",
+                 "OMP_NUM_THREADS": "2", "TRANSFORMERS_OFFLINE": "1"}
+"""What a CPU build of the vLLM image sets: its Python first on PATH, the CPU KV-cache size, thread count."""
+SECRETS = {("vllm-api-key", "VLLM_API_KEY"): API_KEY}
+
+
+def objects_for(model_dir: Path, stack: str = "dev", **sections) -> list[dict]:
+    config = full_config(stack, model={"id": "test/tiny", "configFile": str(model_dir / "config.json"),
+                                       "servedName": "tiny"}, vllm={"maxModelLen": 1024}, apiKey={"secure": "v1:k"},
+                         **sections)
+    return run_program(config).kubernetes_objects()
+
+
+def find(objects: list[dict], kind: str, part: str = "") -> dict:
+    return next(o for o in objects if o["kind"] == kind and part in o["metadata"]["name"])
+
+
+def weights_claim(tmp_path: Path, tiny_model: Path) -> Path:
+    """A read-only-many volume's content: the weights under model/, as the download Job leaves them."""
+    disk = tmp_path / "disk"
+    shutil.copytree(tiny_model, disk / "model")
+    for path in [disk, *disk.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return disk
+
+
+def chat(ip: str, key: str | None, max_tokens: int = 8) -> tuple[int, dict]:
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens,
+                       "ignore_eos": True}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://{ip}:8000/v1/chat/completions", body, headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, {}
+
+
+def test_the_one_node_leader_pod_serves_as_declared_and_drains_on_stop(tiny_model, tmp_path):
+    objects = objects_for(tiny_model)
+    lws = find(objects, "LeaderWorkerSet")
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    with PodNetwork() as net:
+        pod = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
+                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, log=tmp_path / "leader.log")
+        try:
+            pod.start()
+            started, seconds, results = pod.wait_started()
+            assert started, f"{len(results)} failed probes: {(tmp_path / 'leader.log').read_text()[-3000:]}"
+            print(f"leader pod: startup probe passed after {seconds:.1f} s ({len(results)} probes)")
+            assert pod.probe("readinessProbe").ok
+
+            # The container's own view: its UID, no passwd entry, and writes only where a writable mount is.
+            who = pod.exec(["python3", "-c", "import os, getpass; print(os.getuid(), os.getgid(), getpass.getuser())"])
+            assert who.stdout.split() == ["10001", "10001", "vllm-gke"], who.stderr
+            assert pod.exec(["python3", "-c", "open('/opt/x', 'w')"]).returncode != 0, "the root must be read-only"
+            assert pod.exec(["python3", "-c", "open('/models/model/x', 'w')"]).returncode != 0, "weights are read-only"
+            assert pod.exec(["python3", "-c", "open('/tmp/x', 'w').write('1')"]).returncode == 0
+            assert pod.exec(["python3", "-c", "open('/dev/shm/x', 'w').write('1')"]).returncode == 0
+            bare = {k: v for k, v in pod.env.items() if k not in ("USER", "LOGNAME")}
+            missing = pod.exec(["python3", "-c", "import getpass; getpass.getuser()"], env=bare)
+            assert "KeyError" in missing.stderr, "without USER/LOGNAME an unmapped UID has no name (torch 2.11 dies)"
+
+            assert chat(pod.ip, API_KEY)[0] == 200, "the key from the Secret opens the API on the declared port"
+            assert chat(pod.ip, None)[0] == 401
+            assert all(r.ok for r in pod.watch("livenessProbe", 3)), "liveness stays green while serving"
+
+            answer: dict = {}
+            request = threading.Thread(target=lambda: answer.update(
+                zip(("status", "body"), chat(pod.ip, API_KEY, max_tokens=600), strict=True)))
+            request.start()
+            time.sleep(0.5)
+            code, stop_seconds, killed = pod.stop()
+            request.join(120)
+            grace = spec["terminationGracePeriodSeconds"]
+            assert answer.get("status") == 200 and answer["body"]["usage"]["completion_tokens"] == 600, \
+                "the request in flight when the pod was told to stop is answered in full"
+            assert not killed and stop_seconds < grace, f"stopped in {stop_seconds:.1f} s of {grace}"
+            print(f"leader pod: stopped in {stop_seconds:.1f} s (grace {grace} s), exit code {code}")
+        finally:
+            pod.close()
+
+
+def test_the_smoke_job_pod_passes_against_the_serving_pod(tiny_model, tmp_path):
+    objects = objects_for(tiny_model)
+    lws = find(objects, "LeaderWorkerSet")
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    smoke = find(objects, "Job", "smoke")["spec"]["template"]["spec"]
+    with PodNetwork() as net:
+        server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
+                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, log=tmp_path / "leader.log")
+        try:
+            server.start()
+            assert server.wait_started()[0], (tmp_path / "leader.log").read_text()[-3000:]
+            # No cluster DNS here: the Service name in the Job's URL is replaced by the serving pod's IP.
+            command = [a.replace("vllm-leader", server.ip) for a in smoke["containers"][0]["command"]]
+            job = Pod(smoke, objects, "vllm", "smoke", net, secrets=SECRETS, image_env=CPU_IMAGE_ENV,
+                      command=command, log=tmp_path / "smoke.log")
+            try:
+                job.start()
+                assert job.proc.wait(180) == 0, (tmp_path / "smoke.log").read_text()[-2000:]
+            finally:
+                job.close()
+        finally:
+            server.close()
+
+
+def test_the_download_job_pod_writes_the_weights_onto_its_volume_only(tiny_model, tmp_path):
+    objects = objects_for(tiny_model)
+    job = find(objects, "Job", "download")["spec"]["template"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in job["volumes"] if "persistentVolumeClaim" in v)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    staging.chmod(0o2775)  # a fresh ext4 disk is root's; with fsGroup the CSI driver hands it to the group
+    os.chown(staging, 0, job["securityContext"]["fsGroup"])
+    source = weights_claim(tmp_path, tiny_model) / "model"
+    # Offline: the Hugging Face source is replaced by the same files from a local, read-only directory.
+    command = job["containers"][0]["command"]
+    rest = command[command.index("--dest"):]
+    local = [*command[:command.index("--source")], "--source", "local", "--from", "/src", *rest]
+    with PodNetwork() as net:
+        pod = Pod(job, objects, "vllm", "download", net, claims={claim: staging}, image_env=CPU_IMAGE_ENV,
+                  command=local, log=tmp_path / "download.log")
+        pod.binds += ["--ro-bind", str(source), "/src"]
+        try:
+            pod.start()
+            assert pod.proc.wait(300) == 0, (tmp_path / "download.log").read_text()[-2000:]
+        finally:
+            pod.close()
+    written = {p.name for p in (staging / "model").iterdir()}
+    assert "config.json" in written and any(n.endswith(".safetensors") for n in written)
+    assert all(p.stat().st_uid == 10001 for p in (staging / "model").iterdir()), "written as the pod's UID"
+
+
+STAND_IN = """
+import http.server, signal, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+server = http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H)
+signal.signal(signal.SIGTERM, lambda *_: (threading.Thread(target=server.shutdown).start()))
+server.serve_forever()
+"""
+
+
+def test_a_two_pod_group_forms_over_ray_and_a_lost_worker_fails_the_leader(tiny_model, tmp_path):
+    # prod's layout (two nodes per group) with the tiny model's config: every object as rendered for a group.
+    objects = objects_for(tiny_model, "prod", parallelism={"tensor": 1, "pipeline": 2},
+                          accelerator={"type": "nvidia-l4", "machineType": "g2-standard-8", "zones": ["us-central1-a"]},
+                          weights={"diskType": "pd-ssd"})
+    template = find(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    leader_spec, worker_spec = template["leaderTemplate"]["spec"], template["workerTemplate"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in leader_spec["volumes"]
+                 if "persistentVolumeClaim" in v)
+    disk = weights_claim(tmp_path, tiny_model)
+    (tmp_path / "stand_in.py").write_text(STAND_IN)
+    (tmp_path / "stand_in.py").chmod(0o644)
+    # vLLM's CPU build cannot use Ray's executor, so the leader's server command (after `--`) is a stand-in that
+    # answers /health; the launcher, Ray, the pods' users, mounts, env and probes are as rendered.
+    command = leader_spec["containers"][0]["command"]
+    stand_in = [*command[:command.index("--") + 1], "python3", "/stand-in/stand_in.py"]
+    with PodNetwork() as net:
+        leader = Pod(leader_spec, objects, "vllm", "leader", net, claims={claim: disk}, secrets=SECRETS,
+                     image_env=CPU_IMAGE_ENV, command=stand_in, log=tmp_path / "leader.log")
+        leader.binds += ["--ro-bind", str(tmp_path / "stand_in.py"), "/stand-in/stand_in.py"]
+        lws_env = {"LWS_LEADER_ADDRESS": leader.ip, "LWS_GROUP_SIZE": "2"}  # the controller's injection (IP: no DNS)
+        leader.env.update({**lws_env, "LWS_WORKER_INDEX": "0"})
+        worker = Pod(worker_spec, objects, "vllm", "worker", net, claims={claim: disk}, secrets=SECRETS,
+                     image_env=CPU_IMAGE_ENV, injected_env={**lws_env, "LWS_WORKER_INDEX": "1"},
+                     log=tmp_path / "worker.log")
+        try:
+            leader.start()
+            worker.start()
+            started, seconds, _ = leader.wait_started()
+            assert started, (tmp_path / "leader.log").read_text()[-3000:]
+            print(f"two-pod group: leader's startup probe passed after {seconds:.1f} s")
+            assert "group complete: 2 nodes" in (tmp_path / "leader.log").read_text()
+            assert worker.probe("readinessProbe").ok, "the worker's Ray node manager answers on its declared port"
+            assert all(r.ok for r in leader.watch("livenessProbe", 2)), "heartbeat fresh and /health answering"
+            who = worker.exec(["python3", "-c", "import os; print(os.getuid())"])
+            assert who.stdout.strip() == "10001"
+
+            worker.close()  # the worker's node is gone
+            lost = time.monotonic()
+            assert leader.proc.wait(120) == 3, (tmp_path / "leader.log").read_text()[-2000:]
+            print(f"two-pod group: leader exited 3 {time.monotonic() - lost:.1f} s after the worker was killed")
+            assert not leader.probe("livenessProbe").ok, "liveness fails once the group is broken"
+        finally:
+            worker.close()
+            leader.close()
