@@ -374,9 +374,10 @@ def _run_as_root(pod: dict[str, Any], container: dict[str, Any]) -> bool:
 
 
 def runtime(objects: Iterable[dict[str, Any]]) -> list[str]:
-    """A non-root container with every capability dropped binds no port below 1024 (no NET_BIND_SERVICE), and a
-    container with a read-only root writes only under its writable mounts: every directory named by a path flag
-    or a cache/home variable lies under a mount that is not read-only."""
+    """A non-root container with every capability dropped binds no port below 1024 (no NET_BIND_SERVICE); a Python
+    container under a UID with no passwd entry names its user (USER/LOGNAME); and a container with a read-only
+    root writes only under its writable mounts: every directory named by a path flag or a cache/home variable
+    lies under a mount that is not read-only."""
     problems = []
     for template in pod_templates(objects):
         for container in template.spec.get("containers") or []:
@@ -389,6 +390,12 @@ def runtime(objects: Iterable[dict[str, Any]]) -> list[str]:
                     if int(port.get("containerPort", 1024)) < 1024:
                         problems.append(f"runtime: {where}: binds port {port['containerPort']} as a non-root user "
                                         "without NET_BIND_SERVICE; use a port >= 1024")
+            command = container.get("command") or []
+            names = {e.get("name") for e in container.get("env") or []}
+            if command[:1] and command[0].startswith("python") and not _run_as_root(template.spec, container) \
+                    and not names & {"USER", "LOGNAME"}:
+                problems.append(f"runtime: {where}: runs Python as a UID without a passwd entry and sets neither USER "
+                                "nor LOGNAME; getpass.getuser() raises KeyError (torch 2.11 dies at import)")
             if not security.get("readOnlyRootFilesystem"):
                 continue
             writable = [m["mountPath"].rstrip("/") for m in container.get("volumeMounts") or []

@@ -280,3 +280,11 @@ def test_the_adapter_serves_on_a_high_port_with_certificates_on_a_writable_volum
     policy = find(objs, "NetworkPolicy", "custom-metrics")
     assert policy["spec"]["ingress"][0]["ports"] == [{"port": 6443, "protocol": "TCP"}], \
         "NetworkPolicy ports are the pod's ports, after the Service's translation"
+
+
+def test_a_python_pod_without_user_or_logname_is_refused(dev):
+    objs = objects(dev[0])
+    container = leader_container(objs)
+    assert {"USER", "LOGNAME"} <= {e["name"] for e in container["env"]}, "the rendered pods carry the fix"
+    container["env"] = [e for e in container["env"] if e["name"] not in ("USER", "LOGNAME")]
+    assert any("neither USER nor LOGNAME" in p for p in rules.runtime(objs))
