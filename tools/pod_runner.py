@@ -106,7 +106,7 @@ class Pod:
                  network: PodNetwork, claims: dict[str, Path] | None = None,
                  secrets: dict[tuple[str, str], str] | None = None, image_env: dict[str, str] | None = None,
                  injected_env: dict[str, str] | None = None, command: list[str] | None = None,
-                 log: Path | None = None) -> None:
+                 log: Path | None = None, image_paths: tuple[str, ...] = ()) -> None:
         if len(spec.get("containers") or []) != 1:
             raise ValueError("the runner runs pods of exactly one container")
         self.spec, self.container = spec, spec["containers"][0]
@@ -114,6 +114,7 @@ class Pod:
         self.claims, self.secrets = claims or {}, secrets or {}
         self.image_env, self.injected_env = image_env or {}, injected_env or {}
         self.command = command or self.container["command"]
+        self.image_paths = image_paths
         self.netns, self.ip = network.add()
         self.work = Path(tempfile.mkdtemp(prefix=f"pod-{name}-", dir="/tmp"))
         os.chmod(self.work, 0o755)
@@ -233,13 +234,25 @@ class Pod:
         return [*argv, "--perms", "0755", "--dir", "/root", "--ro-bind", "/root/.pyenv", "/root/.pyenv",
                 "--dev", "/dev", "--proc", "/proc"]
 
+    def _image_binds(self) -> list[str]:
+        """The image's own files (its Python environment), bound read-only even where a volume covers the host's
+        path (a checkout under /tmp); directories made inside a volume for them are readable (bwrap uses 0700)."""
+        targets = [self.binds[i + 2].rstrip("/") for i in range(0, len(self.binds), 3)]
+        argv: list[str] = []
+        for path in self.image_paths:
+            for parent in reversed(Path(path).parents):
+                if any(str(parent).startswith(t + "/") for t in targets):
+                    argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--ro-bind", path, path]
+        return argv
+
     def sandbox(self, command: list[str], env: dict[str, str] | None = None) -> list[str]:
         """The argv that runs `command` in this pod: its netns, read-only root, mounts, user, env."""
         argv = ["ip", "netns", "exec", self.netns, "bwrap", *self._root(),
                 # The container's command is PID 1 of its namespace, as in a pod: SIGTERM reaches it only if it
                 # handles the signal.
                 "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--hostname", self.name,
-                "--chdir", "/", *self.binds, "--remount-ro", "/", "--clearenv"]
+                "--chdir", "/", *self.binds, *self._image_binds(), "--remount-ro", "/", "--clearenv"]
         for key, value in (env if env is not None else self.env).items():
             argv += ["--setenv", key, value]
         groups = [str(self.fs_group)] if self.fs_group is not None else []

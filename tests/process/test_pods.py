@@ -23,6 +23,8 @@ from tools.pod_runner import Pod, PodNetwork
 
 pytestmark = pytest.mark.slow
 VENV_BIN = str(Path(sys.executable).parent)
+IMAGE = (sys.prefix,)
+"""The "image's" Python environment, bound read-only even when the checkout lies under /tmp (a pod's emptyDir)."""
 CPU_IMAGE_ENV = {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "VLLM_CPU_KVCACHE_SPACE": "1",
                  "OMP_NUM_THREADS": "2", "TRANSFORMERS_OFFLINE": "1"}
 """What a CPU build of the vLLM image sets: its Python first on PATH, the CPU KV-cache size, thread count."""
@@ -68,7 +70,7 @@ def test_the_one_node_leader_pod_serves_as_declared_and_drains_on_stop(tiny_mode
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     with PodNetwork() as net:
         pod = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, log=tmp_path / "leader.log")
+                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log")
         try:
             pod.start()
             started, seconds, results = pod.wait_started()
@@ -115,13 +117,13 @@ def test_the_smoke_job_pod_passes_against_the_serving_pod(tiny_model, tmp_path):
     smoke = find(objects, "Job", "smoke")["spec"]["template"]["spec"]
     with PodNetwork() as net:
         server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, log=tmp_path / "leader.log")
+                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log")
         try:
             server.start()
             assert server.wait_started()[0], (tmp_path / "leader.log").read_text()[-3000:]
             # No cluster DNS here: the Service name in the Job's URL is replaced by the serving pod's IP.
             command = [a.replace("vllm-leader", server.ip) for a in smoke["containers"][0]["command"]]
-            job = Pod(smoke, objects, "vllm", "smoke", net, secrets=SECRETS, image_env=CPU_IMAGE_ENV,
+            job = Pod(smoke, objects, "vllm", "smoke", net, secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE,
                       command=command, log=tmp_path / "smoke.log")
             try:
                 job.start()
@@ -147,6 +149,7 @@ def test_the_download_job_pod_writes_the_weights_onto_its_volume_only(tiny_model
     local = [*command[:command.index("--source")], "--source", "local", "--from", "/src", *rest]
     with PodNetwork() as net:
         pod = Pod(job, objects, "vllm", "download", net, claims={claim: staging}, image_env=CPU_IMAGE_ENV,
+                  image_paths=IMAGE,
                   command=local, log=tmp_path / "download.log")
         pod.binds += ["--ro-bind", str(source), "/src"]
         try:
@@ -190,12 +193,12 @@ def test_a_two_pod_group_forms_over_ray_and_a_lost_worker_fails_the_leader(tiny_
     stand_in = [*command[:command.index("--") + 1], "python3", "/stand-in/stand_in.py"]
     with PodNetwork() as net:
         leader = Pod(leader_spec, objects, "vllm", "leader", net, claims={claim: disk}, secrets=SECRETS,
-                     image_env=CPU_IMAGE_ENV, command=stand_in, log=tmp_path / "leader.log")
+                     image_env=CPU_IMAGE_ENV, image_paths=IMAGE, command=stand_in, log=tmp_path / "leader.log")
         leader.binds += ["--ro-bind", str(tmp_path / "stand_in.py"), "/stand-in/stand_in.py"]
         lws_env = {"LWS_LEADER_ADDRESS": leader.ip, "LWS_GROUP_SIZE": "2"}  # the controller's injection (IP: no DNS)
         leader.env.update({**lws_env, "LWS_WORKER_INDEX": "0"})
         worker = Pod(worker_spec, objects, "vllm", "worker", net, claims={claim: disk}, secrets=SECRETS,
-                     image_env=CPU_IMAGE_ENV, injected_env={**lws_env, "LWS_WORKER_INDEX": "1"},
+                     image_env=CPU_IMAGE_ENV, image_paths=IMAGE, injected_env={**lws_env, "LWS_WORKER_INDEX": "1"},
                      log=tmp_path / "worker.log")
         try:
             leader.start()

@@ -14,7 +14,8 @@ def test_smoke_job_runs_after_the_server_through_the_service_and_reruns_on_chang
     assert {lws.urn, service.urn} <= set(job.dependencies), "the Job runs after the group and its Service"
     container = job.inputs["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][container["command"].index("--url") + 1] == "http://vllm-leader:8000"
-    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "vllm-api-key"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "vllm-api-key"
     other = run_program(full_config(vllm={"maxModelLen": 4096}))
     assert other.one("kubernetes:batch/v1:Job", "smoke").inputs["metadata"]["name"] != job.inputs["metadata"]["name"]
     assert not run_program(full_config(serving={"smokeTest": False})).of_type("vllm-gke:smoke:SmokeTest")
