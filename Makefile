@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
 
-.PHONY: test test-fast lint lock plan plan-json docs loadtest bench bench-report clean
+.PHONY: test test-fast lint lock plan plan-json docs loadtest bench bench-pods bench-report clean
 
 # Side tools, each in its own environment: workflow linters (npm), the policy pack (pulumi-policy pins
 # protobuf/grpcio apart from the program's), the security scanner (checkov pins its own libraries).
@@ -85,6 +85,10 @@ loadtest: $(STAMP)
 # make bench [BENCH_ARGS="--layouts tp1,pp2-across-nodes-tcp --prompts 200"]
 bench:
 	python3 bench/run.py all $(BENCH_ARGS)
+
+# The pods bench/run.py --pods starts as declared: the program's objects per layout (runs here, under mocks).
+bench-pods: $(STAMP)
+	$(PY) bench/pods.py --out bench/pods
 
 # Re-render the chart and docs/benchmarks.md from docs/benchmarks/results.json (any machine).
 bench-report: $(STAMP)

@@ -79,8 +79,18 @@ def build_model(config_json: Path, out: Path, device: str | None = None, seed: i
         model = AutoModelForCausalLM.from_config(hf_config, torch_dtype=dtype)
     model.save_pretrained(out, safe_serialization=True, max_shard_size="5GB")
     del model
+    # The GPUs must be empty for the layouts that follow (bench/run.py waits for that): free what the build cached.
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     # save_pretrained rewrites config.json in transformers' own form; keep the given one, byte for byte.
     (out / "config.json").write_text(json.dumps(config, indent=2))
     build_tokenizer(config, out)
+    # safetensors writes its shards 0600 (root's, here); served read-only to a pod's own UID (bench/run.py --pods)
+    # they must be readable by others, as files on a mounted disk image are.
+    for path in out.iterdir():
+        path.chmod(0o644)
     mark.write_text(digest)
     return out

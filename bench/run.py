@@ -30,13 +30,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.declared import DeclaredPods, Rendered, declared_checks, wait_exit_or_ready  # noqa: E402
 from bench.models import build_model  # noqa: E402
 from bench.report import write_report  # noqa: E402
 from planner import sizing  # noqa: E402
@@ -55,6 +56,7 @@ from planner.commands import (  # noqa: E402
 )
 from planner.config import build_settings  # noqa: E402
 from planner.errors import ConfigError  # noqa: E402
+from tools.pod_runner import PodNetwork  # noqa: E402
 
 NODE_IPS = ("127.0.0.2", "127.0.0.3")
 # NVLink multicast stays off (shared hosts); harmless where there is none.
@@ -168,6 +170,24 @@ class Group:
         wait_gpus_free()
 
 
+class PodGroup(Group):
+    """A layout started as its rendered pods (bench/declared.py); stopping kills the pods and their namespaces."""
+
+    def __init__(self, work: Path, name: str, declared: DeclaredPods):
+        super().__init__(work, name)
+        self.declared = declared
+
+    def start_pods(self, layout: BenchLayout, drop_env: tuple[str, ...] = ()) -> list[str]:
+        per_pod = layout.gpus_per_replica // layout.nodes if self.declared.gpus else 0
+        pods = self.declared.start(self.name, per_pod, drop_env)
+        self.procs = [Proc(pod.name, pod.proc, pod.log) for pod in pods]
+        return [f"http://{pods[0].ip}:{self.declared.rendered.port}"]
+
+    def stop(self, grace: float = 60) -> None:
+        self.declared.close()
+        wait_gpus_free()
+
+
 def ray_stop() -> None:
     subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True,
                    check=False, timeout=120)
@@ -191,6 +211,7 @@ def wait_gpus_free(limit_mib: int = 2048, timeout: float = 60) -> None:
         time.sleep(1)
     pids = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
                           text=True, check=False, timeout=30).stdout.split()
+    pids = [pid for pid in pids if pid != str(os.getpid())]  # this process's own CUDA context is not a leftover
     log(f"GPU memory still in use after {timeout:.0f} s ({gpu_memory_used()} MiB); killing {pids}")
     for pid in pids:
         with contextlib.suppress(ValueError, OSError):
@@ -198,21 +219,25 @@ def wait_gpus_free(limit_mib: int = 2048, timeout: float = 60) -> None:
     time.sleep(5)
 
 
-def healthy(port: int) -> bool:
+def local(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
             return resp.status == 200
     except OSError:
         return False
 
 
-def wait_healthy(group: Group, ports: list[int], t0: float, timeout: float) -> float:
-    """Seconds from t0 until every port answers /health 200; BenchError when a process dies or time runs out."""
-    pending = set(ports)
+def wait_healthy(group: Group, urls: list[str], t0: float, timeout: float) -> float:
+    """Seconds from t0 until every URL answers /health 200; BenchError when a process dies or time runs out."""
+    pending = set(urls)
     while pending:
-        for port in sorted(pending):
-            if healthy(port):
-                pending.discard(port)
+        for url in sorted(pending):
+            if healthy(url):
+                pending.discard(url)
         if not pending:
             break
         for proc in group.procs:
@@ -238,6 +263,15 @@ class Bench:
     model_dir: Path
     served_name: str
     work: Path
+    pods: dict[str, Rendered] = field(default_factory=dict)
+    net: Any = None
+    """tools.pod_runner.PodNetwork when layouts start as declared pods."""
+
+    def declared(self, layout: BenchLayout) -> DeclaredPods:
+        """The rendered pods of `layout`, with the weights claim on the built model's disk directory."""
+        extra = {**SAFE_ENV, **({k: v for k, v in TCP_ENV.items() if k != "NCCL_SOCKET_IFNAME"} if layout.tcp else {})}
+        return DeclaredPods(self.pods[layout.name], self.net, self.model_dir.parent, self.work / "logs", extra,
+                            gpus=bool(self.args.gpus))
 
     def spec(self, layout: BenchLayout, port: int = API_PORT, model_dir: Path | None = None) -> ServerSpec:
         return ServerSpec(
@@ -278,8 +312,8 @@ def short_temp_dir() -> str:
     return tempfile.mkdtemp(prefix="rw-", dir="/tmp")
 
 
-def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str | None = None) -> list[int]:
-    """Start every process of `layout`; returns the API ports to wait on."""
+def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str | None = None) -> list[str]:
+    """Start every process of `layout`; returns the API URLs to wait on."""
     tag = cache_tag or layout.name
     if layout.nodes == 1:
         ports = []
@@ -288,7 +322,7 @@ def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str
             gpus = list(range(r * layout.gpus_per_replica, (r + 1) * layout.gpus_per_replica))
             group.start(f"leader-r{r}", leader_cmd(bench.spec(layout, port)),
                         bench.env(layout, gpus if bench.args.gpus else [], f"{tag}-r{r}"))
-            ports.append(port)
+            ports.append(local(port))
         return ports
     spec = bench.spec(layout)
     per_node = layout.gpus_per_replica // layout.nodes
@@ -298,22 +332,24 @@ def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str
         gpus = list(range(n * per_node, (n + 1) * per_node))
         group.start(f"worker-n{n}", worker_cmd(spec, short_temp_dir()),
                     bench.env(layout, gpus, f"{tag}-n{n}", NODE_IPS[n]))
-    return [API_PORT]
+    return [local(API_PORT)]
 
 
 # ------------------------------------------------------------------------------------------------ client
 
-def run_client(bench: Bench, ports: list[int], prompts: int, seed: int, tag: str) -> list[dict[str, Any]]:
-    """One `vllm bench serve` client per port, concurrently (a Service spreads load the same way)."""
+def run_client(bench: Bench, urls: list[str], prompts: int, seed: int, tag: str,
+               served_name: str | None = None) -> list[dict[str, Any]]:
+    """One `vllm bench serve` client per URL, concurrently (a Service spreads load the same way)."""
     out = bench.work / "clients"
     clients = []
-    for port in ports:
-        name = f"{tag}-{port}.json"
-        cmd = [sys.executable, str(ROOT / "bench" / "loadtest.py"), "--url", f"http://127.0.0.1:{port}",
-               "--model", bench.served_name, "--tokenizer", str(bench.model_dir), "--prompts", str(prompts),
+    for i, url in enumerate(urls):
+        name = f"{tag}-{i}.json"
+        cmd = [sys.executable, str(ROOT / "bench" / "loadtest.py"), "--url", url,
+               "--model", served_name or bench.served_name, "--tokenizer", str(bench.model_dir),
+               "--prompts", str(prompts),
                "--input-len", str(bench.args.input_len), "--output-len", str(bench.args.output_len),
                "--rate", "inf", "--seed", str(seed), "--out", str(out), "--result-name", name, "--detailed"]
-        logf = (bench.work / "logs" / f"client-{tag}-{port}.log").open("w")
+        logf = (bench.work / "logs" / f"client-{tag}-{i}.log").open("w")
         clients.append((subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ, **SAFE_ENV}),
                         out / name, logf.name))
     results = []
@@ -392,32 +428,41 @@ def architecture_row(config_json: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- steps
 
 def run_layout(bench: Bench, layout: BenchLayout, results: dict[str, Any], save) -> None:
-    group = Group(bench.work, layout.name)
+    as_pods = layout.name in bench.pods
+    group = PodGroup(bench.work, layout.name, bench.declared(layout)) if as_pods else Group(bench.work, layout.name)
+    served = bench.pods[layout.name].served_name if as_pods else None
     row: dict[str, Any] = {"layout": layout.name, "tp": layout.tp, "pp": layout.pp, "nodes": layout.nodes,
-                           "replicas": layout.replicas, "gpus": layout.gpus}
-    log(f"{layout.name}: starting")
+                           "replicas": layout.replicas, "gpus": layout.gpus,
+                           "started_as": "declared pods" if as_pods else "host processes",
+                           "run_started_at": results["started_at"]}
+    log(f"{layout.name}: starting as {row['started_as']}")
     try:
         t0 = time.monotonic()
-        ports = start_layout(bench, layout, group)
+        ports = group.start_pods(layout) if as_pods else start_layout(bench, layout, group)
         row["startup_seconds"] = round(wait_healthy(group, ports, t0, bench.args.start_timeout), 1)
         log(f"{layout.name}: healthy after {row['startup_seconds']} s; warm-up ({bench.args.warmup_prompts} prompts)")
+        if as_pods:
+            row["pods"] = {pod.name: declared_checks(pod) for pod in group.declared.pods}
+            log(f"{layout.name}: pods {row['pods']}")
         leader_logs = [p.log for p in group.procs if p.name.startswith("leader")]
         row["kv_cache_tokens_measured"] = kv_tokens(leader_logs[0])
         row["kv_cache_tokens_predicted"] = predicted_kv(bench.args.config, bench.args, layout.tp, layout.pp,
                                                         layout.nodes)
         if bench.args.warmup_prompts:
-            run_client(bench, ports, bench.args.warmup_prompts, seed=1, tag=f"{layout.name}-warmup")
-        stats = summarize(run_client(bench, ports, bench.args.prompts, seed=0, tag=layout.name))
+            run_client(bench, ports, bench.args.warmup_prompts, seed=1, tag=f"{layout.name}-warmup", served_name=served)
+        stats = summarize(run_client(bench, ports, bench.args.prompts, seed=0, tag=layout.name, served_name=served))
         row |= stats
         row["output_tokens_per_s_per_gpu"] = round(stats["output_tokens_per_s"] / layout.gpus, 1)
         if layout.tcp:
             texts = [p.log.read_text(errors="replace") for p in group.procs]
-            texts += [f.read_text(errors="replace") for f in Path("/tmp/ray").glob("session_latest/logs/worker-*")]
+            ray_dirs = [Path("/tmp/ray")] + ([pod.work / "volumes" / "tmp" / "ray" for pod in group.declared.pods]
+                                             if as_pods else [])
+            texts += [f.read_text(errors="replace") for d in ray_dirs for f in d.glob("session_latest/logs/worker-*")]
             row["nccl_transport"] = "NET/Socket" if any("via NET/Socket" in t for t in texts) else "not seen in logs"
         log(f"{layout.name}: {stats['output_tokens_per_s']} output tok/s, TTFT {stats['mean_ttft_ms']} ms, "
             f"TPOT {stats['mean_tpot_ms']} ms, KV {row['kv_cache_tokens_measured']} (planner "
             f"{row['kv_cache_tokens_predicted']})")
-        if layout.name == "pp2-across-nodes-tcp" and bench.args.launcher_checks:
+        if layout.name == "pp2-across-nodes-tcp" and bench.args.launcher_checks and not as_pods:
             results["launcher"] = worker_loss(group)
             save()
     except BenchError as exc:
@@ -427,6 +472,23 @@ def run_layout(bench: Bench, layout: BenchLayout, results: dict[str, Any], save)
         results["runs"] = [r for r in results["runs"] if r["layout"] != layout.name] + [row]
         save()
         group.stop()
+
+
+def unmapped_uid(bench: Bench, results: dict[str, Any], save) -> None:
+    """The tp1 leader pod started without USER/LOGNAME (what the program sets for its passwd-less UID): on torch
+    builds that call getpass.getuser() at import (2.11 does, 2.13 does not) it must die with the KeyError."""
+    layout = LAYOUTS["tp1"]
+    group = PodGroup(bench.work, "unmapped-uid", bench.declared(layout))
+    log("unmapped UID: tp1 leader pod without USER/LOGNAME")
+    try:
+        urls = group.start_pods(layout, drop_env=("USER", "LOGNAME"))
+        out = wait_exit_or_ready(group.declared.pods[0], urls[0], bench.args.start_timeout, healthy)
+        out["log"] = str(group.procs[0].log)
+    finally:
+        group.stop()
+    log(f"unmapped UID: {out}")
+    results["unmapped_uid_without_user"] = out
+    save()
 
 
 def worker_loss(group: Group) -> dict[str, Any]:
@@ -447,7 +509,7 @@ def worker_loss(group: Group) -> dict[str, Any]:
         now = time.monotonic() - t0
         if detected is None and "Ray node lost" in leader.log.read_text(errors="replace"):
             detected = round(now, 1)
-        if health_gone is None and not healthy(API_PORT):
+        if health_gone is None and not healthy(local(API_PORT)):
             health_gone = round(now, 1)
         time.sleep(0.2)
     exited = round(time.monotonic() - t0, 1) if leader.popen.poll() is not None else None
@@ -489,7 +551,7 @@ def overhead(bench: Bench, results: dict[str, Any], save) -> None:
                 group.start("server-n0", vllm_command(spec, python=sys.executable),
                             {**env0, "RAY_ADDRESS": f"{NODE_IPS[0]}:{RAY_PORT}"})
                 group.procs = [p for p in group.procs if p.name == "server-n0"]
-                ports = [API_PORT]
+                ports = [local(API_PORT)]
             else:
                 ports = start_layout(bench, layout, group)
             out[f"{label}_startup_seconds"] = round(wait_healthy(group, ports, t0, bench.args.start_timeout), 1)
@@ -525,7 +587,7 @@ def calibrate(bench: Bench, configs: list[Path], results: dict[str, Any], save) 
             row = {"model": config.stem, **architecture_row(config),
                    "kv_cache_tokens_predicted": predicted_kv(config, bench.args, 1, 1, 1)}
             proc = group.procs[0]
-            while kv_tokens(proc.log) is None and proc.popen.poll() is None and not healthy(port) \
+            while kv_tokens(proc.log) is None and proc.popen.poll() is None and not healthy(local(port)) \
                     and time.monotonic() - t0 < bench.args.start_timeout:
                 time.sleep(0.5)
             row["kv_cache_tokens_measured"] = kv_tokens(proc.log)
@@ -578,6 +640,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--start-timeout", type=float, default=900)
     parser.add_argument("--no-launcher-checks", dest="launcher_checks", action="store_false")
+    parser.add_argument("--pods", type=Path, default=None,
+                        help="start the layouts rendered there by bench/pods.py as declared pods (needs root, bwrap, "
+                             "setpriv, ip); the others as host processes")
+    parser.add_argument("--no-uid-check", dest="uid_check", action="store_false",
+                        help="with --pods: skip starting the tp1 leader pod without USER/LOGNAME first")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of layouts not run now from an existing OUT/results.json")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vllm-gke-bench")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
@@ -617,13 +686,23 @@ def main(argv: list[str] | None = None) -> int:
     device = None if args.gpus else "cpu"
     models = args.work / "models"
     log(f"building random-weight models under {models}")
-    model_dir = args.model_dir or build_model(args.config, models / args.config.stem, device=device)
+    # Declared pods mount the weights claim at /models and serve /models/model: the disk directory holds model/.
+    target = args.work / "disk" / "model" if args.pods else models / args.config.stem
+    model_dir = args.model_dir or build_model(args.config, target, device=device)
     for config in args.calibrate_list:
         build_model(config, models / config.stem, device=device)
     if args.action == "build":
         return 0
 
-    bench = Bench(args, model_dir, args.config.stem, args.work)
+    pods = {path.stem: Rendered.load(path) for path in sorted(args.pods.glob("*.json"))} if args.pods else {}
+    pods = {name: rendered for name, rendered in pods.items() if name in args.layout_list}
+    previous = json.loads(results_path.read_text()) if args.merge and results_path.exists() else {}
+    with contextlib.ExitStack() as stack:
+        net = stack.enter_context(PodNetwork()) if pods else None
+        return run_all(args, Bench(args, model_dir, args.config.stem, args.work, pods, net), previous, results_path)
+
+
+def run_all(args: argparse.Namespace, bench: Bench, previous: dict[str, Any], results_path: Path) -> int:
     results: dict[str, Any] = {
         "host": host_info(), "model": {"name": args.config.stem, **architecture_row(args.config),
                                        "weights": "random (bench/models.py)"},
@@ -634,21 +713,41 @@ def main(argv: list[str] | None = None) -> int:
         "planner_layout": planner_layout(args.config, args),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": [], "calibration": []}
     results["vllm"] = results["host"].get("vllm")
+    if previous:  # --merge: what earlier runs measured for the layouts not run now stays, marked with its run
+        old = [{"started_as": "host processes", "run_started_at": previous.get("started_at"), **row}
+               for row in previous.get("runs", [])]
+        results["runs"] = [row for row in old if row["layout"] not in args.layout_list]
+        # what this run re-measures stays on record, for the comparison in the doc
+        results["replaced_runs"] = [*previous.get("replaced_runs", []),
+                                    *(row for row in old if row["layout"] in args.layout_list)]
+        for key in ("calibration", "launcher", "unmapped_uid_without_user"):
+            if key in previous:
+                results[key] = previous[key]
+        results["settings"]["layouts"] = [*DEFAULT_LAYOUTS]
+    declared = {row["layout"] for row in results["runs"] if row.get("started_as") == "declared pods"} | set(bench.pods)
+    if declared:
+        results["declared_pods"] = {"layouts": sorted(declared), "rendered_by": "bench/pods.py",
+                                    "runner": "tools/pod_runner.py via bench/declared.py"}
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
         results["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        order = [*DEFAULT_LAYOUTS, *LAYOUTS]
+        results["runs"].sort(key=lambda row: order.index(row["layout"]) if row["layout"] in order else len(order))
         results_path.write_text(json.dumps(results, indent=2) + "\n")
 
     save()
     if args.calibrate_list:
         calibrate(bench, args.calibrate_list, results, save)
+    if "tp1" in bench.pods and args.uid_check:
+        unmapped_uid(bench, results, save)
     # The bare-vs-launcher start comparison reuses the pp2 compile caches; it runs once the across-nodes
     # layouts are measured, so a run cut short still has them.
     across = [n for n in args.layout_list if LAYOUTS[n].nodes > 1]
     for name in args.layout_list:
         run_layout(bench, LAYOUTS[name], results, save)
-        if args.launcher_checks and "pp2-across-nodes-tcp" in across and name == across[-1]:
+        if args.launcher_checks and "pp2-across-nodes-tcp" in across and name == across[-1] \
+                and "pp2-across-nodes-tcp" not in bench.pods:
             overhead(bench, results, save)
     write_report(results, args.out, args.doc)
     log(f"wrote {results_path}, {args.doc}")

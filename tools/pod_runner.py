@@ -18,6 +18,7 @@ What a pod gets, from its spec:
 - probes run as the kubelet runs them (httpGet/tcpSocket against the pod IP, exec inside the same sandbox), with
   the rendered periods, thresholds and timeouts; stop = preStop, then SIGTERM to the container process, then
   SIGKILL at terminationGracePeriodSeconds.
+GPUs (`gpus=`): only the device nodes of the GPUs handed to the pod, as the NVIDIA device plugin mounts them.
 Resource requests and limits are not enforced here (scheduling is planner/cluster_rules.py's part).
 Needs root, bubblewrap (`bwrap`), util-linux `setpriv` and iproute2 (`ip`).
 """
@@ -47,12 +48,13 @@ class PodNetwork:
     """A bridge the pods' eth0 interfaces join; torn down with every pod namespace on exit."""
 
     def __init__(self) -> None:
-        self.tag = f"{os.getpid() % 100000}"
+        self.tag = str(os.getpid())  # interface names stay within 15 characters: "vgk" + 7 digits + "h" + n
         self.bridge = f"vgkb{self.tag}"
         self.next_host = 2
         self.namespaces: list[str] = []
 
     def __enter__(self) -> PodNetwork:
+        remove_stale_networks()
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{SUBNET}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -83,6 +85,23 @@ class PodNetwork:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
+def remove_stale_networks() -> None:
+    """Bridges and namespaces a killed run left behind. A second bridge on the same subnet makes every new pod
+    unreachable (the kernel routes 10.231.0.0/24 through the older one): seen on the GPU host after a run was
+    killed. A bridge whose owner is alive is another run's, and this one refuses to start beside it."""
+    links = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True).stdout
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for bridge, tag in re.findall(r"^\d+: (vgkb(\d+))[:@]", links, re.M):
+        if psutil.pid_exists(int(tag)) and int(tag) != os.getpid():
+            raise RuntimeError(f"pod network {bridge} of live process {tag} holds {SUBNET}.0/24; stop that run first")
+        for ns in (n for n in namespaces if n.startswith(f"vgk{tag}-")):
+            for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+                with _quiet():
+                    os.kill(int(pid), signal.SIGKILL)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
@@ -106,7 +125,7 @@ class Pod:
                  network: PodNetwork, claims: dict[str, Path] | None = None,
                  secrets: dict[tuple[str, str], str] | None = None, image_env: dict[str, str] | None = None,
                  injected_env: dict[str, str] | None = None, command: list[str] | None = None,
-                 log: Path | None = None, image_paths: tuple[str, ...] = ()) -> None:
+                 log: Path | None = None, image_paths: tuple[str, ...] = (), gpus: tuple[int, ...] = ()) -> None:
         if len(spec.get("containers") or []) != 1:
             raise ValueError("the runner runs pods of exactly one container")
         self.spec, self.container = spec, spec["containers"][0]
@@ -115,6 +134,7 @@ class Pod:
         self.image_env, self.injected_env = image_env or {}, injected_env or {}
         self.command = command or self.container["command"]
         self.image_paths = image_paths
+        self.gpus = gpus
         self.netns, self.ip = network.add()
         self.work = Path(tempfile.mkdtemp(prefix=f"pod-{name}-", dir="/tmp"))
         os.chmod(self.work, 0o755)
@@ -231,8 +251,18 @@ class Pod:
                 if str(parent) != "/" and not os.path.exists(parent):
                     argv.extend(["--perms", "0755", "--dir", str(parent)])
         # /root is 0700 here and the image's Python lives under it: only that is bound, in a readable /root.
-        return [*argv, "--perms", "0755", "--dir", "/root", "--ro-bind", "/root/.pyenv", "/root/.pyenv",
-                "--dev", "/dev", "--proc", "/proc"]
+        python_home = ["--ro-bind", "/root/.pyenv", "/root/.pyenv"] if os.path.isdir("/root/.pyenv") else []
+        return [*argv, "--perms", "0755", "--dir", "/root", *python_home, "--dev", "/dev", *self._devices(),
+                "--proc", "/proc"]
+
+    def _devices(self) -> list[str]:
+        """The device nodes of the GPUs given to this pod, as the NVIDIA device plugin hands them over: the
+        control and UVM nodes plus /dev/nvidiaN per allocated GPU; the host's other GPUs are not there."""
+        if not self.gpus:
+            return []
+        nodes = [f"/dev/nvidia{i}" for i in self.gpus] + [
+            path for path in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if os.path.exists(path)]
+        return [arg for node in nodes for arg in ("--dev-bind", node, node)]
 
     def _image_binds(self) -> list[str]:
         """The image's own files (its Python environment), bound read-only even where a volume covers the host's

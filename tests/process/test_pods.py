@@ -220,3 +220,28 @@ def test_a_two_pod_group_forms_over_ray_and_a_lost_worker_fails_the_leader(tiny_
         finally:
             worker.close()
             leader.close()
+
+
+def test_a_killed_runs_bridge_and_namespaces_are_removed_before_a_new_pod_network():
+    """Found on the GPU host: a bench run killed mid-way left its bridge on 10.231.0.0/24; the next run's pods were
+    unreachable (routed through the stale bridge) and its startup probe timed out after 300 s."""
+    import subprocess
+
+    import psutil
+
+    dead = next(pid for pid in range(4_000_000, 3_000_000, -1) if not psutil.pid_exists(pid))
+    bridge, ns = f"vgkb{dead}", f"vgk{dead}-2"
+    for args in (["link", "add", bridge, "type", "bridge"], ["addr", "add", "10.231.0.1/24", "dev", bridge],
+                 ["link", "set", bridge, "up"], ["netns", "add", ns]):
+        subprocess.run(["ip", *args], check=True)
+    try:
+        with PodNetwork() as net:
+            links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+            assert bridge not in links and ns not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                                   text=True).stdout
+            _, ip = net.add()
+            route = subprocess.run(["ip", "route", "get", ip], capture_output=True, text=True).stdout
+            assert f"dev {net.bridge}" in route, route
+    finally:
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -151,9 +151,11 @@ def test_report_states_each_ratio_and_calibration_error_from_the_numbers(tmp_pat
     assert "![output tokens/s per GPU by layout](benchmarks/tokens-per-gpu.png)" in doc
     assert "(`replicas-2x-tp1`): 4.00x (meets" in doc
     assert "(`pp2-across-nodes-tcp`): 1.80x (does NOT meet" in doc
-    assert "| tp1 | - | not measured" in doc
+    assert "| tp1 | - | - | not measured" in doc
     assert "| Q | TP=1 PP=1 | 28 | 4 | 128 | 100 | 120 | 20.00 |" in doc
     assert "Largest deviation: 20.00% over 4 measurements (OUTSIDE" in doc
+    assert "| pp2-across-nodes-tcp | host processes | 2 | 1,800 |" in doc, "rows without a run date or mark"
+    assert "## Pods started as declared" not in doc
 
 
 def test_committed_benchmark_doc_is_rendered_from_the_committed_results():
@@ -183,4 +185,93 @@ def test_a_real_cpu_run_serves_measures_and_reports(tmp_path):
     assert row["output_tokens_per_s"] > 0 and row["mean_ttft_ms"] > 0 and row["startup_seconds"] > 0
     assert row["kv_cache_tokens_measured"] > 0
     assert results["model"]["layers"] == 2 and results["settings"]["layouts"] == ["tp1"]
-    assert "| tp1 | 1 |" in (tmp_path / "out" / "benchmarks.md").read_text()
+    assert row["started_as"] == "host processes"
+    assert "| tp1 | host processes (" in (tmp_path / "out" / "benchmarks.md").read_text()
+
+
+def render_tiny_pods(tmp_path: Path) -> Path:
+    from bench.pods import render
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(TINY))
+    render(cfg, tmp_path / "pods", {"maxModelLen": 256})
+    return cfg
+
+
+def test_bench_pods_are_the_programs_objects_for_each_layout(tmp_path):
+    from bench.declared import Rendered
+
+    render_tiny_pods(tmp_path)
+    tp1 = Rendered.load(tmp_path / "pods" / "tp1.json")
+    pp2 = Rendered.load(tmp_path / "pods" / "pp2-across-nodes-tcp.json")
+    assert (tp1.size, pp2.size) == (1, 2)
+    assert tp1.served_name == "tiny" and tp1.port == 8000
+    claims = {o["metadata"]["name"] for o in tp1.objects if o["kind"] == "PersistentVolumeClaim"}
+    assert tp1.claim in claims
+    leader = pp2.leader["containers"][0]
+    command = leader["command"]
+    assert command[command.index("--pipeline-parallel-size") + 1] == "2"
+    assert command[command.index("--max-model-len") + 1] == "256"
+    assert "--disable-custom-all-reduce" in command and "ray" in command
+    assert pp2.worker["containers"][0]["command"][2] == "worker"
+    env = {e["name"]: e.get("value") for e in leader["env"]}
+    assert env["USER"] and env["LOGNAME"] and env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert leader["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_bench_pods_refuse_a_bad_setting_in_one_line(tmp_path):
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(TINY))
+    proc = subprocess.run([sys.executable, "bench/pods.py", "--config", str(cfg), "--out", str(tmp_path / "p"),
+                           "--max-model-len", "100000"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "maxModelLen = 100000" in proc.stderr, proc.stderr
+
+
+def test_declared_pods_get_the_images_env_but_never_the_hosts_gpu_selection(monkeypatch, tmp_path):
+    from bench.declared import image_env, image_paths
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    monkeypatch.setenv("SECRET_TOKEN", "x")
+    env = image_env({"NCCL_P2P_DISABLE": "1"})
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["NCCL_P2P_DISABLE"] == "1" and env["PATH"]
+    assert "CUDA_VISIBLE_DEVICES" not in env and "SECRET_TOKEN" not in env
+    site = Path("/tmp") / tmp_path.name / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    paths = image_paths({"PYTHONPATH": f"{site}:/usr/lib/python3", "PATH": f"{Path(sys.executable).parent}:/usr/bin"})
+    assert str(site) in paths and "/usr/lib/python3" not in paths and "/usr/bin" not in paths
+
+
+def test_a_pod_gets_only_the_device_nodes_of_its_own_gpus():
+    from types import SimpleNamespace
+
+    from tools.pod_runner import Pod
+
+    argv = Pod._devices(SimpleNamespace(gpus=(1,)))
+    binds = [argv[i + 1] for i in range(0, len(argv), 3)]
+    assert "/dev/nvidia1" in binds and "/dev/nvidia0" not in binds
+    assert all(argv[i] == "--dev-bind" for i in range(0, len(argv), 3))
+    assert Pod._devices(SimpleNamespace(gpus=())) == []
+
+
+@pytest.mark.slow
+def test_a_real_cpu_run_as_declared_pods(tmp_path):
+    """bench/run.py --pods on this machine: the tp1 leader pod as the program renders it (UID 10001, read-only root,
+    rendered env and mounts, own network namespace) serves the benchmark; the GPU host runs the same path."""
+    cfg = render_tiny_pods(tmp_path)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [sys.executable, "bench/run.py", "--config", str(cfg), "--pods", str(tmp_path / "pods"), "--layouts", "tp1",
+         "--calibrate", "", "--accelerator", "none", "--gpus", "0", "--prompts", "4", "--warmup-prompts", "1",
+         "--input-len", "24", "--output-len", "6", "--max-model-len", "256", "--no-uid-check",
+         "--work", str(tmp_path / "w"), "--out", str(tmp_path / "out" / "benchmarks"),
+         "--doc", str(tmp_path / "out" / "benchmarks.md")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "out" / "benchmarks" / "results.json").read_text())["runs"]
+    assert row["started_as"] == "declared pods" and row["completed"] == 4 and "error" not in row
+    assert row["pods"]["leader"]["uid_gid"] == "10001 10001"
+    assert row["pods"]["leader"]["root_write"].startswith("refused") and row["pods"]["leader"]["tmp_write"] == "ok"
+    assert "## Pods started as declared" in (tmp_path / "out" / "benchmarks.md").read_text()
