@@ -82,7 +82,7 @@ class GkeCluster(pulumi.ComponentResource):
                 ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
                 deletion_protection=False,
                 opts=child)
-            gcp.container.NodePool(
+            system_pool = gcp.container.NodePool(
                 f"{name}-system", cluster=cluster.name, location=args.location, project=args.project,
                 autoscaling=gcp.container.NodePoolAutoscalingArgs(total_min_node_count=1, total_max_node_count=3),
                 node_config=gcp.container.NodePoolNodeConfigArgs(
@@ -95,14 +95,20 @@ class GkeCluster(pulumi.ComponentResource):
             self.name = cluster.name
             self.endpoint = cluster.endpoint
             ca = cluster.master_auth.cluster_ca_certificate
+            # Every in-cluster object goes through this provider: it is created once a schedulable pool exists
+            # (the LWS Helm release, the adapter and the download Job would otherwise start on a cluster with no
+            # node) and, on destroy, the pool goes only after every in-cluster object (a registered metrics
+            # APIService without its pods can stall namespace deletion).
+            after_nodes = [system_pool]
         else:
             found = gcp.container.get_cluster_output(name=args.name, location=args.location, project=args.project,
                                                      opts=pulumi.InvokeOptions(parent=self))
             self.name = found.name
             self.endpoint = found.endpoint
             ca = found.master_auths.apply(lambda auths: auths[0].cluster_ca_certificate)
+            after_nodes = []
         self.provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=kubeconfig(args.name, self.endpoint, ca),
             # Server-side apply lets GKE's own controllers co-own fields without diffs.
-            enable_server_side_apply=True, opts=child)
+            enable_server_side_apply=True, opts=pulumi.ResourceOptions(parent=self, depends_on=after_nodes))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint})

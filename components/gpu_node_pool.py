@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from planner.catalog import machine_series
 from planner.config import Stack
 from planner.labels import ACCELERATOR_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL
 from planner.sizing import Sizing
@@ -38,13 +39,15 @@ class GpuNodePoolArgs:
     max_nodes: int
     """maxReplicas x nodes per replica."""
     provisioning: str
-    """on-demand | spot | reservation."""
+    """on-demand | spot | reservation | flex-start (one the machine series is sold as: planner/catalog.py)."""
     reservation: str | None
     """Reservation name when provisioning is reservation."""
     driver_version: str
     """GKE-managed driver version: LATEST | DEFAULT | INSTALLATION_DISABLED."""
     compact_placement: bool
     """Place nodes close together (multi-node replicas on machine types that support it)."""
+    boot_disk_type: str = "pd-ssd"
+    """A boot disk type the machine series accepts (A3 Ultra and A4: hyperdisk-balanced only)."""
     local_ssd_count: int = 0
     """Local SSDs bundled with the machine type, used for ephemeral storage."""
 
@@ -56,6 +59,7 @@ class GpuNodePoolArgs:
                    zones=acc.zones, min_nodes=sizing.min_nodes, max_nodes=sizing.max_nodes,
                    provisioning=acc.provisioning, reservation=acc.reservation, driver_version=acc.driver_version,
                    compact_placement=sizing.nodes_per_replica > 1 and acc.catalog.compact_placement,
+                   boot_disk_type=machine_series(acc.machine_type).boot_disk_types[0],
                    local_ssd_count=acc.machine.local_ssd_count)
 
 
@@ -75,6 +79,13 @@ class GpuNodePool(pulumi.ComponentResource):
             reservation = gcp.container.NodePoolNodeConfigReservationAffinityArgs(
                 consume_reservation_type="SPECIFIC_RESERVATION",
                 key="compute.googleapis.com/reservation-name", values=[args.reservation])
+        # Flex-start (Dynamic Workload Scheduler): GKE provisions the nodes when pods wait for them, for up to seven
+        # days each, consuming no reservation; such pools start empty, scale from zero and are not auto-repaired
+        # (GKE "About flex-start provisioning"; cluster-toolkit gke-node-pool's enable_flex_start).
+        flex = args.provisioning == "flex-start"
+        if flex:
+            reservation = gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                consume_reservation_type="NO_RESERVATION")
         node_config = gcp.container.NodePoolNodeConfigArgs(
             machine_type=args.machine_type,
             guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
@@ -88,13 +99,14 @@ class GpuNodePool(pulumi.ComponentResource):
                                                               effect="NO_SCHEDULE")],
             labels=labels,
             spot=args.provisioning == "spot",
+            flex_start=True if flex else None,
             reservation_affinity=reservation,
             # gVNIC: higher per-VM bandwidth for NCCL traffic between pipeline stages.
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
             # GKE metadata server: pods get Workload Identity, never the node's service account.
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
             gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
-            disk_size_gb=BOOT_DISK_GB, disk_type="pd-ssd",
+            disk_size_gb=BOOT_DISK_GB, disk_type=args.boot_disk_type,
             ephemeral_storage_local_ssd_config=(
                 gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
                     local_ssd_count=args.local_ssd_count) if args.local_ssd_count else None),
@@ -106,14 +118,14 @@ class GpuNodePool(pulumi.ComponentResource):
             f"{name}-pool", cluster=args.cluster, location=args.location, project=args.project,
             node_locations=list(args.zones),
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=args.min_nodes, total_max_node_count=args.max_nodes,
+                total_min_node_count=0 if flex else args.min_nodes, total_max_node_count=args.max_nodes,
                 # ANY finds capacity wherever the zones have it; GPUs are scarce.
                 location_policy="ANY"),
-            initial_node_count=args.min_nodes,
+            initial_node_count=0 if flex else args.min_nodes,
             node_config=node_config,
             placement_policy=(gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT")
                               if args.compact_placement else None),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=not flex, auto_upgrade=True),
             # Surge upgrades would need a spare GPU node; replace one node at a time instead.
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
             # The autoscaler owns the node count after creation.

@@ -2,8 +2,11 @@
 
 Chain (each step depends on the one before, so `pulumi destroy` removes it in reverse):
     staging disk -> staging PV/PVC -> download Job -> snapshot -> image -> serving disk -> PV -> PVC
-Every name carries a key made from model id + revision, so a model change creates a new chain
-(the serving layer switches to it) and the old one is deleted afterwards.
+Names carry keys: the download half (staging disk to image) one made from the stack, model id, revision and disk
+size; the serving half (disk, PV, PVC) one that adds the disk type and provisioned throughput. Whatever would
+replace a resource in use (another model, another disk type or size) therefore gives new names: Pulumi creates
+the new chain, the serving groups roll to its claim, and the old chain is deleted after that, never before.
+Two stacks in one project never share a name (GCE answers 409 alreadyExists to the second).
 """
 
 from __future__ import annotations
@@ -35,11 +38,18 @@ DOWNLOAD_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi", "ephemeral-stora
 the Job stayed Pending until its deadline. No CPU limit: it may use the node's idle cores."""
 
 
-def weights_key(model_id: str, revision: str) -> str:
-    """`meta-llama/Llama-3.1-8B-Instruct`@`main` -> `llama-3-1-8b-instruct-<8 hex>` (a GCE-safe name part)."""
+def weights_key(model_id: str, revision: str, *scope: object) -> str:
+    """`meta-llama/Llama-3.1-8B-Instruct`@`main` -> `llama-3-1-8b-instruct-<8 hex>` (a GCE-safe name part); `scope`
+    (the stack, the disk's shape) goes into the digest, so each scope gets its own names."""
     slug = re.sub(r"[^a-z0-9]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-")[:28].strip("-")
-    digest = hashlib.sha256(f"{model_id}@{revision}".encode()).hexdigest()[:8]
+    digest = hashlib.sha256("|".join([f"{model_id}@{revision}", *map(str, scope)]).encode()).hexdigest()[:8]
     return f"{slug or 'model'}-{digest}"
+
+
+def gce_timeout(disk_gib: int) -> str:
+    """Create timeout of the snapshot, image and disks: the provider's 20 minutes, or more for a large disk (2 s per
+    GiB: 650 GiB -> 22 min); after a timeout Pulumi forgets the half-made resource and the next `up` meets 409."""
+    return f"{max(20 * 60, 2 * disk_gib)}s"
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ class ModelWeightsArgs:
     """The Job's activeDeadlineSeconds (the planner's download deadline for the weights' size)."""
     hf_token: pulumi.Input[str] | None = None
     """Hugging Face token (a Pulumi secret) for gated models."""
+    stack: str = "vllm-gke/dev"
+    """`<project>/<stack>`, part of every key (planner.config.Stack.name)."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str]) -> ModelWeightsArgs:
@@ -83,7 +95,7 @@ class ModelWeightsArgs:
                    disk_type=s.weights.disk_type, disk_gib=sizing.weights_disk_gib,
                    provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=sizing.min_weight_bytes,
                    downloader_image=s.vllm.image, deadline_seconds=sizing.download_deadline_seconds,
-                   hf_token=stack.hf_token)
+                   hf_token=stack.hf_token, stack=stack.name)
 
 
 class ModelWeights(pulumi.ComponentResource):
@@ -97,15 +109,20 @@ class ModelWeights(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ModelWeightsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-gke:weights:ModelWeights", name, None, opts)
-        self.key = key = weights_key(args.model_id, args.revision)
+        hyperdisk = args.disk_type == "hyperdisk-ml"
+        throughput = args.provisioned_mib_s if hyperdisk else 0
+        self.key = key = weights_key(args.model_id, args.revision, args.stack, args.disk_gib)
+        self.serving_key = serving = weights_key(args.model_id, args.revision, args.stack, args.disk_gib,
+                                                 args.disk_type, throughput)
         self.model_path = f"{SERVING_MOUNT}/{WEIGHTS_SUBDIR}"
-        child = pulumi.ResourceOptions(parent=self)
+        timeouts = pulumi.CustomTimeouts(create=gce_timeout(args.disk_gib))
+        slow = pulumi.ResourceOptions(parent=self, custom_timeouts=timeouts)
         labels = {PART_OF_LABEL: PART_OF, "vllm-gke/weights": key}
         gce_labels = {"vllm-gke-weights": key}
 
         staging = gcp.compute.Disk(
             f"{name}-{key}-staging", name=f"w-{key}-staging", project=args.project, zone=args.zone,
-            type="pd-ssd", size=args.disk_gib, labels=gce_labels, opts=child)
+            type="pd-ssd", size=args.disk_gib, labels=gce_labels, opts=slow)
         staging_pv = self._pv(f"{name}-{key}-staging", f"w-{key}-staging", staging, args, labels,
                               read_only=False)
         staging_pvc = self._pvc(f"{name}-{key}-staging", f"w-{key}-staging", staging_pv, args, labels,
@@ -122,21 +139,24 @@ class ModelWeights(pulumi.ComponentResource):
         snapshot = gcp.compute.Snapshot(
             f"{name}-{key}-snapshot", name=f"w-{key}", project=args.project, zone=args.zone,
             source_disk=staging.name, labels=gce_labels,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[job]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[job], custom_timeouts=timeouts))
         self.image = gcp.compute.Image(
             f"{name}-{key}-image", name=f"w-{key}", project=args.project, source_snapshot=snapshot.self_link,
-            labels=gce_labels, opts=child)
-        hyperdisk = args.disk_type == "hyperdisk-ml"
+            labels=gce_labels, opts=slow)
         self.serving_disk = gcp.compute.Disk(
-            f"{name}-{key}-serving", name=f"w-{key}-{args.zone.rsplit('-', 1)[-1]}", project=args.project,
+            f"{name}-{serving}-serving", name=f"w-{serving}-{args.zone.rsplit('-', 1)[-1]}", project=args.project,
             zone=args.zone, type=args.disk_type, size=args.disk_gib, image=self.image.self_link,
             access_mode="READ_ONLY_MANY" if hyperdisk else None,
-            provisioned_throughput=args.provisioned_mib_s if hyperdisk else None,
-            labels=gce_labels, opts=child)
-        serving_pv = self._pv(f"{name}-{key}", f"w-{key}", self.serving_disk, args, labels, read_only=True)
-        serving_pvc = self._pvc(f"{name}-{key}", f"w-{key}", serving_pv, args, labels, read_only=True)
+            provisioned_throughput=throughput if hyperdisk else None,
+            labels={**gce_labels, "vllm-gke-serving": serving}, opts=slow)
+        serving_labels = {**labels, "vllm-gke/serving": serving}
+        serving_pv = self._pv(f"{name}-{serving}", f"w-{serving}", self.serving_disk, args, serving_labels,
+                              read_only=True)
+        serving_pvc = self._pvc(f"{name}-{serving}", f"w-{serving}", serving_pv, args, serving_labels,
+                                read_only=True)
         self.claim_name = serving_pvc.metadata.name
-        self.register_outputs({"key": key, "claim_name": self.claim_name, "image": self.image.self_link})
+        self.register_outputs({"key": key, "serving_key": serving, "claim_name": self.claim_name,
+                               "image": self.image.self_link})
 
     def _pv(self, logical: str, pv_name: str, disk: gcp.compute.Disk, args: ModelWeightsArgs,
             labels: dict[str, str], read_only: bool) -> k8s.core.v1.PersistentVolume:
@@ -220,7 +240,11 @@ class ModelWeights(pulumi.ComponentResource):
         command += ["--dest", f"/data/{WEIGHTS_SUBDIR}", "--min-bytes", str(args.min_bytes)]
         return k8s.batch.v1.Job(
             f"{name}-{key}-download",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-download", namespace=args.namespace, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"w-{key}-download", namespace=args.namespace, labels=labels,
+                # A Job that failed (a bad token, a transient error) is replaced by the next `pulumi up` instead of
+                # being awaited again forever (pulumi-kubernetes#1575).
+                annotations={"pulumi.com/replaceUnready": "true"}),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=3, active_deadline_seconds=args.deadline_seconds,
                 template=k8s.core.v1.PodTemplateSpecArgs(

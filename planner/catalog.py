@@ -3,8 +3,8 @@
 Sources (checked 2026-11): GKE "About GPUs" and Compute Engine "GPU machine types" pages for
 machine types and GPU counts; GPU memory is the total `nvidia-smi` reports on those machines;
 compact placement from GKE "Define compact placement for GKE nodes" and Compute Engine
-placement-policy docs (N1 is not supported); Hyperdisk ML machine-series support from
-Compute Engine "About Hyperdisk ML" (N1 supports no Hyperdisk).
+placement-policy docs (N1 is not supported); disk types and ways to buy each machine series in
+MACHINE_SERIES below.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ class Accelerator:
     memory_mib: int
     machines: tuple[MachineType, ...]
     compact_placement: bool
-    hyperdisk_ml: bool
     bfloat16: bool = True
     """bf16 arithmetic: compute capability 8.0 and up (NVIDIA CUDA GPUs list); the T4 (7.5) has none, and vLLM
     refuses --dtype bfloat16 there ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0")."""
@@ -75,7 +74,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "nvidia-tesla-t4", "NVIDIA T4", 15_360,
             (_m("n1-standard-8", 1, 8, 30), _m("n1-standard-4", 1, 4, 15),
              _m("n1-standard-16", 2, 16, 60), _m("n1-standard-32", 4, 32, 120)),
-            compact_placement=False, hyperdisk_ml=False, bfloat16=False,
+            compact_placement=False, bfloat16=False,
         ),
         Accelerator(
             "nvidia-l4", "NVIDIA L4", 23_034,
@@ -83,44 +82,95 @@ ACCELERATORS: dict[str, Accelerator] = {
              _m("g2-standard-12", 1, 12, 48), _m("g2-standard-16", 1, 16, 64),
              _m("g2-standard-32", 1, 32, 128), _m("g2-standard-24", 2, 24, 96),
              _m("g2-standard-48", 4, 48, 192), _m("g2-standard-96", 8, 96, 384)),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
         Accelerator(
             "nvidia-tesla-a100", "NVIDIA A100 40GB", 40_960,
             (_m("a2-highgpu-1g", 1, 12, 85), _m("a2-highgpu-2g", 2, 24, 170),
              _m("a2-highgpu-4g", 4, 48, 340), _m("a2-highgpu-8g", 8, 96, 680),
              _m("a2-megagpu-16g", 16, 96, 1360)),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
         Accelerator(
             "nvidia-a100-80gb", "NVIDIA A100 80GB", 81_920,
             (_m("a2-ultragpu-1g", 1, 12, 170, 1), _m("a2-ultragpu-2g", 2, 24, 340, 2),
              _m("a2-ultragpu-4g", 4, 48, 680, 4), _m("a2-ultragpu-8g", 8, 96, 1360, 8)),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
         Accelerator(
             "nvidia-h100-80gb", "NVIDIA H100 80GB", 81_559,
             (_m("a3-highgpu-1g", 1, 26, 234, 2), _m("a3-highgpu-2g", 2, 52, 468, 4),
              _m("a3-highgpu-4g", 4, 104, 936, 8), _m("a3-highgpu-8g", 8, 208, 1872, 16, "GPUDirect-TCPX")),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
         Accelerator(
             "nvidia-h100-mega-80gb", "NVIDIA H100 80GB (Mega)", 81_559,
             (_m("a3-megagpu-8g", 8, 208, 1872, 16, "GPUDirect-TCPXO"),),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
         Accelerator(
             "nvidia-h200-141gb", "NVIDIA H200 141GB", 143_771,
             (_m("a3-ultragpu-8g", 8, 224, 2952, 32, "GPUDirect RDMA"),),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
         Accelerator(
             "nvidia-b200", "NVIDIA B200", 183_359,
             (_m("a4-highgpu-8g", 8, 224, 3968, 32, "GPUDirect RDMA"),),
-            compact_placement=True, hyperdisk_ml=True,
+            compact_placement=True,
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class MachineSeries:
+    """What Compute Engine accepts for a machine series: boot and data disk types, ways to buy it."""
+
+    name: str
+    prefixes: tuple[str, ...]
+    """Machine type names of the series start with one of these."""
+    boot_disk_types: tuple[str, ...]
+    """Boot disk types, the one the node pool uses first."""
+    data_disk_types: tuple[str, ...]
+    """Disk types the series can attach (of those the weights disk may use)."""
+    provisioning: tuple[str, ...]
+    """Accepted accelerator.provisioning values, the default first."""
+
+
+ON_DEMAND_ETC = ("on-demand", "spot", "reservation", "flex-start")
+# Sources (checked 2026-11): Compute Engine "Accelerator-optimized machine family" (supported disk types per
+# series: A3 Ultra and A4 attach Hyperdisk only and boot from Hyperdisk Balanced, A3 High/Mega also take
+# Persistent Disk, G2 and A2 take Persistent Disk and Hyperdisk ML, N1 no Hyperdisk; Vertex AI's DiskSpec also
+# defaults A3 Ultra boot disks to hyperdisk-balanced); Compute Engine "GPU machine types" and "Consumption
+# options" (a3-highgpu-1g/2g/4g only as Spot or Flex-start VMs; A3 Ultra and A4 through reservations, Spot or
+# Flex-start, not on demand); GKE "About flex-start provisioning" (flex-start node pools for G2, A2, A3, A4).
+MACHINE_SERIES: tuple[MachineSeries, ...] = (
+    MachineSeries("A3 High (1, 2, 4 GPUs)", ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g"),
+                  ("pd-ssd", "pd-balanced", "hyperdisk-balanced"),
+                  ("pd-ssd", "pd-balanced", "hyperdisk-balanced", "hyperdisk-ml"), ("flex-start", "spot")),
+    MachineSeries("A3 High", ("a3-highgpu-8g",), ("pd-ssd", "pd-balanced", "hyperdisk-balanced"),
+                  ("pd-ssd", "pd-balanced", "hyperdisk-balanced", "hyperdisk-ml"), ON_DEMAND_ETC),
+    MachineSeries("A3 Mega", ("a3-megagpu",), ("pd-ssd", "pd-balanced", "hyperdisk-balanced"),
+                  ("pd-ssd", "pd-balanced", "hyperdisk-balanced", "hyperdisk-ml"), ON_DEMAND_ETC),
+    MachineSeries("A3 Ultra", ("a3-ultragpu",), ("hyperdisk-balanced",), ("hyperdisk-balanced", "hyperdisk-ml"),
+                  ("flex-start", "spot", "reservation")),
+    MachineSeries("A4", ("a4-highgpu",), ("hyperdisk-balanced",), ("hyperdisk-balanced", "hyperdisk-ml"),
+                  ("flex-start", "spot", "reservation")),
+    MachineSeries("A2", ("a2-",), ("pd-ssd", "pd-balanced"), ("pd-ssd", "pd-balanced", "hyperdisk-ml"),
+                  ON_DEMAND_ETC),
+    MachineSeries("G2", ("g2-",), ("pd-ssd", "pd-balanced"), ("pd-ssd", "pd-balanced", "hyperdisk-ml"),
+                  ON_DEMAND_ETC),
+    MachineSeries("N1", ("n1-",), ("pd-ssd", "pd-balanced"), ("pd-ssd", "pd-balanced"),
+                  ("on-demand", "spot", "reservation")),
+)
+
+
+def machine_series(machine_type: str) -> MachineSeries:
+    """The series of a catalog machine type (the first whose prefix matches; specific prefixes come first)."""
+    for series in MACHINE_SERIES:
+        if machine_type.startswith(series.prefixes):
+            return series
+    raise KeyError(f"{machine_type}: no machine series in the catalog")
 
 
 def machine_family(machine_type: str) -> str:
@@ -147,7 +197,7 @@ class DiskType:
 
 
 # Figures from Compute Engine "Persistent Disk performance" / "Hyperdisk performance limits"
-# (checked 2026-11): pd-balanced 0.28 MiB/s per GiB + 140 baseline, pd-ssd 0.48 MiB/s per GiB,
+# (checked 2026-11): pd-balanced 0.28 MiB/s per GiB + 140 baseline, pd-ssd 0.48 MiB/s per GiB + 240 baseline,
 # per-VM read caps of 800 MiB/s below 16 vCPUs and 1,200 MiB/s above for both; a persistent disk
 # attaches read-only to at most 10 VMs, a Hyperdisk ML volume to up to 2,500. Hyperdisk ML
 # throughput is provisioned (we provision what the planner asks for) and capped per VM by the
@@ -156,7 +206,9 @@ DISK_TYPES: dict[str, DiskType] = {
     d.name: d
     for d in (
         DiskType("pd-balanced", 10, 0.28, 140, 800, 1_200, 65_536),
-        DiskType("pd-ssd", 10, 0.48, 0, 800, 1_200, 65_536),
+        # pd-ssd's baseline is 240 MiB/s ("About Persistent Disk performance": Balanced and SSD Persistent Disk
+        # offer baseline performance, 140 and 240 MiB/s); it was 0 here, which oversized disks.
+        DiskType("pd-ssd", 10, 0.48, 240, 800, 1_200, 65_536),
         DiskType("hyperdisk-ml", 2_500, 0.0, 0, 2_400, 4_000, 65_536),
     )
 }

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable
+from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable, machine_series
 from planner.labels import ACCELERATOR_LABEL, GKE_NAMESPACES, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
 from planner.versions import IMAGE_SOURCES
 
@@ -409,8 +409,69 @@ def runtime(objects: Iterable[dict[str, Any]]) -> list[str]:
     return problems
 
 
+NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
+DISK_TYPE = "gcp:compute/disk:Disk"
+
+
+def buying(config: dict[str, Any]) -> str:
+    """How a node pool's nodeConfig buys its VMs, in accelerator.provisioning's words."""
+    if config.get("flexStart"):
+        return "flex-start"
+    if config.get("spot"):
+        return "spot"
+    if (config.get("reservationAffinity") or {}).get("consumeReservationType") == "SPECIFIC_RESERVATION":
+        return "reservation"
+    return "on-demand"
+
+
+def gce(resources: Iterable[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """What Compute Engine and GKE would refuse of the GCP resources (type token, logical name, inputs), by the
+    machine series facts in planner/catalog.py: each GPU pool's boot disk type and way of buying its VMs, a
+    flex-start pool's required shape (starts empty, no auto-repair, no reservation, location policy ANY: GKE
+    "About flex-start provisioning"), and a serving weights disk the GPU machines can attach."""
+    problems: list[str] = []
+    resources = list(resources)
+    gpu_machines = []
+    for type_token, name, inputs in resources:
+        config = inputs.get("nodeConfig") or {}
+        if type_token != NODE_POOL_TYPE or not config.get("guestAccelerators"):
+            continue
+        machine = config.get("machineType", "")
+        series = machine_series(machine)
+        gpu_machines.append((machine, series))
+        boot = config.get("diskType", "pd-standard")
+        if boot not in series.boot_disk_types:
+            problems.append(f"gce: node pool {name}: boot disk {boot} on {machine}; {series.name} boots only from "
+                            f"{', '.join(series.boot_disk_types)}")
+        mode = buying(config)
+        if mode not in series.provisioning:
+            problems.append(f"gce: node pool {name}: {machine} bought {mode}; {series.name} is sold only as "
+                            f"{', '.join(series.provisioning)}")
+        if mode == "flex-start":
+            autoscaling, management = inputs.get("autoscaling") or {}, inputs.get("management") or {}
+            shape = {"initialNodeCount": inputs.get("initialNodeCount") == 0,
+                     "autoscaling.totalMinNodeCount": autoscaling.get("totalMinNodeCount") == 0,
+                     "autoscaling.locationPolicy": autoscaling.get("locationPolicy") == "ANY",
+                     "management.autoRepair": management.get("autoRepair") is False,
+                     "reservationAffinity": (config.get("reservationAffinity") or {}).get(
+                         "consumeReservationType") == "NO_RESERVATION"}
+            wrong = [key for key, ok in shape.items() if not ok]
+            if wrong:
+                problems.append(f"gce: node pool {name}: a flex-start pool needs {', '.join(wrong)} as GKE requires "
+                                "(0 nodes at start and minimum, ANY, no auto-repair, NO_RESERVATION)")
+    for type_token, name, inputs in resources:
+        if type_token != DISK_TYPE or not name.endswith("-serving"):
+            continue
+        for machine, series in gpu_machines:
+            if inputs.get("type") not in series.data_disk_types:
+                problems.append(f"gce: disk {name}: {machine} ({series.name}) cannot attach {inputs.get('type')}; "
+                                f"it attaches {', '.join(series.data_disk_types)}")
+    return problems
+
+
 def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budget,
-              server_env: set[str] | frozenset[str] = frozenset(), own_images: Iterable[str] = ()) -> list[str]:
-    """Every rule above over one stack's objects."""
+              server_env: set[str] | frozenset[str] = frozenset(), own_images: Iterable[str] = (),
+              gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
+    """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules)."""
     return [*names(objects, server_env), *scheduling(objects, pools), *budgets(objects, budget),
-            *images(objects, own_images), *runtime(objects)]
+            *images(objects, own_images), *runtime(objects), *gce(gcp_resources)]

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from planner.architecture import ModelArchitecture, load_architecture
-from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType
+from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType, machine_series
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.stack_schema import (
     SECRETS,
@@ -242,12 +242,18 @@ def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
         # The read-only weights disk is zonal and a LeaderWorkerSet mounts one claim.
         raise ConfigError("accelerator.zones", list(acc.zones),
                           "one serving zone per stack (the weights disk is zonal); use one stack per zone")
-    if acc.provisioning == "reservation" and acc.reservation is None:
+    series = machine_series(machine.name)
+    provisioning = acc.provisioning or series.provisioning[0]
+    if provisioning not in series.provisioning:
+        raise ConfigError("accelerator.provisioning", provisioning,
+                          f"Compute Engine does not sell {machine.name} ({series.name}) that way; accepted: "
+                          f"{', '.join(series.provisioning)}")
+    if provisioning == "reservation" and acc.reservation is None:
         raise ConfigError("accelerator.reservation", None, "is required when accelerator.provisioning is reservation")
-    if acc.provisioning != "reservation" and acc.reservation is not None:
+    if provisioning != "reservation" and acc.reservation is not None:
         raise ConfigError("accelerator.reservation", acc.reservation,
-                          f"only used with provisioning: reservation (provisioning is {acc.provisioning})")
-    return AcceleratorSettings(acc.type, machine.name, machine.gpus, acc.zones, acc.provisioning, acc.reservation,
+                          f"only used with provisioning: reservation (provisioning is {provisioning})")
+    return AcceleratorSettings(acc.type, machine.name, machine.gpus, acc.zones, provisioning, acc.reservation,
                                acc.driver_version)
 
 
@@ -297,13 +303,17 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
                                               "below 8.0) and vLLM refuses it; use float16 or auto")
 
     w = cfg["weights"]
-    weights = WeightsSettings(w.disk_type, w.size_gib)
-    largest = DISK_TYPES[w.disk_type].max_size_gib
+    series = machine_series(accelerator.machine_type)
+    attachable = [t for t in series.data_disk_types if t in DISK_TYPES]
+    disk_type = w.disk_type or attachable[0]
+    if disk_type not in attachable:
+        raise ConfigError("weights.diskType", disk_type,
+                          f"{accelerator.machine_type} ({series.name}) cannot attach {disk_type}; accepted: "
+                          f"{', '.join(attachable)}")
+    weights = WeightsSettings(disk_type, w.size_gib)
+    largest = DISK_TYPES[disk_type].max_size_gib
     if w.size_gib is not None and w.size_gib > largest:
-        raise ConfigError("weights.sizeGib", w.size_gib, f"a {w.disk_type} disk holds at most {largest:,} GiB")
-    if weights.disk_type == "hyperdisk-ml" and not accelerator.catalog.hyperdisk_ml:
-        raise ConfigError("weights.diskType", "hyperdisk-ml",
-                          f"{accelerator.machine_type} cannot attach Hyperdisk ML; use pd-ssd or pd-balanced")
+        raise ConfigError("weights.sizeGib", w.size_gib, f"a {disk_type} disk holds at most {largest:,} GiB")
 
     a = cfg["autoscaling"]
     autoscaling = AutoscalingSettings(a.min_replicas, a.max_replicas, a.metric, a.target)
@@ -329,6 +339,8 @@ class Stack:
     project: str
     hf_token: Any = None
     api_key: Any = None
+    name: str = "dev"
+    """`<Pulumi project>/<stack>`: what makes the GCE and cluster-scoped names of one stack its own."""
 
 
 def from_pulumi() -> Stack:
@@ -347,7 +359,8 @@ def from_pulumi() -> Stack:
     own = pulumi.Config(NAMESPACE)
     return Stack(settings, project,
                  hf_token=own.get_secret("hfToken") if settings.has_hf_token else None,
-                 api_key=own.get_secret("apiKey") if settings.has_api_key else None)
+                 api_key=own.get_secret("apiKey") if settings.has_api_key else None,
+                 name=f"{pulumi.get_project()}/{pulumi.get_stack()}")
 
 
 __all__ = ["NAMESPACE", "ConfigError", "Settings", "Stack", "build_settings", "fmt_value", "from_pulumi"]

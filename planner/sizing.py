@@ -122,6 +122,8 @@ class Sizing:
     startup_probe_seconds: int
     download_deadline_seconds: int
     weights_disk_gib: int
+    weights_disk_type: str
+    provisioning: str
     disk_read_mib_s: int
     disk_provisioned_mib_s: int
     min_nodes: int
@@ -316,6 +318,16 @@ def disk_read_mib_s(disk_type: str, disk_gib: int, machine: MachineType) -> floa
     return min(vm_cap, disk.baseline_mib_s + disk.mib_s_per_gib * disk_gib)
 
 
+def hyperdisk_throughput(read_mib_s: float, max_nodes: int) -> int:
+    """Hyperdisk ML throughput is per disk and shared by every attached VM: provisioned for the VMs the pool may
+    grow to, rounded up to a power of two of them. A volume accepts one throughput change per 4 hours (Compute
+    Engine "Modify a Hyperdisk"), so a throughput that followed every maxReplicas edit failed a second edit within
+    that window; rounded, it changes only when the pool doubles (and a change makes a new serving disk, see
+    components/model_weights.py). 400 MiB/s is the smallest a volume takes, 1,200,000 the largest."""
+    vms = 1 << max(0, max_nodes - 1).bit_length()
+    return int(min(max(400, read_mib_s * vms), 1_200_000))
+
+
 def weights_disk_size(settings: Settings, weights_bytes: float, machine: MachineType) -> int:
     """Capacity for the weights plus 15% and 10 GiB of slack; for persistent disks, grown up to 4x
     when that buys read throughput (PD throughput scales with size), since load time is GPU time."""
@@ -376,8 +388,7 @@ def plan(settings: Settings) -> Sizing:
                           f"{max_nodes} nodes ({layout.nodes} per replica) would attach the read-only "
                           f"{settings.weights.disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
                           "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
-    # Hyperdisk ML throughput is per disk and shared by every attached VM: provision for all of them.
-    provisioned = int(min(max(400, read_mib_s * max_nodes), 1_200_000))
+    provisioned = hyperdisk_throughput(read_mib_s, max_nodes)
     per_node_mib = weights_bytes / layout.nodes / MIB
     load = per_node_mib / read_mib_s + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
     # The leader's startup probe runs from its container start: a multi-node leader may first wait up to
@@ -402,6 +413,7 @@ def plan(settings: Settings) -> Sizing:
         kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
         max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
         startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
+        weights_disk_type=settings.weights.disk_type, provisioning=accs.provisioning,
         disk_read_mib_s=int(read_mib_s),
         disk_provisioned_mib_s=provisioned if settings.weights.disk_type == "hyperdisk-ml" else 0,
         min_nodes=settings.autoscaling.min_replicas * layout.nodes,

@@ -126,8 +126,9 @@ class AcceleratorConfig(Section):
     machine_type: Text | None = Field(None, description="Machine type; derived from gpusPerNode when unset.")
     gpus_per_node: Int | None = Field(None, ge=1, description="GPUs per node; derived from machineType when unset.")
     zones: Texts = Field((), description="The serving zone (one; the weights disk is zonal), e.g. [us-central1-a].")
-    provisioning: Literal["on-demand", "spot", "reservation"] = Field(
-        "on-demand", description="How GPU nodes are bought.")
+    provisioning: Literal["on-demand", "spot", "reservation", "flex-start"] | None = Field(
+        None, description="How GPU nodes are bought (default: on-demand where Compute Engine sells the machine type "
+                          "so, else flex-start; planner/catalog.py MACHINE_SERIES).")
     reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
 
     @field_validator("zones")
@@ -226,7 +227,8 @@ class VllmConfig(Section):
 class WeightsConfig(Section):
     """The persistent-disk image of the weights."""
 
-    disk_type: DiskType = Field("pd-ssd", description="Serving disk type.")
+    disk_type: DiskType | None = Field(None, description="Serving disk type (default: pd-ssd where the machine "
+                                                          "type attaches it, else hyperdisk-ml).")
     size_gib: Int | None = Field(None, ge=10, description="Disk size (default: weights + 15% + 10 GiB, grown for "
                                                           "read throughput on persistent disks).")
 

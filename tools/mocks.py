@@ -43,6 +43,7 @@ class Recorded:
     ignore_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
     additional_secret_outputs: list[str] = field(default_factory=list)
+    create_timeout: str = ""
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -95,6 +96,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
             custom=request.custom, ignore_changes=list(request.ignoreChanges),
             delete_before_replace=request.deleteBeforeReplace,
             additional_secret_outputs=list(request.additionalSecretOutputs),
+            create_timeout=request.customTimeouts.create,
         ))
         return response
 

@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     pools = cluster_rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
     budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
     # The Service-variable half of the names rule needs vLLM's own variable list (tests/program/test_cluster_rules.py).
-    violations = cluster_rules.check_all(objects, pools, budget, own_images=[settings.vllm.image])
+    violations = cluster_rules.check_all(objects, pools, budget, own_images=[settings.vllm.image],
+                                         gcp_resources=[(r.type, r.name, r.inputs) for r in recording.resources])
     written = write_objects(objects, args.out) if args.out else []
     resources = [{"type": r.type, "name": r.name} for r in recording.resources]
     if args.json:

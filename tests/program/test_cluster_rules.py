@@ -48,7 +48,8 @@ def stack_facts(config: dict[str, Any]) -> tuple[Recording, rules.Budget, str]:
 def violations(config: dict[str, Any]) -> list[str]:
     recording, budget, image = stack_facts(config)
     pools = rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
-    return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=[image])
+    return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=[image],
+                           gcp_resources=[(r.type, r.name, r.inputs) for r in recording.resources])
 
 
 def _small_model_for(acc_type: str) -> dict[str, str]:
@@ -288,3 +289,55 @@ def test_a_python_pod_without_user_or_logname_is_refused(dev):
     assert {"USER", "LOGNAME"} <= {e["name"] for e in container["env"]}, "the rendered pods carry the fix"
     container["env"] = [e for e in container["env"] if e["name"] not in ("USER", "LOGNAME")]
     assert any("neither USER nor LOGNAME" in p for p in rules.runtime(objs))
+
+
+# ------------------------------------------------------------------ Compute Engine: every catalog machine
+
+EVERY_MACHINE = sorted((acc.type, m.name) for acc in ACCELERATORS.values() for m in acc.machines)
+
+
+def gce_violations(recording: Recording) -> list[str]:
+    return rules.gce((r.type, r.name, r.inputs) for r in recording.resources)
+
+
+@pytest.mark.parametrize(("acc_type", "machine"), EVERY_MACHINE)
+def test_every_catalog_machine_with_default_settings_declares_what_compute_engine_accepts(acc_type, machine):
+    rec = run_program(full_config(accelerator=accel(acc_type, machine), model=_small_model_for(acc_type),
+                                  vllm={"maxModelLen": 4096}))
+    assert gce_violations(rec) == []
+
+
+def _pool_inputs(rec: Recording) -> dict[str, Any]:
+    return next(r.inputs for r in rec.resources if r.type == rules.NODE_POOL_TYPE and "gpu" in r.name)
+
+
+def test_mains_pd_ssd_boot_disk_on_a3_ultra_is_refused():
+    rec = run_program(full_config(accelerator=accel("nvidia-h200-141gb"), model=_small_model_for("x"),
+                                  vllm={"maxModelLen": 4096}))
+    _pool_inputs(rec)["nodeConfig"]["diskType"] = "pd-ssd"
+    assert any("boot disk pd-ssd on a3-ultragpu-8g" in p for p in gce_violations(rec))
+
+
+def test_mains_on_demand_h100_default_machine_is_refused():
+    rec = run_program(full_config(accelerator=accel("nvidia-h100-80gb"), model=_small_model_for("x")))
+    config = _pool_inputs(rec)["nodeConfig"]
+    config.pop("flexStart"), config.pop("reservationAffinity")
+    found = gce_violations(rec)
+    assert any("a3-highgpu-1g bought on-demand" in p for p in found), found
+
+
+def test_a_flex_start_pool_that_starts_nodes_or_repairs_them_is_refused():
+    rec = run_program(full_config(accelerator=accel("nvidia-h100-80gb"), model=_small_model_for("x")))
+    inputs = _pool_inputs(rec)
+    inputs["initialNodeCount"], inputs["management"]["autoRepair"] = 1, True
+    (problem,) = gce_violations(rec)
+    assert "initialNodeCount" in problem and "management.autoRepair" in problem
+
+
+def test_a_serving_disk_the_gpu_machine_cannot_attach_is_refused():
+    rec = run_program(full_config(accelerator=accel("nvidia-h200-141gb"), model=_small_model_for("x"),
+                                  vllm={"maxModelLen": 4096}))
+    disk = next(r for r in rec.resources if r.type == rules.DISK_TYPE and r.name.endswith("-serving"))
+    assert disk.inputs["type"] == "hyperdisk-ml", "H200 machines attach no Persistent Disk: Hyperdisk ML by default"
+    disk.inputs["type"] = "pd-ssd"
+    assert any("cannot attach pd-ssd" in p for p in gce_violations(rec))

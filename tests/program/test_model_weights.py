@@ -1,21 +1,39 @@
 """ModelWeights under Pulumi's mocks: the disk/snapshot/image chain, the download Job, secrets, GCS access."""
 
 
-from components.model_weights import weights_key
 from tests.helpers import full_config, model, node_config
-from tools.mocks import run_program
+from tools.mocks import Recording, run_program
+
+DISK, JOB = "gcp:compute/disk:Disk", "kubernetes:batch/v1:Job"
+CHAIN_TYPES = {DISK, "gcp:compute/snapshot:Snapshot", "gcp:compute/image:Image", JOB,
+               "kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim"}
+
+
+def chain_keys(rec: Recording) -> tuple[str, str]:
+    """(download key, serving key) as the recorded names carry them."""
+    job = rec.one(JOB, "download").inputs["metadata"]["name"]
+    serving = next(r for r in rec.of_type(DISK) if not r.name.endswith("-staging"))
+    return job.removeprefix("w-").removesuffix("-download"), serving.inputs["labels"]["vllm-gke-serving"]
+
+
+def gce_and_cluster_names(rec: Recording) -> set[tuple[str, str]]:
+    """Names that are unique per GCP project (disks, snapshots, images) or per cluster (PersistentVolumes)."""
+    return {(r.type, r.inputs.get("name") or r.inputs["metadata"]["name"]) for r in rec.resources
+            if r.type in ("gcp:compute/disk:Disk", "gcp:compute/snapshot:Snapshot", "gcp:compute/image:Image",
+                          "kubernetes:core/v1:PersistentVolume")}
 
 
 def test_weights_chain_depends_step_by_step_and_pvc_binds_the_pv():
     rec = run_program(full_config())
-    key = weights_key("meta-llama/Llama-3.1-8B-Instruct", "main")
+    key, serving = chain_keys(rec)
     staging_pvc = rec.one("kubernetes:core/v1:PersistentVolumeClaim", f"{key}-staging")
     job = rec.one("kubernetes:batch/v1:Job", key)
     snapshot = rec.one("gcp:compute/snapshot:Snapshot", key)
     image = rec.one("gcp:compute/image:Image", key)
-    disk = rec.one("gcp:compute/disk:Disk", f"{key}-serving")
-    pv = next(r for r in rec.of_type("kubernetes:core/v1:PersistentVolume") if r.name.endswith(f"{key}-pv"))
-    pvc = next(r for r in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim") if r.name.endswith(f"{key}-pvc"))
+    disk = rec.one("gcp:compute/disk:Disk", f"{serving}-serving")
+    pv = next(r for r in rec.of_type("kubernetes:core/v1:PersistentVolume") if r.name.endswith(f"{serving}-pv"))
+    pvc = next(r for r in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+               if r.name.endswith(f"{serving}-pvc"))
     assert staging_pvc.urn in job.dependencies, "the Job runs after the staging PVC exists"
     assert job.urn in snapshot.dependencies, "the snapshot waits for the download Job"
     assert snapshot.urn in image.dependencies and image.inputs["sourceSnapshot"].endswith(f"/snapshots/{snapshot.name}")
@@ -34,16 +52,13 @@ def test_a_model_change_renames_the_whole_chain_and_leaves_the_node_pool_alone()
     before = run_program(full_config())
     after = run_program(full_config(model={**model("Llama-3.1-8B-Instruct"), "id": "meta-llama/Llama-3.1-8B",
                                            "revision": "v2"}))
-    old_key = weights_key("meta-llama/Llama-3.1-8B-Instruct", "main")
-    new_key = weights_key("meta-llama/Llama-3.1-8B", "v2")
-    assert old_key != new_key
-    chain_types = {"gcp:compute/disk:Disk", "gcp:compute/snapshot:Snapshot", "gcp:compute/image:Image",
-                   "kubernetes:batch/v1:Job", "kubernetes:core/v1:PersistentVolume",
-                   "kubernetes:core/v1:PersistentVolumeClaim"}
-    for rec, key in ((before, old_key), (after, new_key)):
-        chain = [r for r in rec.resources if r.type in chain_types and "smoke" not in r.name]
+    assert chain_keys(before)[0].startswith("llama-3-1-8b-instruct-")
+    assert set(chain_keys(before)).isdisjoint(chain_keys(after))
+    for rec in (before, after):
+        key, serving = chain_keys(rec)
+        chain = [r for r in rec.resources if r.type in CHAIN_TYPES and "smoke" not in r.name]
         assert len(chain) == 9
-        assert all(key in r.name for r in chain), [r.name for r in chain if key not in r.name]
+        assert all(key in r.name or serving in r.name for r in chain), [r.name for r in chain]
     assert node_config(before) == node_config(after), "a model change must not touch the node pool"
 
 
@@ -67,8 +82,43 @@ def test_gcs_source_grants_read_on_the_bucket_to_the_jobs_workload_identity_prin
     binding = rec.one("gcp:storage/bucketIAMMember:BucketIAMMember", "gcs-reader")
     assert binding.inputs["bucket"] == "my-models" and binding.inputs["role"] == "roles/storage.objectViewer"
     assert binding.inputs["member"].startswith("principal://iam.googleapis.com/projects/123456789012/")
-    account = f"w-{weights_key('org/Llama-3.1-8B-Instruct', 'main')}-downloader"
+    account = f"w-{chain_keys(rec)[0]}-downloader"
     assert binding.inputs["member"].endswith(f"/subject/ns/vllm/sa/{account}")
     job = rec.one("kubernetes:batch/v1:Job", "download")
     assert job.inputs["spec"]["template"]["spec"]["serviceAccountName"].endswith("-downloader")
     assert not rec.of_type("kubernetes:core/v1:Secret"), "GCS needs no token"
+
+
+def test_two_stacks_in_one_project_share_no_gce_or_cluster_scoped_name():
+    """Main named the chain from model id + revision only: a second stack serving the same model got 409."""
+    dev = run_program(full_config(), stack="dev")
+    staging = run_program(full_config(), stack="staging")
+    assert gce_and_cluster_names(dev) and gce_and_cluster_names(dev).isdisjoint(gce_and_cluster_names(staging))
+
+
+def test_a_weights_disk_type_change_is_a_new_serving_chain_next_to_the_one_in_use():
+    """Main kept the serving disk's name through a type change: Pulumi had to delete the disk the pods use first."""
+    before = run_program(full_config())
+    after = run_program(full_config(weights={"diskType": "hyperdisk-ml"}))
+    serving_a, serving_b = chain_keys(before)[1], chain_keys(after)[1]
+    assert serving_a != serving_b, "a new serving disk, PV and PVC"
+    serving_names = {n for t, n in gce_and_cluster_names(before) if serving_a in n}
+    assert serving_names and serving_names.isdisjoint(gce_and_cluster_names(after))
+    assert not any(r.delete_before_replace for r in after.resources), "nothing is deleted before its replacement"
+    claim = after.one("kubernetes:core/v1:PersistentVolumeClaim", f"{serving_b}-pvc").inputs["metadata"]["name"]
+    lws = after.one("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet").inputs
+    volumes = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"]
+    assert any(v.get("persistentVolumeClaim", {}).get("claimName") == claim for v in volumes), "groups roll to it"
+
+
+def test_a_failed_download_job_is_replaced_by_the_next_up():
+    job = run_program(full_config()).one(JOB, "download")
+    assert job.inputs["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+
+
+def test_snapshot_image_and_disks_get_a_create_timeout_for_their_size():
+    rec = run_program(full_config("prod"))
+    for res in [*rec.of_type(DISK), *rec.of_type("gcp:compute/snapshot:Snapshot"),
+                *rec.of_type("gcp:compute/image:Image")]:
+        seconds = int(res.create_timeout.rstrip("s"))
+        assert seconds >= 20 * 60 and seconds >= 2 * rec.of_type(DISK)[0].inputs["size"], res.name

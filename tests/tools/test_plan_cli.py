@@ -100,3 +100,28 @@ def test_plan_out_writes_schema_valid_objects_for_single_and_multi_node_stacks(t
         netpol = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "vllm")
         assert netpol["spec"]["ingress"][0]["from"][0]["podSelector"] == netpol["spec"]["podSelector"], \
             "Ray ports (6379 included) are open only to pods of the same LeaderWorkerSet"
+
+
+def test_pd_ssd_forced_on_a3_ultra_exits_2_naming_weights_disk_type(tmp_path):
+    h200 = {"type": "nvidia-h200-141gb", "zones": ["us-central1-a"]}
+    result = run_plan("--config", str(_stack(tmp_path, accelerator=h200, weights={"diskType": "pd-ssd"})))
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: vllm-gke:weights.diskType = pd-ssd: a3-ultragpu-8g (A3 Ultra) cannot "
+                                     "attach pd-ssd; accepted: hyperdisk-ml")
+
+
+def test_on_demand_on_a_machine_compute_engine_does_not_sell_so_exits_2_naming_provisioning(tmp_path):
+    h100 = {"type": "nvidia-h100-80gb", "zones": ["us-central1-a"], "provisioning": "on-demand"}
+    result = run_plan("--config", str(_stack(tmp_path, accelerator=h100)))
+    assert result.returncode == 2
+    assert "vllm-gke:accelerator.provisioning = on-demand: Compute Engine does not sell a3-highgpu-1g" in result.stderr
+    assert result.stderr.strip().endswith("accepted: flex-start, spot")
+
+
+def test_an_h200_stack_with_defaults_plans_hyperdisk_ml_and_flex_start(tmp_path):
+    result = run_plan("--config", str(_stack(tmp_path, accelerator={"type": "nvidia-h200-141gb",
+                                                                    "zones": ["us-central1-a"]})), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["sizing"]["weights_disk_type"] == "hyperdisk-ml" and doc["sizing"]["provisioning"] == "flex-start"
+    assert doc["cluster_rules"] == []

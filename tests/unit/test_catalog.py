@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.catalog import ACCELERATORS, DISK_TYPES, readonly_attach_limit
+from planner.catalog import ACCELERATORS, DISK_TYPES, machine_series, readonly_attach_limit
 
 ISSUE_TYPES = ["nvidia-tesla-t4", "nvidia-l4", "nvidia-tesla-a100", "nvidia-a100-80gb", "nvidia-h100-80gb",
                "nvidia-h100-mega-80gb", "nvidia-h200-141gb", "nvidia-b200"]
@@ -36,8 +36,27 @@ def test_every_gpu_count_has_a_default_machine_and_it_is_listed_first():
 
 def test_n1_t4_supports_neither_compact_placement_nor_hyperdisk_ml():
     t4 = ACCELERATORS["nvidia-tesla-t4"]
-    assert not t4.compact_placement and not t4.hyperdisk_ml
-    assert all(a.hyperdisk_ml for a in ACCELERATORS.values() if a.type != "nvidia-tesla-t4")
+    assert not t4.compact_placement
+    assert all("hyperdisk-ml" not in machine_series(m.name).data_disk_types for m in t4.machines)
+    assert all("hyperdisk-ml" in machine_series(m.name).data_disk_types
+               for a in ACCELERATORS.values() if a.type != "nvidia-tesla-t4" for m in a.machines)
+
+
+def test_every_catalog_machine_belongs_to_one_series_with_disks_and_ways_to_buy_it():
+    for acc in ACCELERATORS.values():
+        for machine in acc.machines:
+            series = machine_series(machine.name)
+            assert series.boot_disk_types and series.data_disk_types and series.provisioning
+            assert set(series.provisioning) <= {"on-demand", "spot", "reservation", "flex-start"}
+    # Compute Engine: A3 Ultra and A4 boot from Hyperdisk Balanced only and are not sold on demand; the small
+    # A3 High shapes only as Spot or Flex-start.
+    for name in ("a3-ultragpu-8g", "a4-highgpu-8g"):
+        assert machine_series(name).boot_disk_types == ("hyperdisk-balanced",)
+        assert "on-demand" not in machine_series(name).provisioning
+        assert "pd-ssd" not in machine_series(name).data_disk_types
+    for name in ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g"):
+        assert set(machine_series(name).provisioning) == {"spot", "flex-start"}
+    assert "on-demand" in machine_series("a3-highgpu-8g").provisioning
 
 
 def test_readonly_attach_limits_follow_disk_type_and_hyperdisk_ml_size():

@@ -40,7 +40,7 @@ BAD = [
     ({"weights": {"diskType": "pd-standard"}}, "weights.diskType", "hyperdisk-ml"),
     ({"weights": {"sizeGib": 5}}, "weights.sizeGib", ">= 10"),
     ({"accelerator": accel("nvidia-tesla-t4"), "weights": {"diskType": "hyperdisk-ml"}},
-     "weights.diskType", "cannot attach Hyperdisk ML"),
+     "weights.diskType", "cannot attach hyperdisk-ml; accepted: pd-ssd, pd-balanced"),
     ({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}, "autoscaling.minReplicas", "must not exceed"),
     ({"autoscaling": {"metric": "cpu"}}, "autoscaling.metric", "queue, batch"),
     ({"autoscaling": {"minReplicas": 0}}, "autoscaling.minReplicas", ">= 1"),

@@ -132,7 +132,7 @@ def test_load_estimate_grows_with_weights_and_drops_with_hyperdisk_ml():
     small = sizing()
     assert hd.estimated_load_seconds < pd.estimated_load_seconds
     assert hd.disk_read_mib_s == 4_000, "Hyperdisk ML is provisioned up to the A3 per-VM cap"
-    assert pd.disk_read_mib_s == int(0.48 * pd.weights_disk_gib), "pd-ssd reads 0.48 MiB/s per GiB"
+    assert pd.disk_read_mib_s == min(1_200, int(240 + 0.48 * pd.weights_disk_gib)), "pd-ssd: 240 MiB/s + 0.48 per GiB"
     assert pd.startup_probe_seconds >= 2 * pd.estimated_load_seconds
     assert small.weights_disk_gib * GIB >= small.weights_gib * GIB * 1.15
 
