@@ -27,6 +27,7 @@ from planner.sizing import Sizing
 from planner.versions import GCLOUD_IMAGE
 
 DOWNLOADER = Path(__file__).resolve().parent.parent / "images" / "model-downloader" / "download.py"
+WAIT_DETACHED = DOWNLOADER.with_name("wait_detached.py")
 CSI_DRIVER = "pd.csi.storage.gke.io"
 WEIGHTS_SUBDIR = "model"
 """Weights live in <disk>/model, next to ext4's lost+found."""
@@ -36,6 +37,10 @@ DOWNLOAD_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi", "ephemeral-stora
 """The download is network- and disk-bound. It runs on the untainted system pool (e2-standard-4: 3.92 CPUs and
 13.3 GiB allocatable by GKE's formula, less GKE's own DaemonSets): the 4 CPUs asked before never fit there, so
 the Job stayed Pending until its deadline. No CPU limit: it may use the node's idle cores."""
+DETACH_TIMEOUT_SECONDS = 1800
+"""How long the snapshot may wait for the staging disk's detach (kubelet unmount + CSI ControllerUnpublish take
+seconds to a few minutes); past it the Job fails with the node still holding the disk."""
+DETACH_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
 
 
 def weights_key(model_id: str, revision: str, *scope: object) -> str:
@@ -128,18 +133,17 @@ class ModelWeights(pulumi.ComponentResource):
         staging_pvc = self._pvc(f"{name}-{key}-staging", f"w-{key}-staging", staging_pv, args, labels,
                                 read_only=False)
 
-        job = self._download_job(name, key, args, staging_pvc, labels)
+        script, job = self._download_job(name, key, args, staging_pvc, labels)
+        detached = self._detached_job(name, key, args, job, script, staging_pv, labels)
 
-        # Why a snapshot first: an image cannot be made from a disk still attached to a node, and the
-        # detach after the Job's pod ends is asynchronous (kubelet unmount -> attach-detach controller).
-        # A snapshot may be taken while attached; it only needs the data flushed, which the script does
-        # (os.sync) before it exits, and kubelet has unmounted the volume once the pod is Succeeded,
-        # which is when Pulumi's Job await returns. The image is then made from the snapshot, never
-        # from the disk, so no step races the detach.
+        # The snapshot waits until the staging disk is attached to no node (wait_detached.py): Pulumi's Job await
+        # returns on Complete, before kubelet's unmount and the detach, and a snapshot of a mounted ext4 is
+        # "dirty" (the PD CSI driver then mounts the image with noload and without read_ahead_kb). The image is
+        # made from the snapshot, never from the disk.
         snapshot = gcp.compute.Snapshot(
             f"{name}-{key}-snapshot", name=f"w-{key}", project=args.project, zone=args.zone,
             source_disk=staging.name, labels=gce_labels,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[job], custom_timeouts=timeouts))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[detached], custom_timeouts=timeouts))
         self.image = gcp.compute.Image(
             f"{name}-{key}-image", name=f"w-{key}", project=args.project, source_snapshot=snapshot.self_link,
             labels=gce_labels, opts=slow)
@@ -191,14 +195,71 @@ class ModelWeights(pulumi.ComponentResource):
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{args.disk_gib}Gi"})),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[pv]))
 
+    def _detached_job(self, name: str, key: str, args: ModelWeightsArgs, download: k8s.batch.v1.Job,
+                      script: k8s.core.v1.ConfigMap, staging_pv: k8s.core.v1.PersistentVolume,
+                      labels: dict[str, str]) -> k8s.batch.v1.Job:
+        """A Job that completes once the staging PV's disk has no VolumeAttachment (its account may only read
+        those), on the image the download used (already on the node)."""
+        child = pulumi.ResourceOptions(parent=self)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-{key}-detach-sa", metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"w-{key}-detach", namespace=args.namespace, labels=labels), opts=child)
+        role = k8s.rbac.v1.ClusterRole(
+            f"{name}-{key}-detach-role", metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-detach", labels=labels),
+            rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=["storage.k8s.io"], resources=["volumeattachments"],
+                                              verbs=["get", "list"])], opts=child)
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-{key}-detach-binding",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-detach", labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                             name=role.metadata.name),
+            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name,
+                                              namespace=args.namespace)], opts=child)
+        timeout = DETACH_TIMEOUT_SECONDS
+        image = args.downloader_image if args.source == "huggingface" else GCLOUD_IMAGE
+        return k8s.batch.v1.Job(
+            f"{name}-{key}-detached",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"w-{key}-detached", namespace=args.namespace, labels=labels,
+                annotations={"pulumi.com/replaceUnready": "true",
+                             "checkov.io/skip1": "CKV_K8S_38=the waiter reads VolumeAttachments from the API with this "
+                                                 "token; its account may only get and list those"}),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=2, active_deadline_seconds=timeout + 300,
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        restart_policy="Never", service_account_name=account.metadata.name,
+                        automount_service_account_token=True,
+                        security_context=pod_security_context(),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="wait-detached", image=image,
+                            command=["python3", "/opt/vllm-gke/wait_detached.py", "--pv", staging_pv.metadata.name,
+                                     "--timeout", str(timeout)],
+                            env=[k8s.core.v1.EnvVarArgs(**e) for e in (*identity_env(),
+                                                                       {"name": "HOME", "value": "/tmp"})],
+                            resources=k8s.core.v1.ResourceRequirementsArgs(**DETACH_RESOURCES),
+                            security_context=container_security_context(),
+                            volume_mounts=[
+                                k8s.core.v1.VolumeMountArgs(name="script", mount_path="/opt/vllm-gke", read_only=True),
+                                k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")])],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                                name=script.metadata.name)),
+                            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                                size_limit="64Mi"))]))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[download, binding],
+                                        custom_timeouts=pulumi.CustomTimeouts(create=f"{timeout + 600}s")))
+
     def _download_job(self, name: str, key: str, args: ModelWeightsArgs,
-                      staging_pvc: k8s.core.v1.PersistentVolumeClaim, labels: dict[str, str]) -> k8s.batch.v1.Job:
+                      staging_pvc: k8s.core.v1.PersistentVolumeClaim,
+                      labels: dict[str, str]) -> tuple[k8s.core.v1.ConfigMap, k8s.batch.v1.Job]:
         child = pulumi.ResourceOptions(parent=self)
         script = k8s.core.v1.ConfigMap(
             f"{name}-{key}-downloader",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-downloader", namespace=args.namespace,
                                                 labels=labels),
-            data={"download.py": DOWNLOADER.read_text()}, opts=child)
+            data={"download.py": DOWNLOADER.read_text(), "wait_detached.py": WAIT_DETACHED.read_text()}, opts=child)
         env = [k8s.core.v1.EnvVarArgs(**e) for e in
                (*identity_env(), {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"})]
         depends: list[pulumi.Resource] = [staging_pvc, script]
@@ -238,7 +299,7 @@ class ModelWeights(pulumi.ComponentResource):
                 opts=child)
             depends += [account, binding]
         command += ["--dest", f"/data/{WEIGHTS_SUBDIR}", "--min-bytes", str(args.min_bytes)]
-        return k8s.batch.v1.Job(
+        return script, k8s.batch.v1.Job(
             f"{name}-{key}-download",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=f"w-{key}-download", namespace=args.namespace, labels=labels,

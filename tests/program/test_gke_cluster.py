@@ -20,3 +20,13 @@ def test_existing_cluster_is_looked_up_not_created():
     assert not rec.of_type("gcp:container/cluster:Cluster")
     provider = rec.one("pulumi:providers:kubernetes", "k8s")
     assert "gke-gcloud-auth-plugin" in provider.inputs["kubeconfig"]
+
+
+def test_in_cluster_objects_wait_for_the_system_pool_through_the_kubernetes_provider():
+    """Main created the provider (so the LWS release, the adapter and the download Job) without waiting for a
+    schedulable node, and destroy could take the pool away while in-cluster objects were still being deleted."""
+    rec = run_program(full_config(cluster={"name": "c", "location": "us-central1", "create": True}))
+    provider = rec.one("pulumi:providers:kubernetes", "k8s")
+    assert rec.one(NODE_POOL, "system").urn in provider.dependencies
+    users = [r for r in rec.resources if r.provider and r.provider.startswith(provider.urn)]
+    assert any(r.type == "kubernetes:batch/v1:Job" for r in users), "the download Job goes through that provider"

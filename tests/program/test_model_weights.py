@@ -27,7 +27,8 @@ def test_weights_chain_depends_step_by_step_and_pvc_binds_the_pv():
     rec = run_program(full_config())
     key, serving = chain_keys(rec)
     staging_pvc = rec.one("kubernetes:core/v1:PersistentVolumeClaim", f"{key}-staging")
-    job = rec.one("kubernetes:batch/v1:Job", key)
+    job = rec.one("kubernetes:batch/v1:Job", f"{key}-download")
+    detached = rec.one("kubernetes:batch/v1:Job", f"{key}-detached")
     snapshot = rec.one("gcp:compute/snapshot:Snapshot", key)
     image = rec.one("gcp:compute/image:Image", key)
     disk = rec.one("gcp:compute/disk:Disk", f"{serving}-serving")
@@ -35,7 +36,11 @@ def test_weights_chain_depends_step_by_step_and_pvc_binds_the_pv():
     pvc = next(r for r in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")
                if r.name.endswith(f"{serving}-pvc"))
     assert staging_pvc.urn in job.dependencies, "the Job runs after the staging PVC exists"
-    assert job.urn in snapshot.dependencies, "the snapshot waits for the download Job"
+    assert job.urn in detached.dependencies and detached.urn in snapshot.dependencies, \
+        "the snapshot waits for the download Job, then for the staging disk's detach"
+    staging_pv = rec.one("kubernetes:core/v1:PersistentVolume", f"{key}-staging")
+    command = detached.inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--pv") + 1] == staging_pv.inputs["metadata"]["name"]
     assert snapshot.urn in image.dependencies and image.inputs["sourceSnapshot"].endswith(f"/snapshots/{snapshot.name}")
     assert image.urn in disk.dependencies and disk.inputs["image"].endswith(f"/images/{image.name}")
     assert disk.urn in pv.dependencies
@@ -57,7 +62,7 @@ def test_a_model_change_renames_the_whole_chain_and_leaves_the_node_pool_alone()
     for rec in (before, after):
         key, serving = chain_keys(rec)
         chain = [r for r in rec.resources if r.type in CHAIN_TYPES and "smoke" not in r.name]
-        assert len(chain) == 9
+        assert len(chain) == 10
         assert all(key in r.name or serving in r.name for r in chain), [r.name for r in chain]
     assert node_config(before) == node_config(after), "a model change must not touch the node pool"
 
@@ -122,3 +127,13 @@ def test_snapshot_image_and_disks_get_a_create_timeout_for_their_size():
                 *rec.of_type("gcp:compute/image:Image")]:
         seconds = int(res.create_timeout.rstrip("s"))
         assert seconds >= 20 * 60 and seconds >= 2 * rec.of_type(DISK)[0].inputs["size"], res.name
+
+
+def test_the_detach_waiter_may_only_read_volume_attachments():
+    rec = run_program(full_config())
+    role = rec.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "detach").inputs
+    assert role["rules"] == [{"apiGroups": ["storage.k8s.io"], "resources": ["volumeattachments"],
+                              "verbs": ["get", "list"]}]
+    binding = rec.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "detach").inputs
+    job = rec.one(JOB, "detached").inputs["spec"]["template"]["spec"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": job["serviceAccountName"], "namespace": "vllm"}]

@@ -165,3 +165,13 @@ def test_more_nodes_than_a_persistent_disk_attaches_to_are_refused_naming_hyperd
     with pytest.raises(ConfigError) as err:
         sizing(autoscaling={"maxReplicas": 11})
     assert "at most 10 VMs" in str(err.value) and "hyperdisk-ml" in str(err.value)
+
+
+def test_hyperdisk_ml_throughput_changes_only_when_the_pool_doubles():
+    """A Hyperdisk ML volume takes one throughput change per 4 hours; main re-provisioned on every maxReplicas edit."""
+    from planner.sizing import hyperdisk_throughput
+
+    assert [hyperdisk_throughput(4_000, n) for n in (1, 2, 3, 4, 5, 8)] == [4_000, 8_000, 16_000, 16_000, 32_000,
+                                                                            32_000]
+    assert hyperdisk_throughput(100, 1) == 400, "the smallest a volume takes"
+    assert hyperdisk_throughput(4_000, 2_500) == 1_200_000, "the largest"
