@@ -6,6 +6,7 @@ import pulumi_kubernetes as k8s
 from components.autoscaling import Autoscaling, AutoscalingArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.image_mirror import serving_image
 from components.lws_controller import LwsController, LwsControllerArgs
 from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
 from components.monitoring import Monitoring, MonitoringArgs
@@ -27,22 +28,24 @@ def in_cluster(*after: pulumi.Resource) -> pulumi.ResourceOptions:
 
 cluster = GkeCluster("vllm", GkeClusterArgs.from_plan(stack))
 gpu_pool = GpuNodePool("gpu", GpuNodePoolArgs.from_plan(stack, sizing, cluster=cluster.name))
+image = serving_image(stack)
 namespace = k8s.core.v1.Namespace(
     "serving-namespace", metadata={"name": stack.settings.serving.namespace, "labels": {PART_OF_LABEL: PART_OF}},
     opts=in_cluster())
 ns = namespace.metadata.name
-weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, namespace=ns), opts=in_cluster())
+weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, namespace=ns, image=image),
+                       opts=in_cluster())
 lws = LwsController("lws", LwsControllerArgs.from_plan(stack), opts=in_cluster())
 server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
-    weights_mount=SERVING_MOUNT), opts=in_cluster(*lws.ready, gpu_pool))
+    weights_mount=SERVING_MOUNT, image=image), opts=in_cluster(*lws.ready, gpu_pool))
 autoscaling = Autoscaling("vllm", AutoscalingArgs.from_plan(stack, sizing, namespace=ns, lws_name=server.lws_name),
                           opts=in_cluster(server))
 Monitoring("vllm", MonitoringArgs.from_plan(stack, leader_selector=server.leader_selector,
                                             hpa_name=autoscaling.hpa_name), opts=in_cluster(namespace))
 if stack.settings.serving.smoke_test:
     SmokeCheck("vllm", SmokeCheckArgs.from_plan(stack, sizing, namespace=ns, service=server.service_name,
-                                                api_key_secret=server.api_key_secret),
+                                                api_key_secret=server.api_key_secret, image=image),
                opts=in_cluster(server.lws, server.service))
 
 pulumi.export("sizing", sizing.as_dict())

@@ -83,7 +83,7 @@ class ModelWeightsArgs:
     """Hyperdisk ML provisioned throughput (ignored for persistent disks)."""
     min_bytes: int
     """The download fails verification below this many bytes of safetensors."""
-    downloader_image: str
+    downloader_image: pulumi.Input[str]
     """Image for Hugging Face downloads (the vLLM image carries huggingface_hub)."""
     deadline_seconds: int
     """The Job's activeDeadlineSeconds (the planner's download deadline for the weights' size)."""
@@ -93,13 +93,15 @@ class ModelWeightsArgs:
     """`<project>/<stack>`, part of every key (planner.config.Stack.name)."""
 
     @classmethod
-    def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str]) -> ModelWeightsArgs:
+    def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str],
+                  image: pulumi.Input[str] | None = None) -> ModelWeightsArgs:
         s = stack.settings
         return cls(project=stack.project, zone=s.accelerator.zones[0], namespace=namespace, model_id=s.model.id,
                    revision=s.model.revision, source=s.model.source, gcs_uri=s.model.gcs_uri,
                    disk_type=s.weights.disk_type, disk_gib=sizing.weights_disk_gib,
                    provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=sizing.min_weight_bytes,
-                   downloader_image=s.vllm.image, deadline_seconds=sizing.download_deadline_seconds,
+                   downloader_image=s.vllm.image if image is None else image,
+                   deadline_seconds=sizing.download_deadline_seconds,
                    hf_token=stack.hf_token, stack=stack.name)
 
 

@@ -57,7 +57,7 @@ class RayVllmServerArgs:
 
     namespace: pulumi.Input[str]
     """Namespace of every object."""
-    image: str
+    image: pulumi.Input[str]
     """vLLM image (pinned tag)."""
     spec: ServerSpec
     """The server's command-line settings."""
@@ -92,14 +92,16 @@ class RayVllmServerArgs:
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], weights_path: str,
-                  weights_claim: pulumi.Input[str], weights_mount: str) -> RayVllmServerArgs:
+                  weights_claim: pulumi.Input[str], weights_mount: str,
+                  image: pulumi.Input[str] | None = None) -> RayVllmServerArgs:
+        """`image`: vllm.image as the pods pull it (components.image_mirror.serving_image)."""
         s, vllm = stack.settings, stack.settings.vllm
         spec = ServerSpec(model_path=weights_path, served_name=s.model.served_name,
                           tensor=sizing.tensor_parallel_size, pipeline=sizing.pipeline_parallel_size,
                           nodes=sizing.nodes_per_replica, gpus_per_node=sizing.gpus_per_pod,
                           max_model_len=vllm.max_model_len, gpu_memory_utilization=vllm.gpu_memory_utilization,
                           dtype=vllm.dtype, kv_cache_dtype=vllm.kv_cache_dtype, extra_args=vllm.extra_args)
-        return cls(namespace=namespace, image=vllm.image, spec=spec, cpu=sizing.pod_cpu,
+        return cls(namespace=namespace, image=vllm.image if image is None else image, spec=spec, cpu=sizing.pod_cpu,
                    memory_gib=sizing.pod_memory_gib, shm_gib=sizing.pod_shm_gib,
                    accelerator_type=s.accelerator.type, spot=s.accelerator.provisioning == "spot",
                    gpus_per_pod=sizing.gpus_per_pod, replicas=s.autoscaling.min_replicas,

@@ -30,7 +30,7 @@ class SmokeCheckArgs:
     """Service port."""
     model: str
     """Served model name."""
-    image: str
+    image: pulumi.Input[str]
     """An image with python3 (the vLLM image)."""
     wait_seconds: int
     """How long the group may take to become ready."""
@@ -41,9 +41,9 @@ class SmokeCheckArgs:
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], service: str,
-                  api_key_secret: str | None) -> SmokeCheckArgs:
+                  api_key_secret: str | None, image: pulumi.Input[str] | None = None) -> SmokeCheckArgs:
         return cls(namespace=namespace, service=service, port=API_PORT, model=stack.settings.model.served_name,
-                   image=stack.settings.vllm.image, wait_seconds=sizing.smoke_wait_seconds,
+                   image=stack.settings.vllm.image if image is None else image, wait_seconds=sizing.smoke_wait_seconds,
                    fingerprint=sizing.fingerprint, api_key_secret=api_key_secret)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable, machine_series
 from planner.labels import ACCELERATOR_LABEL, GKE_NAMESPACES, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
-from planner.versions import IMAGE_SOURCES
+from planner.versions import IMAGE_SOURCES, unmirrored
 
 DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
 """Room kept on every node for GKE's own DaemonSets (logging, metrics agent, PD CSI node, Dataplane V2, GPU
@@ -354,7 +354,7 @@ def images(objects: list[dict[str, Any]], own: Iterable[str] = ()) -> list[str]:
             name, _, tag = image.rpartition(":") if "@" not in image else (image, "", "digest")
             if not name or "/" in tag or tag in ("", "latest"):
                 problems.append(f"images: {template.where}: {image!r} is not pinned to a tag or digest")
-            elif image not in IMAGE_SOURCES and image not in own:
+            elif not {image, unmirrored(image)} & (set(IMAGE_SOURCES) | own):
                 problems.append(f"images: {template.where}: {image} has no public listing recorded in "
                                 "planner/versions.py IMAGE_SOURCES")
     return problems

@@ -42,6 +42,13 @@ class ClusterSettings:
     location: str
     create: bool
     release_channel: str
+    image_mirror: bool = True
+
+    @property
+    def region(self) -> str:
+        """`us-central1-a` -> `us-central1`; a region stays as it is."""
+        parts = self.location.split("-")
+        return "-".join(parts[:2]) if len(parts) > 2 else self.location
 
 
 @dataclass(frozen=True)
@@ -276,7 +283,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     cfg = {key: _section(key, model, _decode(key, raw.get(key))) for key, model in SECTIONS.items()}
 
     c = cfg["cluster"]
-    cluster = ClusterSettings(c.name, c.location, c.create, c.release_channel)
+    cluster = ClusterSettings(c.name, c.location, c.create, c.release_channel, c.image_mirror)
     accelerator = _accelerator(cfg["accelerator"])
     zone = accelerator.zones[0]
     if zone != c.location and not zone.startswith(f"{c.location}-"):

@@ -102,6 +102,9 @@ class ClusterConfig(Section):
                                             "Identity, Managed Prometheus, Dataplane V2 and image streaming.")
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field(
         "REGULAR", description="GKE release channel of a created cluster.")
+    image_mirror: Bool = Field(True, description="Serve Docker Hub images (vllm.image) through an Artifact Registry "
+                                                 "remote repository the program creates, so GKE image streaming "
+                                                 "applies to them (it streams only from Artifact Registry).")
 
     @field_validator("name")
     @classmethod

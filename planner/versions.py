@@ -1,5 +1,7 @@
 """Every pinned version the program deploys, in one place, each third-party tag with where it is listed."""
 
+import re
+
 LWS_VERSION = "v0.8.0"
 """LeaderWorkerSet CRD + controller (kubernetes-sigs/lws release)."""
 LWS_CHART = "oci://registry.k8s.io/lws/charts/lws"
@@ -23,3 +25,31 @@ IMAGE_SOURCES: dict[str, str] = {
 """Image reference -> the public manifest or registry listing that shows the tag exists. The image check
 (tests/program/test_cluster_rules.py) refuses any rendered image that is not listed here, except a stack's own
 vllm.image when it differs from the default: the user's choice, which only has to be pinned."""
+
+
+DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
+MIRROR_HOST = re.compile(r"^[a-z0-9-]+-docker\.pkg\.dev/[^/]+/[^/]+/")
+"""An image served through an Artifact Registry remote repository: <region>-docker.pkg.dev/<project>/<repo>/<path>."""
+
+
+def docker_hub_path(image: str) -> str | None:
+    """The Docker Hub path of an image reference (`vllm/vllm-openai:v0.32.0`; official images under library/),
+    None for an image in another registry (a first path part with a dot or a port, or localhost)."""
+    first, _, rest = image.partition("/")
+    if first in DOCKER_HUB_HOSTS:
+        image, (first, _, rest) = rest, rest.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return None
+    return image if rest else f"library/{image}"
+
+
+def mirrored(image: str, region: str, project: str, repository: str) -> str:
+    """A Docker Hub image as served by the stack's Artifact Registry remote repository (GKE streams only images in
+    Artifact Registry: "Use Image streaming to pull container images"); other registries' images unchanged."""
+    path = docker_hub_path(image)
+    return f"{region}-docker.pkg.dev/{project}/{repository}/{path}" if path else image
+
+
+def unmirrored(image: str) -> str:
+    """The Docker Hub reference an Artifact Registry remote-repository reference stands for."""
+    return MIRROR_HOST.sub("", image, count=1).removeprefix("library/")

@@ -14,7 +14,7 @@ from planner import cluster_rules as rules
 from planner.catalog import ACCELERATORS, GIB, gke_allocatable
 from planner.config import PROJECT_DIR, build_settings
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, plan
-from planner.versions import IMAGE_SOURCES
+from planner.versions import IMAGE_SOURCES, unmirrored
 from tests.helpers import accel, full_config, model
 from tools.mocks import Recording, run_program
 from tools.plan import namespaced
@@ -249,10 +249,10 @@ def test_every_recorded_image_source_is_used_and_the_default_vllm_image_is_liste
 
     default = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]["vllm-gke:vllm"]["default"]
     assert default["image"] in IMAGE_SOURCES, "the default vllm.image needs a recorded public listing"
-    rendered = {c["image"] for stack in ("dev", "prod") for t in rules.pod_templates(
+    rendered = {unmirrored(c["image"]) for stack in ("dev", "prod") for t in rules.pod_templates(
         run_program(full_config(stack)).kubernetes_objects()) for c in t.spec["containers"]}
-    gcs = {c["image"] for t in rules.pod_templates(run_program(GENERATED["gcs-source-internal-lb"])
-                                                   .kubernetes_objects()) for c in t.spec["containers"]}
+    gcs = {unmirrored(c["image"]) for t in rules.pod_templates(run_program(GENERATED["gcs-source-internal-lb"])
+                                                               .kubernetes_objects()) for c in t.spec["containers"]}
     assert set(IMAGE_SOURCES) <= rendered | gcs, "a pin nobody renders is stale"
 
 
@@ -341,3 +341,31 @@ def test_a_serving_disk_the_gpu_machine_cannot_attach_is_refused():
     assert disk.inputs["type"] == "hyperdisk-ml", "H200 machines attach no Persistent Disk: Hyperdisk ML by default"
     disk.inputs["type"] = "pd-ssd"
     assert any("cannot attach pd-ssd" in p for p in gce_violations(rec))
+
+
+
+# ------------------------------------------------------------------ image streaming
+
+def test_the_vllm_image_is_pulled_through_the_stacks_artifact_registry_remote_repository():
+    """Main switched image streaming on for vllm/vllm-openai from Docker Hub, which GKE does not stream, and never
+    enabled the Container File System API."""
+    rec = run_program(full_config())
+    repo = rec.one("gcp:artifactregistry/repository:Repository").inputs
+    assert repo["mode"] == "REMOTE_REPOSITORY" and repo["format"] == "DOCKER"
+    assert repo["remoteRepositoryConfig"]["dockerRepository"]["publicRepository"] == "DOCKER_HUB"
+    apis = {r.inputs["service"] for r in rec.of_type("gcp:projects/service:Service")}
+    assert {"containerfilesystem.googleapis.com", "artifactregistry.googleapis.com"} <= apis
+    expected = f"us-central1-docker.pkg.dev/my-gcp-project/{repo['repositoryId']}/vllm/vllm-openai:v0.32.0"
+    images = {c["image"] for t in rules.pod_templates(rec.kubernetes_objects()) for c in t.spec["containers"]}
+    assert expected in images and "vllm/vllm-openai:v0.32.0" not in images
+    assert any(p["nodeConfig"].get("gcfsConfig", {}).get("enabled") for p in
+               (r.inputs for r in rec.resources if r.type == rules.NODE_POOL_TYPE)), "the GPU pool streams"
+
+
+def test_no_mirror_when_turned_off_or_for_another_registry():
+    off = run_program(full_config(cluster={"imageMirror": False}))
+    other = run_program(full_config(vllm={"image": "europe-docker.pkg.dev/p/r/vllm:v1"}))
+    for rec, image in ((off, "vllm/vllm-openai:v0.32.0"), (other, "europe-docker.pkg.dev/p/r/vllm:v1")):
+        assert not rec.of_type("gcp:artifactregistry/repository:Repository")
+        templates = rules.pod_templates(rec.kubernetes_objects())
+        assert image in {c["image"] for t in templates for c in t.spec["containers"]}

@@ -65,3 +65,17 @@ def test_readonly_attach_limits_follow_disk_type_and_hyperdisk_ml_size():
     assert readonly_attach_limit("hyperdisk-ml", 1_500) == 300
     assert readonly_attach_limit("hyperdisk-ml", 60_000) == 30
     assert set(DISK_TYPES) == {"pd-ssd", "pd-balanced", "hyperdisk-ml"}
+
+
+def test_docker_hub_references_map_to_the_remote_repository_and_back():
+    from planner.versions import docker_hub_path, mirrored, unmirrored
+
+    assert docker_hub_path("vllm/vllm-openai:v0.32.0") == "vllm/vllm-openai:v0.32.0"
+    assert docker_hub_path("docker.io/vllm/vllm-openai:v1") == "vllm/vllm-openai:v1"
+    assert docker_hub_path("ubuntu:24.04") == "library/ubuntu:24.04"
+    for other in ("gcr.io/x/y:1", "localhost/x:1", "registry:5000/x:1", "us-docker.pkg.dev/p/r/x:1"):
+        assert docker_hub_path(other) is None and mirrored(other, "us-central1", "p", "r") == other
+    image = mirrored("vllm/vllm-openai:v0.32.0", "us-central1", "proj", "vllm-gke-1234abcd")
+    assert image == "us-central1-docker.pkg.dev/proj/vllm-gke-1234abcd/vllm/vllm-openai:v0.32.0"
+    assert unmirrored(image) == "vllm/vllm-openai:v0.32.0"
+    assert unmirrored(mirrored("ubuntu:24.04", "eu-west4", "p", "r")) == "ubuntu:24.04"
