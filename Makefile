@@ -6,15 +6,26 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
 
-.PHONY: test test-fast lint lock plan plan-json docs loadtest bench bench-pods bench-report clean
+.PHONY: test test-fast lint lock plan plan-json docs loadtest bench bench-pods bench-report chat-ui-image clean
 
 # Side tools, each in its own environment: workflow linters (npm), the policy pack (pulumi-policy pins
 # protobuf/grpcio apart from the program's), the security scanner (checkov pins its own libraries).
-TOOLS := node_modules/.installed-stamp policy/venv/.installed-stamp .venv-scan/.installed-stamp /usr/bin/bwrap
+TOOLS := node_modules/.installed-stamp policy/venv/.installed-stamp .venv-scan/.installed-stamp /usr/bin/bwrap \
+	.venv-ui/.installed-stamp /usr/bin/chromedriver
 
 # The pod runner (tools/pod_runner.py) runs rendered pods under bubblewrap, as root; Debian packages it.
 /usr/bin/bwrap:
 	apt-get update -qq && apt-get install -y -qq bubblewrap
+
+# The chat page's browser test (tests/browser): Debian's Chromium and its driver, driven by Selenium from .venv-ui.
+/usr/bin/chromedriver:
+	apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+
+# Gradio (the chat page's image, images/chat-ui/requirements.txt) and Selenium, apart from vLLM's environment.
+.venv-ui/.installed-stamp: requirements-ui.txt
+	$(PYTHON) -m venv .venv-ui
+	.venv-ui/bin/python -m pip install -q -r requirements-ui.txt
+	touch $@
 
 node_modules/.installed-stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -60,9 +71,21 @@ lock:
 	$(PIP_COMPILE) --upgrade -o requirements.txt requirements.in && \
 	$(PIP_COMPILE) --upgrade -o requirements-dev.txt requirements-dev.in && \
 	$(PIP_COMPILE) --upgrade -o requirements-scan.txt requirements-scan.in && \
+	$(PIP_COMPILE) --upgrade -o requirements-ui.txt requirements-ui.in && \
 	$(PIP_COMPILE) --upgrade -o policy/requirements.txt policy/requirements.in
 	@# The CPU wheel's local version (+cpu) is this machine's; the pin matches it and the PyPI release alike.
 	sed -i 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/' requirements-dev.txt
+
+# Build and push the chat page's image (serving.chatUi) where the stack expects it, with Cloud Build (needs gcloud,
+# which the cluster's kubeconfig needs anyway). The deploy workflow does the same before `pulumi up`.
+chat-ui-image:
+	@IMAGE=$$($(PY) -m tools.plan --stack $(STACK) --chat-ui-image) && REPO=$${IMAGE%/chat-ui:*} && \
+	  REGION=$${REPO%%-docker.pkg.dev/*} && PROJECT=$$(echo $$REPO | cut -d/ -f2) && \
+	  ( gcloud artifacts repositories describe vllm-gke-images --location $$REGION --project $$PROJECT >/dev/null 2>&1 || \
+	    gcloud artifacts repositories create vllm-gke-images --repository-format docker --location $$REGION \
+	      --project $$PROJECT --immutable-tags ) && \
+	  ( gcloud artifacts docker images describe $$IMAGE >/dev/null 2>&1 || \
+	    gcloud builds submit images/chat-ui --tag $$IMAGE --project $$PROJECT )
 
 plan: $(STAMP)
 	$(PY) -m tools.plan --stack $(STACK) --out build/k8s/$(STACK)

@@ -4,6 +4,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.autoscaling import Autoscaling, AutoscalingArgs
+from components.chat_ui import ChatUi, ChatUiArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.image_mirror import serving_image
@@ -33,8 +34,7 @@ namespace = k8s.core.v1.Namespace(
     "serving-namespace", metadata={"name": stack.settings.serving.namespace, "labels": {PART_OF_LABEL: PART_OF}},
     opts=in_cluster())
 ns = namespace.metadata.name
-weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, namespace=ns, image=image),
-                       opts=in_cluster())
+weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, ns, image=image), opts=in_cluster())
 lws = LwsController("lws", LwsControllerArgs.from_plan(stack), opts=in_cluster())
 server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
@@ -47,6 +47,10 @@ if stack.settings.serving.smoke_test:
     SmokeCheck("vllm", SmokeCheckArgs.from_plan(stack, sizing, namespace=ns, service=server.service_name,
                                                 api_key_secret=server.api_key_secret, image=image),
                opts=in_cluster(server.lws, server.service))
+
+if stack.settings.serving.chat_ui:
+    ChatUi("vllm", ChatUiArgs.from_plan(stack, namespace=ns, service=server.service_name,
+                                        api_key_secret=server.api_key_secret), opts=in_cluster(server.service))
 
 pulumi.export("sizing", sizing.as_dict())
 pulumi.export("service", server.service.metadata.name)

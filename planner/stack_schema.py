@@ -256,6 +256,10 @@ class ServingConfig(Section):
                                                 "controller.")
     allowed_namespaces: Texts = Field((), description="Namespaces allowed to reach the API port.")
     smoke_test: Bool = Field(True, description="Run a chat completion after deploy.")
+    chat_ui: Bool = Field(False, description="Deploy a Gradio chat page in front of the API (kubectl port-forward, "
+                                             "or an internal load balancer with expose: internal-lb).")
+    chat_ui_image: Text | None = Field(None, description="Chat page image (default: the one `make chat-ui-image` "
+                                                         "pushes to the project's vllm-gke-images repository).")
     source_ranges: Texts = Field(("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
                                  description="CIDRs that may reach the internal load balancer.")
 

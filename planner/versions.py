@@ -1,6 +1,11 @@
 """Every pinned version the program deploys, in one place, each third-party tag with where it is listed."""
 
+import hashlib
 import re
+from pathlib import Path
+from typing import Any
+
+CHAT_UI_DIR = Path(__file__).resolve().parent.parent / "images" / "chat-ui"
 
 LWS_VERSION = "v0.8.0"
 """LeaderWorkerSet CRD + controller (kubernetes-sigs/lws release)."""
@@ -53,3 +58,24 @@ def mirrored(image: str, region: str, project: str, repository: str) -> str:
 def unmirrored(image: str) -> str:
     """The Docker Hub reference an Artifact Registry remote-repository reference stands for."""
     return MIRROR_HOST.sub("", image, count=1).removeprefix("library/")
+
+
+def chat_ui_tag() -> str:
+    """The chat page image's tag: a digest of what goes into it (Dockerfile, requirements.txt; the app itself comes
+    from a ConfigMap), so one tag names one build and a changed pin gives a new tag."""
+    digest = hashlib.sha256()
+    for name in ("Dockerfile", "requirements.txt"):
+        digest.update((CHAT_UI_DIR / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def chat_ui_image(settings: Any, project: str) -> str:
+    """serving.chatUiImage, or where `make chat-ui-image` and the deploy workflow push the image: the project's
+    vllm-gke-images repository in the cluster's region, tagged with chat_ui_tag()."""
+    return settings.serving.chat_ui_image or \
+        f"{settings.cluster.region}-docker.pkg.dev/{project}/vllm-gke-images/chat-ui:{chat_ui_tag()}"
+
+
+def own_images(settings: Any, project: str) -> list[str]:
+    """Images a stack chooses or the project builds: pinned, but listed nowhere public."""
+    return [settings.vllm.image, *([chat_ui_image(settings, project)] if settings.serving.chat_ui else [])]

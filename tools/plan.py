@@ -20,6 +20,7 @@ from planner.catalog import GIB
 from planner.config import NAMESPACE, PROJECT_DIR, build_settings
 from planner.errors import ConfigError
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
+from planner.versions import chat_ui_image, own_images
 
 
 class PlanInputError(Exception):
@@ -127,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--config", type=Path, help="any stack file (Pulumi.<stack>.yaml layout)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--out", type=Path, help="write every Kubernetes object as YAML into this directory")
+    parser.add_argument("--chat-ui-image", action="store_true",
+                        help="print the chat page image the stack pulls (make chat-ui-image pushes it) and exit")
     args = parser.parse_args(argv)
 
     try:
@@ -134,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         stack = args.stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
         config = read_stack_file(path)
         settings = build_settings(namespaced(config), PROJECT_DIR)
+        if args.chat_ui_image:
+            print(chat_ui_image(settings, str(config.get("gcp:project", ""))))
+            return 0
         sizing = plan(settings)
         from tools.mocks import close_event_loop, run_program  # imported late: pulumi start-up is the slow part
 
@@ -149,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     pools = cluster_rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
     budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
     # The Service-variable half of the names rule needs vLLM's own variable list (tests/program/test_cluster_rules.py).
-    violations = cluster_rules.check_all(objects, pools, budget, own_images=[settings.vllm.image],
+    own = own_images(settings, str(config.get("gcp:project", "")))
+    violations = cluster_rules.check_all(objects, pools, budget, own_images=own,
                                          gcp_resources=[(r.type, r.name, r.inputs) for r in recording.resources])
     written = write_objects(objects, args.out) if args.out else []
     resources = [{"type": r.type, "name": r.name} for r in recording.resources]

@@ -14,7 +14,7 @@ from planner import cluster_rules as rules
 from planner.catalog import ACCELERATORS, GIB, gke_allocatable
 from planner.config import PROJECT_DIR, build_settings
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, plan
-from planner.versions import IMAGE_SOURCES, unmirrored
+from planner.versions import IMAGE_SOURCES, own_images, unmirrored
 from tests.helpers import accel, full_config, model
 from tools.mocks import Recording, run_program
 from tools.plan import namespaced
@@ -38,17 +38,17 @@ def server_env() -> frozenset[str]:
     raise AssertionError(f"no environment_variables table in {source}")
 
 
-def stack_facts(config: dict[str, Any]) -> tuple[Recording, rules.Budget, str]:
+def stack_facts(config: dict[str, Any]) -> tuple[Recording, rules.Budget, list[str]]:
     settings = build_settings(namespaced(config), PROJECT_DIR)
     sizing = plan(settings)
     budget = rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
-    return run_program(config), budget, settings.vllm.image
+    return run_program(config), budget, own_images(settings, config["gcp:project"])
 
 
 def violations(config: dict[str, Any]) -> list[str]:
-    recording, budget, image = stack_facts(config)
+    recording, budget, images = stack_facts(config)
     pools = rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
-    return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=[image],
+    return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=images,
                            gcp_resources=[(r.type, r.name, r.inputs) for r in recording.resources])
 
 
@@ -240,7 +240,7 @@ def test_job_deadlines_cover_the_download_and_the_smoke_wait(prod):
 def test_unpinned_or_unlisted_images_are_refused(prod, image, expected):
     objs = objects(prod[0])
     find(objs, "Deployment", "custom-metrics")["spec"]["template"]["spec"]["containers"][0]["image"] = image
-    found = rules.images(objs)
+    found = rules.images(objs, stack_facts(full_config("prod"))[2])
     assert len(found) == 1 and expected in found[0], found
 
 

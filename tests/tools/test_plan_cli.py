@@ -125,3 +125,11 @@ def test_an_h200_stack_with_defaults_plans_hyperdisk_ml_and_flex_start(tmp_path)
     doc = json.loads(result.stdout)
     assert doc["sizing"]["weights_disk_type"] == "hyperdisk-ml" and doc["sizing"]["provisioning"] == "flex-start"
     assert doc["cluster_rules"] == []
+
+
+def test_chat_ui_image_prints_where_make_chat_ui_image_pushes_it():
+    from planner.versions import chat_ui_tag
+
+    result = run_plan("--stack", "prod", "--chat-ui-image")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"us-central1-docker.pkg.dev/my-gcp-project/vllm-gke-images/chat-ui:{chat_ui_tag()}"

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Drive the chat page in a real headless Chromium (Selenium + Debian's chromium/chromedriver), send one message
+and record what the page shows while the answer streams in. Runs under .venv-ui (Gradio's environment):
+
+    chat_page.py --url http://127.0.0.1:7860 --message hello [--screenshot out.png] [--timeout 120]
+
+Prints one JSON object: the distinct texts the last assistant message showed, in order ("snapshots"), and the
+final text. Exit 0 when an answer appeared, 1 when none did within the timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+BOT_TEXTS = ("return Array.from(document.querySelectorAll('[data-testid=\"bot\"]'))"
+             ".map(e => e.innerText.trim())")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--message", required=True)
+    parser.add_argument("--screenshot")
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    args = parser.parse_args(argv)
+    options = Options()
+    options.binary_location = args.chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,820"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(args.chromedriver), options=options)
+    snapshots: list[str] = []
+    try:
+        driver.get(args.url)
+        box = WebDriverWait(driver, 60).until(ec.element_to_be_clickable((By.CSS_SELECTOR, "textarea")))
+        box.send_keys(args.message)
+        box.send_keys(Keys.ENTER)
+        deadline, stable_since = time.monotonic() + args.timeout, None
+        while time.monotonic() < deadline:
+            texts = driver.execute_script(BOT_TEXTS) or []
+            current = texts[-1] if texts else ""
+            if current and (not snapshots or snapshots[-1] != current):
+                snapshots.append(current)
+                stable_since = time.monotonic()
+            elif snapshots and stable_since and time.monotonic() - stable_since > 3:
+                break  # no change for 3 s: the answer is complete
+            time.sleep(0.02)
+        if args.screenshot:
+            driver.save_screenshot(args.screenshot)
+    finally:
+        driver.quit()
+    print(json.dumps({"snapshots": snapshots, "final": snapshots[-1] if snapshots else ""}))
+    return 0 if snapshots else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
