@@ -189,27 +189,31 @@ class DiskType:
     """Read throughput a disk gets per provisioned GiB (0 where throughput is provisioned)."""
     baseline_mib_s: float
     """Read throughput every disk gets regardless of size."""
-    vm_cap_small_mib_s: float
-    """Per-VM read cap for VMs with fewer than 16 vCPUs."""
-    vm_cap_large_mib_s: float
-    """Per-VM read cap for VMs with 16 or more vCPUs (every GPU machine type here but the smallest)."""
+    vm_caps: tuple[tuple[int, float], ...]
+    """Per-VM read caps: (vCPUs below which it applies, MiB/s), ascending; the last covers every larger VM."""
     max_size_gib: int
+
+    def vm_read_cap(self, vcpus: int) -> float:
+        """The read throughput one VM of `vcpus` vCPUs gets from this disk type at most."""
+        return next((cap for below, cap in self.vm_caps if vcpus < below), self.vm_caps[-1][1])
 
 
 # Figures from Compute Engine "Persistent Disk performance" / "Hyperdisk performance limits"
 # (checked 2026-11): pd-balanced 0.28 MiB/s per GiB + 140 baseline, pd-ssd 0.48 MiB/s per GiB + 240 baseline,
-# per-VM read caps of 800 MiB/s below 16 vCPUs and 1,200 MiB/s above for both; a persistent disk
+# per-VM read caps by vCPU count ("Performance by machine type and vCPU count"): 240 MiB/s below 8 vCPUs
+# (g2-standard-4, n1-standard-4), 800 below 16 (g2-standard-8/12, a2-*-1g), 1,200 from 16; a persistent disk
 # attaches read-only to at most 10 VMs, a Hyperdisk ML volume to up to 2,500. Hyperdisk ML
 # throughput is provisioned (we provision what the planner asks for) and capped per VM by the
 # machine type; 2,400 / 4,000 MiB/s are the caps for G2/A2 and A3/A4 sizes respectively.
+PD_VM_CAPS = ((8, 240.0), (16, 800.0), (1 << 30, 1_200.0))
 DISK_TYPES: dict[str, DiskType] = {
     d.name: d
     for d in (
-        DiskType("pd-balanced", 10, 0.28, 140, 800, 1_200, 65_536),
+        DiskType("pd-balanced", 10, 0.28, 140, PD_VM_CAPS, 65_536),
         # pd-ssd's baseline is 240 MiB/s ("About Persistent Disk performance": Balanced and SSD Persistent Disk
         # offer baseline performance, 140 and 240 MiB/s); it was 0 here, which oversized disks.
-        DiskType("pd-ssd", 10, 0.48, 240, 800, 1_200, 65_536),
-        DiskType("hyperdisk-ml", 2_500, 0.0, 0, 2_400, 4_000, 65_536),
+        DiskType("pd-ssd", 10, 0.48, 240, PD_VM_CAPS, 65_536),
+        DiskType("hyperdisk-ml", 2_500, 0.0, 0, ((16, 2_400), (1 << 30, 4_000)), 65_536),
     )
 }
 

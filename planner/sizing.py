@@ -312,7 +312,7 @@ def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
 def disk_read_mib_s(disk_type: str, disk_gib: int, machine: MachineType) -> float:
     """Sustained read throughput one VM gets from the weights disk."""
     disk = DISK_TYPES[disk_type]
-    vm_cap = disk.vm_cap_large_mib_s if machine.vcpus >= 16 else disk.vm_cap_small_mib_s
+    vm_cap = disk.vm_read_cap(machine.vcpus)
     if disk.mib_s_per_gib == 0:  # provisioned throughput (Hyperdisk ML): we provision at least the VM cap
         return vm_cap
     return min(vm_cap, disk.baseline_mib_s + disk.mib_s_per_gib * disk_gib)
@@ -337,7 +337,7 @@ def weights_disk_size(settings: Settings, weights_bytes: float, machine: Machine
     disk = DISK_TYPES[settings.weights.disk_type]
     size = need
     if disk.mib_s_per_gib:
-        vm_cap = disk.vm_cap_large_mib_s if machine.vcpus >= 16 else disk.vm_cap_small_mib_s
+        vm_cap = disk.vm_read_cap(machine.vcpus)
         size = max(need, min(4 * need, math.ceil((vm_cap - disk.baseline_mib_s) / disk.mib_s_per_gib)))
     return int(math.ceil(size / 10) * 10)
 

@@ -79,3 +79,15 @@ def test_docker_hub_references_map_to_the_remote_repository_and_back():
     assert image == "us-central1-docker.pkg.dev/proj/vllm-gke-1234abcd/vllm/vllm-openai:v0.32.0"
     assert unmirrored(image) == "vllm/vllm-openai:v0.32.0"
     assert unmirrored(mirrored("ubuntu:24.04", "eu-west4", "p", "r")) == "ubuntu:24.04"
+
+
+def test_persistent_disk_read_caps_follow_the_vcpu_count():
+    """Compute Engine's per-VM PD read caps: 240 MiB/s (g2-standard-4), 800 (g2-standard-8/12, a2-*-1g),
+    1,200 (larger G2, a2-*-8g, A3); main gave g2-standard-4 800."""
+    for disk in ("pd-ssd", "pd-balanced"):
+        caps = {m: DISK_TYPES[disk].vm_read_cap(v) for m, v in (("g2-standard-4", 4), ("g2-standard-8", 8),
+                                                               ("a2-highgpu-1g", 12), ("g2-standard-16", 16),
+                                                               ("a3-highgpu-8g", 208))}
+        assert caps == {"g2-standard-4": 240, "g2-standard-8": 800, "a2-highgpu-1g": 800, "g2-standard-16": 1_200,
+                        "a3-highgpu-8g": 1_200}
+    assert DISK_TYPES["hyperdisk-ml"].vm_read_cap(8) == 2_400 and DISK_TYPES["hyperdisk-ml"].vm_read_cap(224) == 4_000
