@@ -119,6 +119,8 @@ class Sizing:
     max_model_len: int
     max_concurrent_sequences: int
     estimated_load_seconds: int
+    weights_load_seconds: int
+    """The weights part of estimated_load_seconds: one node's share of the weights at the disk's read rate."""
     startup_probe_seconds: int
     download_deadline_seconds: int
     weights_disk_gib: int
@@ -390,7 +392,8 @@ def plan(settings: Settings) -> Sizing:
                           "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
     provisioned = hyperdisk_throughput(read_mib_s, max_nodes)
     per_node_mib = weights_bytes / layout.nodes / MIB
-    load = per_node_mib / read_mib_s + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
+    weights_load = per_node_mib / read_mib_s
+    load = weights_load + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
     # The leader's startup probe runs from its container start: a multi-node leader may first wait up to
     # RAY_JOIN_TIMEOUT for workers on nodes still being created, then load and start. A probe budget shorter
     # than that kills the leader mid-wait and the group is recreated, losing the launcher's diagnostic.
@@ -412,6 +415,7 @@ def plan(settings: Settings) -> Sizing:
         kv_cache_gib_per_gpu=round(result.usable_per_gpu / GIB, 2),
         kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
         max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
+        weights_load_seconds=round(weights_load),
         startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
         weights_disk_type=settings.weights.disk_type, provisioning=accs.provisioning,
         disk_read_mib_s=int(read_mib_s),
