@@ -4,6 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+INTERNAL_LB = "internal-lb"
+
+
+def exposed_service(expose: str, source_ranges: tuple[str, ...], spec: dict[str, Any]) -> tuple[dict, dict]:
+    """(spec, annotations) of a Service exposed as serving.expose says: ClusterIP, or a GKE internal load balancer
+    whose firewall admits only serving.sourceRanges (GKE turns loadBalancerSourceRanges into that rule)."""
+    if expose != INTERNAL_LB:
+        return {"type": "ClusterIP", **spec}, {}
+    return ({"type": "LoadBalancer", **spec, "loadBalancerSourceRanges": list(source_ranges)},
+            {"networking.gke.io/load-balancer-type": "Internal"})
+
+
+def load_balancer_peers(expose: str, source_ranges: tuple[str, ...]) -> list[dict[str, Any]]:
+    """NetworkPolicy peers for traffic through that load balancer (none for ClusterIP): the same sourceRanges."""
+    return [{"ipBlock": {"cidr": cidr}} for cidr in source_ranges] if expose == INTERNAL_LB else []
+
 
 def parent_depends_on(opts: Any) -> list[Any]:
     """The `depends_on` a component was created with, as a list. A component hands it on to the children that

@@ -8,6 +8,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import exposed_service, load_balancer_peers
 from planner.commands import API_PORT
 from planner.config import Stack
 from planner.security import (
@@ -89,23 +90,17 @@ class ChatUi(pulumi.ComponentResource):
                       "volumes": [{"name": "app", "configMap": {"name": script.metadata.name}},
                                   {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]}}},
             opts=child)
-        internal_lb = args.expose == "internal-lb"
         self.service_name = app
-        service_spec = {"type": "LoadBalancer" if internal_lb else "ClusterIP", "selector": labels,
-                        "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]}
-        if internal_lb:
-            service_spec["loadBalancerSourceRanges"] = list(args.source_ranges)
+        service_spec, annotations = exposed_service(args.expose, args.source_ranges, {
+            "selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]})
         k8s.core.v1.Service(
             f"{name}-chat-ui-svc",
-            metadata={"name": app, "namespace": args.namespace, "labels": labels,
-                      "annotations": {"networking.gke.io/load-balancer-type": "Internal"} if internal_lb else {}},
+            metadata={"name": app, "namespace": args.namespace, "labels": labels, "annotations": annotations},
             spec=service_spec, opts=child)
         # The page is the one way in for browsers: its port is open to the namespace (kubectl port-forward enters
         # through the kubelet) and, behind an internal load balancer, to serving.sourceRanges; the API stays as
         # closed as before (its policy admits this namespace's pods, the page among them).
-        page_from: list[dict] = [{"podSelector": {}}]
-        if internal_lb:
-            page_from += [{"ipBlock": {"cidr": cidr}} for cidr in args.source_ranges]
+        page_from = [{"podSelector": {}}, *load_balancer_peers(args.expose, args.source_ranges)]
         k8s.networking.v1.NetworkPolicy(
             f"{name}-chat-ui-netpol", metadata={"name": app, "namespace": args.namespace, "labels": labels},
             spec={"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],

@@ -10,7 +10,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import parent_depends_on
+from components import exposed_service, load_balancer_peers, parent_depends_on
 from planner.commands import (
     API_PORT_NAME,
     DRAIN_SECONDS,
@@ -249,14 +249,10 @@ class RayVllmServer(pulumi.ComponentResource):
             # The HPA owns the replica count once it exists.
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends, ignore_changes=["spec.replicas"]))
 
-        internal_lb = args.expose == "internal-lb"
-        service_spec: dict[str, Any] = {
-            "type": "LoadBalancer" if internal_lb else "ClusterIP", "selector": self.leader_selector,
-            "ports": [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]}
-        if internal_lb:
-            # GKE turns these into the load balancer's firewall rule; the NetworkPolicy below repeats them.
-            service_spec["loadBalancerSourceRanges"] = list(args.source_ranges)
-        annotations = {"networking.gke.io/load-balancer-type": "Internal"} if internal_lb else {}
+        # Behind an internal load balancer, the NetworkPolicy below repeats its sourceRanges.
+        service_spec, annotations = exposed_service(args.expose, args.source_ranges, {
+            "selector": self.leader_selector,
+            "ports": [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]})
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": self.service_name, "namespace": args.namespace, "labels": labels,
@@ -268,8 +264,7 @@ class RayVllmServer(pulumi.ComponentResource):
         # Managed Prometheus collectors (gmp-system) scrape /metrics on the API port (PodMonitoring).
         api_from += [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
                      for ns in (GMP_NAMESPACE, *args.allowed_namespaces)]
-        if internal_lb:
-            api_from += [{"ipBlock": {"cidr": cidr}} for cidr in args.source_ranges]
+        api_from += load_balancer_peers(args.expose, args.source_ranges)
         k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", metadata={"name": name, "namespace": args.namespace, "labels": labels},
             spec={"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}, "policyTypes": ["Ingress"],
