@@ -40,6 +40,11 @@ the Job stayed Pending until its deadline. No CPU limit: it may use the node's i
 DETACH_TIMEOUT_SECONDS = 1800
 """How long the snapshot may wait for the staging disk's detach (kubelet unmount + CSI ControllerUnpublish take
 seconds to a few minutes); past it the Job fails with the node still holding the disk."""
+REPLACE_UNREADY = {"pulumi.com/replaceUnready": "true"}
+"""On a Job: one that failed (a bad token, a transient error) is replaced by the next `pulumi up` instead of being
+awaited again forever (pulumi-kubernetes#1575)."""
+JOB_ENV = (*identity_env(), {"name": "HOME", "value": "/tmp"})
+"""Env of the weights Jobs' containers: a user name for the passwd-less UID, HOME on the /tmp emptyDir."""
 DETACH_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
 
 
@@ -91,6 +96,11 @@ class ModelWeightsArgs:
     """Hugging Face token (a Pulumi secret) for gated models."""
     stack: str = "vllm-gke/dev"
     """`<project>/<stack>`, part of every key (planner.config.Stack.name)."""
+
+    @property
+    def job_image(self) -> pulumi.Input[str]:
+        """The image of the weights Jobs: vllm.image (it carries huggingface_hub), the gcloud CLI for GCS."""
+        return self.downloader_image if self.source == "huggingface" else GCLOUD_IMAGE
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str],
@@ -218,12 +228,11 @@ class ModelWeights(pulumi.ComponentResource):
             subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name,
                                               namespace=args.namespace)], opts=child)
         timeout = DETACH_TIMEOUT_SECONDS
-        image = args.downloader_image if args.source == "huggingface" else GCLOUD_IMAGE
         return k8s.batch.v1.Job(
             f"{name}-{key}-detached",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=f"w-{key}-detached", namespace=args.namespace, labels=labels,
-                annotations={"pulumi.com/replaceUnready": "true",
+                annotations={**REPLACE_UNREADY,
                              "checkov.io/skip1": "CKV_K8S_38=the waiter reads VolumeAttachments from the API with this "
                                                  "token; its account may only get and list those"}),
             spec=k8s.batch.v1.JobSpecArgs(
@@ -235,11 +244,10 @@ class ModelWeights(pulumi.ComponentResource):
                         automount_service_account_token=True,
                         security_context=pod_security_context(),
                         containers=[k8s.core.v1.ContainerArgs(
-                            name="wait-detached", image=image,
+                            name="wait-detached", image=args.job_image,
                             command=["python3", "/opt/vllm-gke/wait_detached.py", "--pv", staging_pv.metadata.name,
                                      "--timeout", str(timeout)],
-                            env=[k8s.core.v1.EnvVarArgs(**e) for e in (*identity_env(),
-                                                                       {"name": "HOME", "value": "/tmp"})],
+                            env=[k8s.core.v1.EnvVarArgs(**e) for e in JOB_ENV],
                             resources=k8s.core.v1.ResourceRequirementsArgs(**DETACH_RESOURCES),
                             security_context=container_security_context(),
                             volume_mounts=[
@@ -262,12 +270,10 @@ class ModelWeights(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-downloader", namespace=args.namespace,
                                                 labels=labels),
             data={"download.py": DOWNLOADER.read_text(), "wait_detached.py": WAIT_DETACHED.read_text()}, opts=child)
-        env = [k8s.core.v1.EnvVarArgs(**e) for e in
-               (*identity_env(), {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"})]
+        env = [k8s.core.v1.EnvVarArgs(**e) for e in (*JOB_ENV, {"name": "HF_HOME", "value": "/tmp/hf"})]
         depends: list[pulumi.Resource] = [staging_pvc, script]
         service_account = None
         if args.source == "huggingface":
-            image = args.downloader_image
             command = ["python3", "/opt/vllm-gke/download.py", "--source", "huggingface", "--model", args.model_id,
                        "--revision", args.revision]
             if args.hf_token is not None:
@@ -281,7 +287,6 @@ class ModelWeights(pulumi.ComponentResource):
                     secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret.metadata.name, key="HF_TOKEN"))))
                 depends.append(secret)
         else:
-            image = GCLOUD_IMAGE
             command = ["python3", "/opt/vllm-gke/download.py", "--source", "gcs", "--gcs-uri", str(args.gcs_uri)]
             account = k8s.core.v1.ServiceAccount(
                 f"{name}-{key}-downloader-sa",
@@ -304,10 +309,7 @@ class ModelWeights(pulumi.ComponentResource):
         return script, k8s.batch.v1.Job(
             f"{name}-{key}-download",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"w-{key}-download", namespace=args.namespace, labels=labels,
-                # A Job that failed (a bad token, a transient error) is replaced by the next `pulumi up` instead of
-                # being awaited again forever (pulumi-kubernetes#1575).
-                annotations={"pulumi.com/replaceUnready": "true"}),
+                name=f"w-{key}-download", namespace=args.namespace, labels=labels, annotations=REPLACE_UNREADY),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=3, active_deadline_seconds=args.deadline_seconds,
                 template=k8s.core.v1.PodTemplateSpecArgs(
@@ -319,7 +321,7 @@ class ModelWeights(pulumi.ComponentResource):
                         node_selector={ZONE_LABEL: args.zone},
                         security_context=pod_security_context(fs_group=True),
                         containers=[k8s.core.v1.ContainerArgs(
-                            name="download", image=image, command=command, env=env,
+                            name="download", image=args.job_image, command=command, env=env,
                             resources=k8s.core.v1.ResourceRequirementsArgs(**DOWNLOAD_RESOURCES),
                             security_context=container_security_context(),
                             volume_mounts=[
