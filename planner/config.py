@@ -333,9 +333,6 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     sv, mo = cfg["serving"], cfg["monitoring"]
     serving = ServingSettings(sv.namespace, sv.expose, sv.install_lws, sv.allowed_namespaces, sv.smoke_test,
                               sv.source_ranges, sv.chat_ui, sv.chat_ui_image)
-    if sv.chat_ui_image is not None and (":" not in sv.chat_ui_image.rsplit("/", 1)[-1]
-                                         or sv.chat_ui_image.endswith(":latest")):
-        raise ConfigError("serving.chatUiImage", sv.chat_ui_image, "pin a tag or digest, e.g. REPO/chat-ui:1.0")
     monitoring = MonitoringSettings(mo.scrape_interval, mo.dashboard, mo.install_adapter)
     return Settings(cluster, accelerator, model, parallelism, vllm, weights, autoscaling, serving,
                     monitoring, has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),

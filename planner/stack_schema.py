@@ -197,6 +197,13 @@ def owned_flag(arg: str) -> str | None:
     return next((flag for flag in OWNED_FLAGS if flag == name or (len(name) >= 4 and flag.startswith(name))), None)
 
 
+def pinned_image(image: str, example: str) -> str:
+    """`image` when it names a tag other than latest, or a digest; ValueError (one line, with `example`) else."""
+    if image.endswith(":latest") or (":" not in image.rsplit("/", 1)[-1] and "@" not in image):
+        raise ValueError(f"pin a tag or digest, e.g. {example}")
+    return image
+
+
 class VllmConfig(Section):
     """The vLLM server."""
 
@@ -211,9 +218,7 @@ class VllmConfig(Section):
     @field_validator("image")
     @classmethod
     def _pinned(cls, image: str) -> str:
-        if image.endswith(":latest") or (":" not in image.rsplit("/", 1)[-1] and "@" not in image):
-            raise ValueError("pin a tag or digest, e.g. vllm/vllm-openai:v0.32.0")
-        return image
+        return pinned_image(image, "vllm/vllm-openai:v0.32.0")
 
     @field_validator("extra_args")
     @classmethod
@@ -262,6 +267,11 @@ class ServingConfig(Section):
                                                          "pushes to the project's vllm-gke-images repository).")
     source_ranges: Texts = Field(("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
                                  description="CIDRs that may reach the internal load balancer.")
+
+    @field_validator("chat_ui_image")
+    @classmethod
+    def _pinned(cls, image: str | None) -> str | None:
+        return image if image is None else pinned_image(image, "REPO/chat-ui:1.0")
 
     @field_validator("namespace")
     @classmethod
