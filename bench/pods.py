@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -43,7 +41,9 @@ STACKS: dict[str, dict[str, Any]] = {
 def stack_config(config_json: Path, layout: str, vllm: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole stack config (gcp: keys too) of the dev stack with the benchmark's model, vLLM settings (bench/run.py's
     defaults, `vllm` overriding) and layout."""
-    base = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+    from tools.plan import read_stack_file
+
+    base = read_stack_file(ROOT / "Pulumi.dev.yaml")
     extra = STACKS[layout]
     sections = {
         "vllm-gke:accelerator": extra["accelerator"],

@@ -128,6 +128,10 @@ class Recording:
             raise AssertionError(f"expected one {type_token} named *{name_contains}*, found {[r.name for r in found]}")
         return found[0]
 
+    def rule_inputs(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(type token, logical name, inputs) of every resource: what planner/cluster_rules.py reads."""
+        return [(r.type, r.name, r.inputs) for r in self.resources]
+
     def by_urn(self, urn: str) -> Recorded:
         return next(r for r in self.resources if r.urn == urn)
 

@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         stack = args.stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
         config = read_stack_file(path)
         settings = build_settings(namespaced(config), PROJECT_DIR)
+        project = str(config.get("gcp:project", ""))
         if args.chat_ui_image:
-            print(chat_ui_image(settings, str(config.get("gcp:project", ""))))
+            print(chat_ui_image(settings, project))
             return 0
         sizing = plan(settings)
         from tools.mocks import close_event_loop, run_program  # imported late: pulumi start-up is the slow part
@@ -152,21 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     from planner import cluster_rules
 
     objects = recording.kubernetes_objects()
-    pools = cluster_rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
+    resources = recording.rule_inputs()
+    pools = cluster_rules.node_pools(resources)
     budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
     # The Service-variable half of the names rule needs vLLM's own variable list (tests/program/test_cluster_rules.py).
-    own = own_images(settings, str(config.get("gcp:project", "")))
-    violations = cluster_rules.check_all(objects, pools, budget, own_images=own,
-                                         gcp_resources=[(r.type, r.name, r.inputs) for r in recording.resources])
+    violations = cluster_rules.check_all(objects, pools, budget, own_images=own_images(settings, project),
+                                         gcp_resources=resources)
     written = write_objects(objects, args.out) if args.out else []
-    resources = [{"type": r.type, "name": r.name} for r in recording.resources]
+    listed = [{"type": r.type, "name": r.name} for r in recording.resources]
     if args.json:
-        print(json.dumps({"stack": stack, "sizing": sizing.as_dict(), "resources": resources,
+        print(json.dumps({"stack": stack, "sizing": sizing.as_dict(), "resources": listed,
                           "warnings": list(sizing.warnings), "cluster_rules": violations}, indent=2))
     else:
         print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
-        print(f"resources ({len(resources)}):\n" + resource_tree(recording.resources))
+        print(f"resources ({len(listed)}):\n" + resource_tree(recording.resources))
         for warning in sizing.warnings:
             print(f"warning: {warning}")
         print(f"\ncluster rules (names, scheduling on {', '.join(p.name for p in pools)}, budgets, images, "

@@ -78,11 +78,16 @@ class PodNetwork:
 
     def __exit__(self, *_: Any) -> None:
         for ns in self.namespaces:
-            for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-                with _quiet():
-                    os.kill(int(pid), signal.SIGKILL)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            _delete_namespace(ns)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def _delete_namespace(ns: str) -> None:
+    """Kill what still runs in a pod's network namespace, then remove the namespace (and its veth pair)."""
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        with _quiet():
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def remove_stale_networks() -> None:
@@ -95,10 +100,7 @@ def remove_stale_networks() -> None:
         if psutil.pid_exists(int(tag)) and int(tag) != os.getpid():
             raise RuntimeError(f"pod network {bridge} of live process {tag} holds {SUBNET}.0/24; stop that run first")
         for ns in (n for n in namespaces if n.startswith(f"vgk{tag}-")):
-            for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-                with _quiet():
-                    os.kill(int(pid), signal.SIGKILL)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            _delete_namespace(ns)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 

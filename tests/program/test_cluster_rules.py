@@ -47,9 +47,9 @@ def stack_facts(config: dict[str, Any]) -> tuple[Recording, rules.Budget, list[s
 
 def violations(config: dict[str, Any]) -> list[str]:
     recording, budget, images = stack_facts(config)
-    pools = rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
+    pools = rules.node_pools(recording.rule_inputs())
     return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=images,
-                           gcp_resources=[(r.type, r.name, r.inputs) for r in recording.resources])
+                           gcp_resources=recording.rule_inputs())
 
 
 def _small_model_for(acc_type: str) -> dict[str, str]:
@@ -101,7 +101,7 @@ def objects(recording: Recording) -> list[dict[str, Any]]:
 
 
 def pools(recording: Recording) -> list[rules.NodePool]:
-    return rules.node_pools((r.type, r.name, r.inputs) for r in recording.resources)
+    return rules.node_pools(recording.rule_inputs())
 
 
 def find(objs: list[dict[str, Any]], kind: str, name_part: str = "") -> dict[str, Any]:
@@ -297,7 +297,7 @@ EVERY_MACHINE = sorted((acc.type, m.name) for acc in ACCELERATORS.values() for m
 
 
 def gce_violations(recording: Recording) -> list[str]:
-    return rules.gce((r.type, r.name, r.inputs) for r in recording.resources)
+    return rules.gce(recording.rule_inputs())
 
 
 @pytest.mark.parametrize(("acc_type", "machine"), EVERY_MACHINE)
