@@ -4,7 +4,8 @@ and record what the page shows while the answer streams in. Runs under .venv-ui 
 
     chat_page.py --url http://127.0.0.1:7860 --message hello [--screenshot out.png] [--timeout 120]
 
-Prints one JSON object: the distinct texts the last assistant message showed, in order ("snapshots"), and the
+Prints one JSON object: the distinct texts the last assistant message showed, in order, as a
+MutationObserver in the page saw them ("snapshots"), and the
 final text. Exit 0 when an answer appeared, 1 when none did within the timeout.
 """
 
@@ -25,6 +26,16 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 BOT_TEXTS = ("return Array.from(document.querySelectorAll('[data-testid=\"bot\"]'))"
              ".map(e => e.innerText.trim())")
+# Polling over WebDriver can miss a whole short answer between two polls, so the page records every text the last
+# assistant message shows, from a MutationObserver, into window.__texts; the poll only decides when it is done.
+RECORD_TEXTS = """
+window.__texts = [];
+const last = () => { const bots = document.querySelectorAll('[data-testid="bot"]');
+                     return bots.length ? bots[bots.length - 1].innerText.trim() : ""; };
+new MutationObserver(() => { const text = last(); const texts = window.__texts;
+    if (text && (!texts.length || texts[texts.length - 1] !== text)) texts.push(text); })
+  .observe(document.body, {subtree: true, childList: true, characterData: true});
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(args.chromedriver), options=options)
     snapshots: list[str] = []
+    recorded: list[str] = []
     try:
         driver.get(args.url)
         box = WebDriverWait(driver, 60).until(ec.element_to_be_clickable((By.CSS_SELECTOR, "textarea")))
+        driver.execute_script(RECORD_TEXTS)
         box.send_keys(args.message)
         box.send_keys(Keys.ENTER)
         deadline, stable_since = time.monotonic() + args.timeout, None
@@ -56,12 +69,14 @@ def main(argv: list[str] | None = None) -> int:
                 stable_since = time.monotonic()
             elif snapshots and stable_since and time.monotonic() - stable_since > 3:
                 break  # no change for 3 s: the answer is complete
-            time.sleep(0.02)
+            time.sleep(0.1)
+        recorded = driver.execute_script("return window.__texts") or []
         if args.screenshot:
             driver.save_screenshot(args.screenshot)
     finally:
         driver.quit()
-    print(json.dumps({"snapshots": snapshots, "final": snapshots[-1] if snapshots else ""}))
+    final = snapshots[-1] if snapshots else ""  # the text that stayed for 3 s
+    print(json.dumps({"snapshots": recorded or snapshots, "final": final}))
     return 0 if snapshots else 1
 
 
