@@ -18,6 +18,8 @@ What a pod gets, from its spec:
 - probes run as the kubelet runs them (httpGet/tcpSocket against the pod IP, exec inside the same sandbox), with
   the rendered periods, thresholds and timeouts; stop = preStop, then SIGTERM to the container process, then
   SIGKILL at terminationGracePeriodSeconds.
+Service account (`service_account=`): kubelet's token volume (token, ca.crt, namespace) at the usual path, for pods
+that do not opt out; KUBERNETES_SERVICE_HOST/PORT come with `injected_env`.
 GPUs (`gpus=`): only the device nodes of the GPUs handed to the pod, as the NVIDIA device plugin mounts them.
 Resource requests and limits are not enforced here (scheduling is planner/cluster_rules.py's part).
 Needs root, bubblewrap (`bwrap`), util-linux `setpriv` and iproute2 (`ip`).
@@ -42,6 +44,9 @@ from typing import Any
 import psutil
 
 SUBNET = "10.231.0"
+HOST_IP = f"{SUBNET}.1"
+"""This machine's address on the pods' bridge: where a pod reaches servers the test runs (an API server stand-in)."""
+ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 class PodNetwork:
@@ -56,7 +61,7 @@ class PodNetwork:
     def __enter__(self) -> PodNetwork:
         remove_stale_networks()
         _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{SUBNET}.1/24", "dev", self.bridge)
+        _ip("addr", "add", f"{HOST_IP}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         return self
 
@@ -80,6 +85,16 @@ class PodNetwork:
         for ns in self.namespaces:
             _delete_namespace(ns)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def _resolved(path: str) -> str:
+    """`path` with the links in its existing part resolved: /var/run is a link to /run on this machine's root, and
+    a mount below it must be made where the link leads."""
+    head, rest = path, []
+    while not os.path.exists(head):
+        head, tail = os.path.split(head)
+        rest.insert(0, tail)
+    return os.path.join(os.path.realpath(head), *rest)
 
 
 def _delete_namespace(ns: str) -> None:
@@ -127,7 +142,8 @@ class Pod:
                  network: PodNetwork, claims: dict[str, Path] | None = None,
                  secrets: dict[tuple[str, str], str] | None = None, image_env: dict[str, str] | None = None,
                  injected_env: dict[str, str] | None = None, command: list[str] | None = None,
-                 log: Path | None = None, image_paths: tuple[str, ...] = (), gpus: tuple[int, ...] = ()) -> None:
+                 log: Path | None = None, image_paths: tuple[str, ...] = (), gpus: tuple[int, ...] = (),
+                 service_account: dict[str, str] | None = None) -> None:
         if len(spec.get("containers") or []) != 1:
             raise ValueError("the runner runs pods of exactly one container")
         self.spec, self.container = spec, spec["containers"][0]
@@ -151,7 +167,8 @@ class Pod:
         self.uid = int(security.get("runAsUser", pod_security.get("runAsUser", 0)))
         self.gid = int(security.get("runAsGroup", pod_security.get("runAsGroup", self.uid)))
         self.fs_group = pod_security.get("fsGroup")
-        self.binds = self._volumes()
+        self.service_account = service_account
+        self.binds = self._volumes() + self._account_token()
         self.env = self._env()
 
     # ------------------------------------------------------------------ volumes and env
@@ -201,6 +218,21 @@ class Pod:
                 raise ValueError(f"volume {mount['name']}: kind not supported by the runner")
             binds += ["--ro-bind" if read_only else "--bind", str(host), target]
         return binds
+
+    def _account_token(self) -> list[str]:
+        """kubelet's service-account volume: token, ca.crt and namespace under ACCOUNT_DIR, read-only, for pods that
+        do not opt out (automountServiceAccountToken). `service_account` holds the files' text."""
+        if self.service_account is None:
+            return []
+        if self.spec.get("automountServiceAccountToken") is False:
+            raise ValueError(f"{self.name}: the pod opts out of its service-account token")
+        host = self.work / "serviceaccount"
+        host.mkdir()
+        for key in ("token", "ca.crt", "namespace"):
+            (host / key).write_text(self.service_account.get(key, self.namespace if key == "namespace" else ""))
+            os.chmod(host / key, 0o644)
+        os.chmod(host, 0o755)
+        return ["--ro-bind", str(host), _resolved(ACCOUNT_DIR)]
 
     def _env(self) -> dict[str, str]:
         env = dict(self.image_env)

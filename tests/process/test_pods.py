@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -225,8 +226,6 @@ def test_a_two_pod_group_forms_over_ray_and_a_lost_worker_fails_the_leader(tiny_
 def test_a_killed_runs_bridge_and_namespaces_are_removed_before_a_new_pod_network():
     """Found on the GPU host: a bench run killed mid-way left its bridge on 10.231.0.0/24; the next run's pods were
     unreachable (routed through the stale bridge) and its startup probe timed out after 300 s."""
-    import subprocess
-
     import psutil
 
     dead = next(pid for pid in range(4_000_000, 3_000_000, -1) if not psutil.pid_exists(pid))
@@ -245,3 +244,104 @@ def test_a_killed_runs_bridge_and_namespaces_are_removed_before_a_new_pod_networ
     finally:
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+UI_VENV = Path(__file__).resolve().parents[2] / ".venv-ui"
+
+
+@pytest.mark.skipif(not (UI_VENV / "bin" / "python").exists(), reason="make test creates .venv-ui (Gradio, Selenium)")
+def test_the_chat_page_pod_answers_from_the_serving_pod_in_a_real_browser(tiny_model, tmp_path):
+    """The chat page's Deployment as rendered (UID 10001, read-only root, the app from its ConfigMap, HOME on the
+    /tmp emptyDir, probes on the named port) in front of the serving pod; Chromium on the host opens the page on the
+    pod's IP and gets a streamed answer."""
+    objects = objects_for(tiny_model, serving={"chatUi": True})
+    spec = find(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    page_spec = find(objects, "Deployment", "chat-ui")["spec"]["template"]["spec"]
+    ui_env = {"PATH": f"{UI_VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin"}  # the chat image: its Python first
+    with PodNetwork() as net:
+        server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
+                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log")
+        page = Pod(page_spec, objects, "vllm", "chat-ui", net, secrets=SECRETS, image_env=ui_env,
+                   image_paths=(os.path.realpath(UI_VENV),),
+                   log=tmp_path / "chat-ui.log")
+        try:
+            server.start()
+            assert server.wait_started()[0], (tmp_path / "leader.log").read_text()[-3000:]
+            # No cluster DNS here: the Service name in VLLM_URL is replaced by the serving pod's IP.
+            assert page.env["VLLM_URL"] == "http://vllm-leader:8000", page.env["VLLM_URL"]
+            page.env["VLLM_URL"] = f"http://{server.ip}:8000"
+            page.start()
+            started, seconds, _ = page.wait_started()
+            assert started, (tmp_path / "chat-ui.log").read_text()[-3000:]
+            print(f"chat page pod: startup probe passed after {seconds:.1f} s")
+            assert page.probe("readinessProbe").ok and page.probe("livenessProbe").ok
+            who = page.exec(["python3", "-c", "import os; print(os.getuid(), os.environ['HOME'])"])
+            assert who.stdout.split() == ["10001", "/tmp"], who.stderr
+            assert page.exec(["python3", "-c", "open('/opt/chat-ui/app.py', 'a')"]).returncode != 0
+            port = page_spec["containers"][0]["ports"][0]["containerPort"]
+            done = subprocess.run([str(UI_VENV / "bin" / "python"), str(Path(__file__).parents[1] / "browser" /
+                                   "chat_page.py"), "--url", f"http://{page.ip}:{port}", "--message", "hello"],
+                                  capture_output=True, text=True, timeout=300)
+            seen = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
+            final = seen.get("final", "")
+            assert final and "cannot be reached" not in final and "rejected" not in final, (seen, done.stderr[-2000:])
+            assert len(seen["snapshots"]) >= 3, f"the answer did not stream: {len(seen['snapshots'])} texts"
+        finally:
+            page.close()
+            server.close()
+
+
+def test_the_detach_wait_job_pod_reads_volume_attachments_with_its_token_over_tls(tmp_path):
+    """The detach-wait Job as rendered, against an HTTPS stand-in for the API server on this host: it finds the
+    server from KUBERNETES_SERVICE_HOST/PORT, verifies it with the mounted ca.crt, sends the mounted token, and
+    completes once the staging PV has had no VolumeAttachment for three polls."""
+    import http.server
+    import ssl
+
+    from tools.pod_runner import HOST_IP
+
+    objects = run_program(full_config(apiKey={"secure": "v1:k"})).kubernetes_objects()
+    job = find(objects, "Job", "detached")["spec"]["template"]["spec"]
+    command = job["containers"][0]["command"]
+    pv = command[command.index("--pv") + 1]
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=api",
+                    "-addext", f"subjectAltName=IP:{HOST_IP}", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True)
+    token, seen = "t0k3n-for-the-detach-job", []
+    attached = {"spec": {"nodeName": "node-a", "source": {"persistentVolumeName": pv}}}
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            items = [attached] if len(seen) <= 2 else []  # detached after the second list
+            self.send_response(200 if self.headers.get("Authorization") == f"Bearer {token}" else 401)
+            self.end_headers()
+            self.wfile.write(json.dumps({"kind": "VolumeAttachmentList", "items": items}).encode())
+
+        def log_message(self, *_):
+            pass
+
+    with PodNetwork() as net:
+        server = http.server.ThreadingHTTPServer((HOST_IP, 0), Api)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # The rendered command with a short poll interval; the API address comes from kubelet's env, as in a pod.
+        pod = Pod(job, objects, "vllm", "detach", net, image_env=CPU_IMAGE_ENV, image_paths=IMAGE,
+                  command=[*command, "--interval", "0.2"], log=tmp_path / "detach.log",
+                  injected_env={"KUBERNETES_SERVICE_HOST": HOST_IP,
+                                "KUBERNETES_SERVICE_PORT": str(server.server_port)},
+                  service_account={"token": token, "ca.crt": (tmp_path / "cert.pem").read_text()})
+        try:
+            pod.start()
+            code = pod.proc.wait(60)
+        finally:
+            pod.close()
+            server.shutdown()
+    log = (tmp_path / "detach.log").read_text()
+    assert code == 0, log[-2000:]
+    assert f"{pv}: still attached to node-a" in log and "attached to no node" in log, log
+    assert seen and all(auth == f"Bearer {token}" for _, auth in seen), seen
+    assert len(seen) == 5 and seen[0][0] == "/apis/storage.k8s.io/v1/volumeattachments"
