@@ -108,7 +108,7 @@ class ModelWeightsArgs:
         s = stack.settings
         return cls(project=stack.project, zone=s.accelerator.zones[0], namespace=namespace, model_id=s.model.id,
                    revision=s.model.revision, source=s.model.source, gcs_uri=s.model.gcs_uri,
-                   disk_type=s.weights.disk_type, disk_gib=sizing.weights_disk_gib,
+                   disk_type=sizing.weights_disk_type, disk_gib=sizing.weights_disk_gib,
                    provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=sizing.min_weight_bytes,
                    downloader_image=s.vllm.image if image is None else image,
                    deadline_seconds=sizing.download_deadline_seconds,

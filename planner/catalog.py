@@ -192,6 +192,10 @@ class DiskType:
     vm_caps: tuple[tuple[int, float], ...]
     """Per-VM read caps: (vCPUs below which it applies, MiB/s), ascending; the last covers every larger VM."""
     max_size_gib: int
+    usd_per_gib_month: float
+    """List price of provisioned capacity (us-central1); the planner compares configurations with it."""
+    usd_per_mib_s_month: float = 0.0
+    """List price of provisioned throughput (Hyperdisk ML), per MiB/s and month."""
 
     def vm_read_cap(self, vcpus: int) -> float:
         """The read throughput one VM of `vcpus` vCPUs gets from this disk type at most."""
@@ -209,13 +213,19 @@ PD_VM_CAPS = ((8, 240.0), (16, 800.0), (1 << 30, 1_200.0))
 DISK_TYPES: dict[str, DiskType] = {
     d.name: d
     for d in (
-        DiskType("pd-balanced", 10, 0.28, 140, PD_VM_CAPS, 65_536),
+        DiskType("pd-balanced", 10, 0.28, 140, PD_VM_CAPS, 65_536, 0.10),
         # pd-ssd's baseline is 240 MiB/s ("About Persistent Disk performance": Balanced and SSD Persistent Disk
         # offer baseline performance, 140 and 240 MiB/s); it was 0 here, which oversized disks.
-        DiskType("pd-ssd", 10, 0.48, 240, PD_VM_CAPS, 65_536),
-        DiskType("hyperdisk-ml", 2_500, 0.0, 0, ((16, 2_400), (1 << 30, 4_000)), 65_536),
+        DiskType("pd-ssd", 10, 0.48, 240, PD_VM_CAPS, 65_536, 0.17),
+        DiskType("hyperdisk-ml", 2_500, 0.0, 0, ((16, 2_400), (1 << 30, 4_000)), 65_536, 0.08, 0.12),
     )
 }
+
+# Prices, us-central1, USD per month (Compute Engine "Disk and image pricing"): pd-ssd $0.17 per GiB (the page's own
+# example: a 200 GB SSD Persistent Disk volume costs $34.00 a month), pd-balanced $0.10 per GiB. Hyperdisk ML
+# ($0.08 per GiB of capacity, $0.12 per MiB/s of throughput) is as I remember that page: the search tool found no
+# Hyperdisk ML price table to check it against (2026-11). They only rank configurations that all meet the load
+# target; docs/architecture.md says so.
 
 # Hyperdisk ML's read-only attach limit falls as the volume grows (Compute Engine "About
 # Hyperdisk ML"): (largest size in GiB, max attached VMs).

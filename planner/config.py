@@ -102,8 +102,13 @@ class VllmSettings:
 
 @dataclass(frozen=True)
 class WeightsSettings:
-    disk_type: str
+    disk_type: str | None
+    """weights.diskType when set: the only type the planner considers."""
     size_gib: int | None
+    load_seconds: int
+    """weights.loadSeconds: the target for one node's share of the weights."""
+    disk_types: tuple[str, ...]
+    """The types the planner chooses among: the machine's attachable weights-disk types, or the forced one."""
 
 
 @dataclass(frozen=True)
@@ -314,15 +319,15 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     w = cfg["weights"]
     series = machine_series(accelerator.machine_type)
     attachable = [t for t in series.data_disk_types if t in DISK_TYPES]
-    disk_type = w.disk_type or attachable[0]
-    if disk_type not in attachable:
-        raise ConfigError("weights.diskType", disk_type,
-                          f"{accelerator.machine_type} ({series.name}) cannot attach {disk_type}; accepted: "
+    if w.disk_type is not None and w.disk_type not in attachable:
+        raise ConfigError("weights.diskType", w.disk_type,
+                          f"{accelerator.machine_type} ({series.name}) cannot attach {w.disk_type}; accepted: "
                           f"{', '.join(attachable)}")
-    weights = WeightsSettings(disk_type, w.size_gib)
-    largest = DISK_TYPES[disk_type].max_size_gib
+    types = (w.disk_type,) if w.disk_type else tuple(attachable)
+    largest = max(DISK_TYPES[t].max_size_gib for t in types)
     if w.size_gib is not None and w.size_gib > largest:
-        raise ConfigError("weights.sizeGib", w.size_gib, f"a {disk_type} disk holds at most {largest:,} GiB")
+        raise ConfigError("weights.sizeGib", w.size_gib, f"a {' or '.join(types)} disk holds at most {largest:,} GiB")
+    weights = WeightsSettings(w.disk_type, w.size_gib, w.load_seconds, types)
 
     a = cfg["autoscaling"]
     autoscaling = AutoscalingSettings(a.min_replicas, a.max_replicas, a.metric, a.target)

@@ -128,6 +128,8 @@ class Sizing:
     provisioning: str
     disk_read_mib_s: int
     disk_provisioned_mib_s: int
+    weights_disk_usd_month: float
+    """The serving disk's list price per month (catalog prices, us-central1)."""
     min_nodes: int
     max_nodes: int
     layout_source: str
@@ -311,13 +313,21 @@ def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
                       f"{_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
 
 
-def disk_read_mib_s(disk_type: str, disk_gib: int, machine: MachineType) -> float:
-    """Sustained read throughput one VM gets from the weights disk."""
+def disk_read_mib_s(disk_type: str, disk_gib: int, machine: MachineType, provisioned_per_vm: float = 0) -> float:
+    """Sustained read throughput one VM gets from the weights disk: Persistent Disk by its size, Hyperdisk ML by
+    the throughput provisioned per VM; both capped by the machine's per-VM limit for the type."""
     disk = DISK_TYPES[disk_type]
     vm_cap = disk.vm_read_cap(machine.vcpus)
-    if disk.mib_s_per_gib == 0:  # provisioned throughput (Hyperdisk ML): we provision at least the VM cap
-        return vm_cap
+    if disk.mib_s_per_gib == 0:
+        return min(vm_cap, provisioned_per_vm or vm_cap)
     return min(vm_cap, disk.baseline_mib_s + disk.mib_s_per_gib * disk_gib)
+
+
+def weights_load_seconds(weights_bytes: float, nodes: int, read_mib_s: float) -> float:
+    """The one estimate of a weights load: each node of a replica reads its share (1/nodes of the weights; pipeline
+    stages hold different layers) at the rate its VM gets from the disk. The plan, the startup probe and the README
+    all use this."""
+    return weights_bytes / nodes / MIB / read_mib_s
 
 
 def hyperdisk_throughput(read_mib_s: float, max_nodes: int) -> int:
@@ -330,18 +340,66 @@ def hyperdisk_throughput(read_mib_s: float, max_nodes: int) -> int:
     return int(min(max(400, read_mib_s * vms), 1_200_000))
 
 
-def weights_disk_size(settings: Settings, weights_bytes: float, machine: MachineType) -> int:
-    """Capacity for the weights plus 15% and 10 GiB of slack; for persistent disks, grown up to 4x
-    when that buys read throughput (PD throughput scales with size), since load time is GPU time."""
-    if settings.weights.size_gib is not None:
-        return settings.weights.size_gib
-    need = math.ceil((weights_bytes / GIB) * 1.15 + 10)
-    disk = DISK_TYPES[settings.weights.disk_type]
-    size = need
+@dataclass(frozen=True)
+class DiskChoice:
+    """One weights-disk configuration the planner considered."""
+
+    disk_type: str
+    size_gib: int
+    read_mib_s: float
+    """What one VM reads from it."""
+    provisioned_mib_s: int
+    """Hyperdisk ML's provisioned throughput for the whole pool (0 for Persistent Disk)."""
+    usd_month: float
+    load_seconds: float
+
+
+def _round10(gib: float) -> int:
+    return int(math.ceil(gib / 10) * 10)
+
+
+def disk_option(disk_type: str, need_gib: int, size_gib: int | None, machine: MachineType, want_mib_s: float,
+                max_nodes: int) -> tuple[int, float, int]:
+    """(size GiB, per-VM read MiB/s, provisioned MiB/s) of the cheapest `disk_type` disk that gives one VM
+    `want_mib_s`, or as close to it as the type and machine allow. A Persistent Disk reads faster the larger it is;
+    Hyperdisk ML is sized for the weights and provisioned for the rate."""
+    disk = DISK_TYPES[disk_type]
+    vm_cap = disk.vm_read_cap(machine.vcpus)
+    rate = min(want_mib_s, vm_cap)
     if disk.mib_s_per_gib:
-        vm_cap = disk.vm_read_cap(machine.vcpus)
-        size = max(need, min(4 * need, math.ceil((vm_cap - disk.baseline_mib_s) / disk.mib_s_per_gib)))
-    return int(math.ceil(size / 10) * 10)
+        size = size_gib or min(disk.max_size_gib,
+                               max(need_gib, _round10((rate - disk.baseline_mib_s) / disk.mib_s_per_gib)))
+        return size, disk_read_mib_s(disk_type, size, machine), 0
+    size = size_gib or need_gib
+    provisioned = hyperdisk_throughput(rate, max_nodes)
+    return size, disk_read_mib_s(disk_type, size, machine, rate), provisioned
+
+
+def choose_weights_disk(settings: Settings, weights_bytes: float, machine: MachineType, nodes: int,
+                        max_nodes: int) -> tuple[DiskChoice, list[DiskChoice]]:
+    """The weights disk: among the types the machine attaches (or weights.diskType), the cheapest configuration
+    whose read rate loads one node's share within weights.loadSeconds; when none does, the fastest. Returns the
+    choice and every option considered (the plan shows them)."""
+    w = settings.weights
+    need = _round10((weights_bytes / GIB) * 1.15 + 10)
+    want = weights_bytes / nodes / MIB / w.load_seconds
+    options = []
+    for disk_type in w.disk_types:
+        size, rate, provisioned = disk_option(disk_type, need, w.size_gib, machine, want, max_nodes)
+        if max_nodes > readonly_attach_limit(disk_type, size) and not w.disk_type:
+            continue  # more VMs than the type attaches read-only: not an option (a forced type errors in plan())
+        disk = DISK_TYPES[disk_type]
+        cost = size * disk.usd_per_gib_month + provisioned * disk.usd_per_mib_s_month
+        options.append(DiskChoice(disk_type, size, rate, provisioned, round(cost, 2),
+                                  weights_load_seconds(weights_bytes, nodes, rate)))
+    if not options:
+        raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
+                          f"{max_nodes} nodes would attach the read-only weights disk, more than any of "
+                          f"{', '.join(w.disk_types)} attaches; use fewer replicas")
+    meeting = [o for o in options if o.load_seconds <= w.load_seconds + 0.5]
+    if meeting:
+        return min(meeting, key=lambda o: (o.usd_month, o.load_seconds)), options
+    return min(options, key=lambda o: (o.load_seconds, o.usd_month)), options
 
 
 def plan(settings: Settings) -> Sizing:
@@ -374,25 +432,27 @@ def plan(settings: Settings) -> Sizing:
                         f"this program does not set up: the {layout.nodes} nodes of a replica talk over TCP on the "
                         f"primary NIC. Keep tensor parallelism inside a node ({MEASURED_CROSS_NODE_TCP})")
 
-    disk_gib = weights_disk_size(settings, weights_bytes, accs.machine)
-    if disk_gib * GIB < weights_bytes:
+    if settings.weights.size_gib is not None and settings.weights.size_gib * GIB < weights_bytes:
         raise ConfigError("weights.sizeGib", settings.weights.size_gib,
                           f"smaller than the model's weights ({_gib(weights_bytes)})")
-    read_mib_s = disk_read_mib_s(settings.weights.disk_type, disk_gib, accs.machine)
     max_nodes = settings.autoscaling.max_replicas * layout.nodes
     if max_nodes > MAX_NODES_PER_POOL:
         raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
                           f"{max_nodes} nodes ({layout.nodes} per replica) exceed what one GKE node pool may grow "
                           f"to in a zone ({MAX_NODES_PER_POOL}); use at most {MAX_NODES_PER_POOL // layout.nodes}")
-    attach_limit = readonly_attach_limit(settings.weights.disk_type, disk_gib)
+    disk, _ = choose_weights_disk(settings, weights_bytes, accs.machine, layout.nodes, max_nodes)
+    attach_limit = readonly_attach_limit(disk.disk_type, disk.size_gib)
     if max_nodes > attach_limit:
         raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
                           f"{max_nodes} nodes ({layout.nodes} per replica) would attach the read-only "
-                          f"{settings.weights.disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
+                          f"{disk.disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
                           "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
-    provisioned = hyperdisk_throughput(read_mib_s, max_nodes)
-    per_node_mib = weights_bytes / layout.nodes / MIB
-    weights_load = per_node_mib / read_mib_s
+    if disk.load_seconds > settings.weights.load_seconds + 0.5:
+        warnings.append(f"no weights disk {accs.machine_type} attaches ({', '.join(settings.weights.disk_types)}) "
+                        f"loads a node's {_gib(weights_bytes / layout.nodes)} within weights.loadSeconds "
+                        f"({settings.weights.load_seconds} s); the fastest, {disk.disk_type} at "
+                        f"{disk.read_mib_s:,.0f} MiB/s per VM, takes {disk.load_seconds:.0f} s")
+    disk_gib, read_mib_s, weights_load = disk.size_gib, disk.read_mib_s, disk.load_seconds
     load = weights_load + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
     # The leader's startup probe runs from its container start: a multi-node leader may first wait up to
     # RAY_JOIN_TIMEOUT for workers on nodes still being created, then load and start. A probe budget shorter
@@ -417,9 +477,9 @@ def plan(settings: Settings) -> Sizing:
         max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
         weights_load_seconds=round(weights_load),
         startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
-        weights_disk_type=settings.weights.disk_type, provisioning=accs.provisioning,
-        disk_read_mib_s=int(read_mib_s),
-        disk_provisioned_mib_s=provisioned if settings.weights.disk_type == "hyperdisk-ml" else 0,
+        weights_disk_type=disk.disk_type, provisioning=accs.provisioning,
+        disk_read_mib_s=int(read_mib_s), disk_provisioned_mib_s=disk.provisioned_mib_s,
+        weights_disk_usd_month=disk.usd_month,
         min_nodes=settings.autoscaling.min_replicas * layout.nodes,
         max_nodes=max_nodes,
         layout_source=source, pod_cpu=pod_cpu, pod_memory_gib=pod_memory, pod_shm_gib=pod_shm,

@@ -235,10 +235,14 @@ class VllmConfig(Section):
 class WeightsConfig(Section):
     """The persistent-disk image of the weights."""
 
-    disk_type: DiskType | None = Field(None, description="Serving disk type (default: pd-ssd where the machine "
-                                                          "type attaches it, else hyperdisk-ml).")
+    disk_type: DiskType | None = Field(None, description="Serving disk type (default: the cheapest type, size and "
+                                                          "throughput the machine attaches that loads the weights "
+                                                          "within weights.loadSeconds).")
     size_gib: Int | None = Field(None, ge=10, description="Disk size (default: weights + 15% + 10 GiB, grown for "
                                                           "read throughput on persistent disks).")
+    load_seconds: Int = Field(60, ge=5, le=3600, description="Target time for a new node to read its share of the "
+                                                             "weights; the planner picks the disk for it and warns "
+                                                             "when no disk the machine attaches reaches it.")
 
 
 class AutoscalingConfig(Section):

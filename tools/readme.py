@@ -18,7 +18,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from planner.config import NAMESPACE, PROJECT_DIR, build_settings
-from planner.sizing import plan
+from planner.sizing import Sizing, plan
 from planner.stack_schema import SECRETS, SECTIONS, section_defaults
 from tools.plan import namespaced, read_stack_file
 
@@ -148,9 +148,17 @@ EXAMPLES: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
+def _disk(s: Sizing) -> str:
+    """The chosen weights disk in one cell: type, size, per-VM read rate, list price."""
+    provisioned = f", {s.disk_provisioned_mib_s:,} MiB/s provisioned" if s.disk_provisioned_mib_s else ""
+    return (f"{s.weights_disk_type} {s.weights_disk_gib:,} GiB{provisioned}: {s.disk_read_mib_s:,} MiB/s per VM, "
+            f"${s.weights_disk_usd_month:,.0f}/month")
+
+
 def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     rows = ["| example | layout | GPUs / replica | weights GiB | KV tokens / replica | full sequences | "
-            "GPU nodes (min-max) | est. load s |", "|---|---|---|---|---|---|---|---|"]
+            "GPU nodes (min-max) | weights disk | weights load s | est. load s |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for title, stack, override in EXAMPLES:
         raw = copy.deepcopy(namespaced(read_stack_file(project_dir / f"Pulumi.{stack}.yaml")))
         raw.update(copy.deepcopy(override))
@@ -159,7 +167,7 @@ def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
             f"| {title} | TP={s.tensor_parallel_size} x PP={s.pipeline_parallel_size} on {s.nodes_per_replica} "
             f"x {s.machine_type} | {s.gpus_per_replica} | {s.weights_gib:,.1f} | {s.kv_cache_tokens_per_replica:,} "
             f"| {s.kv_cache_tokens_per_replica // s.max_model_len} x {s.max_model_len:,} | {s.min_nodes}-{s.max_nodes} "
-            f"| {s.estimated_load_seconds} |")
+            f"| {_disk(s)} | {s.weights_load_seconds} | {s.estimated_load_seconds} |")
     return "\n".join(rows) + "\n"
 
 

@@ -3,11 +3,20 @@
 import pytest
 
 from planner.architecture import parse_hf_config
+from planner.catalog import ACCELERATORS, GIB
 from planner.errors import ConfigError
-from planner.sizing import RESERVE_GIB, candidate_layouts, valid_tensor_sizes
+from planner.sizing import (
+    RESERVE_GIB,
+    candidate_layouts,
+    choose_weights_disk,
+    disk_read_mib_s,
+    valid_tensor_sizes,
+    weights_load_seconds,
+)
 from tests.helpers import accel, model, settings, sizing
 
-GIB = 1024**3
+G2 = ACCELERATORS["nvidia-l4"].machine("g2-standard-8")
+
 
 
 def arch(name):
@@ -126,15 +135,55 @@ def test_a_model_too_big_for_any_layout_names_the_remedies():
 
 
 def test_load_estimate_grows_with_weights_and_drops_with_hyperdisk_ml():
-    pd = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"))
-    hd = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"),
-                weights={"diskType": "hyperdisk-ml"})
+    a3 = {"model": model("Llama-3.1-70B-Instruct"), "accelerator": accel("nvidia-h100-80gb", "a3-highgpu-8g")}
+    pd = sizing(**a3, weights={"diskType": "pd-ssd"})
+    hd = sizing(**a3, weights={"diskType": "hyperdisk-ml", "loadSeconds": 40})
     small = sizing()
     assert hd.estimated_load_seconds < pd.estimated_load_seconds
-    assert hd.disk_read_mib_s == 4_000, "Hyperdisk ML is provisioned up to the A3 per-VM cap"
+    assert hd.disk_read_mib_s == int(hd.weights_gib * 1024 / 40), "Hyperdisk ML is provisioned for the target"
     assert pd.disk_read_mib_s == min(1_200, int(240 + 0.48 * pd.weights_disk_gib)), "pd-ssd: 240 MiB/s + 0.48 per GiB"
     assert pd.startup_probe_seconds >= 2 * pd.estimated_load_seconds
     assert small.weights_disk_gib * GIB >= small.weights_gib * GIB * 1.15
+
+
+def test_the_load_formula_per_disk_type():
+    """One formula (weights_load_seconds) over the per-VM read rate of each type (disk_read_mib_s)."""
+    g2, a3 = G2, ACCELERATORS["nvidia-h100-80gb"].machine("a3-highgpu-8g")
+    ten_gib = 10 * GIB
+    assert weights_load_seconds(ten_gib, 1, disk_read_mib_s("pd-balanced", 100, g2)) == pytest.approx(10240 / 168)
+    assert weights_load_seconds(ten_gib, 1, disk_read_mib_s("pd-ssd", 100, g2)) == pytest.approx(10240 / 288)
+    assert disk_read_mib_s("pd-ssd", 5_000, g2) == 800, "capped per VM: g2-standard-8 has 8 vCPUs"
+    assert weights_load_seconds(ten_gib, 2, disk_read_mib_s("hyperdisk-ml", 100, a3, 1_000)) == pytest.approx(5.12)
+    assert disk_read_mib_s("hyperdisk-ml", 100, a3, 9_000) == 4_000, "capped per VM on A3"
+
+
+def test_the_cheapest_disk_that_meets_the_load_target_is_chosen():
+    dev = sizing()
+    # 14.96 GiB in 60 s is 255 MiB/s: pd-ssd's 240 baseline + 0.48 per GiB needs 32 GiB; weights + 15% + 10 is 28
+    assert (dev.weights_disk_type, dev.weights_disk_gib) == ("pd-ssd", 40) and dev.weights_load_seconds <= 60
+    assert dev.weights_disk_usd_month == pytest.approx(40 * 0.17)
+    fast = settings(weights={"loadSeconds": 20})
+    weights = fast.model.weights_gib * GIB if fast.model.weights_gib else dev.weights_gib * GIB
+    chosen, options = choose_weights_disk(fast, weights, G2, 1, 1)
+    by_type = {o.disk_type: o for o in options}
+    assert set(by_type) == {"pd-ssd", "pd-balanced", "hyperdisk-ml"}
+    assert all(o.load_seconds <= 20.5 for o in options), "each type sized or provisioned for the target"
+    assert chosen == min(options, key=lambda o: o.usd_month) and chosen.disk_type == "hyperdisk-ml"
+    assert by_type["pd-ssd"].size_gib > 900, "a pd-ssd reaches ~690 MiB/s only at ~940 GiB"
+
+
+def test_a_target_no_disk_reaches_takes_the_fastest_and_warns_with_its_time():
+    s = sizing(weights={"loadSeconds": 5})
+    assert s.weights_disk_type == "hyperdisk-ml" and s.disk_read_mib_s == 2_400, "G2's Hyperdisk ML cap per VM"
+    warning = next(w for w in s.warnings if "weights.loadSeconds" in w)
+    assert "(5 s)" in warning and f"takes {s.weights_load_seconds} s" in warning
+
+
+def test_a_70b_stack_on_a3_highgpu_loads_within_two_minutes_by_default():
+    s = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"))
+    assert s.weights_load_seconds <= 60 <= 120, s
+    assert s.weights_disk_type == "hyperdisk-ml", "a Persistent Disk reads at most 1,200 MiB/s per A3 VM: 112 s"
+    assert not [w for w in s.warnings if "loadSeconds" in w]
 
 
 def test_valid_tensor_sizes_respect_kv_heads():
@@ -163,8 +212,9 @@ def test_replicas_beyond_what_the_node_pool_may_grow_to_are_refused():
 
 def test_more_nodes_than_a_persistent_disk_attaches_to_are_refused_naming_hyperdisk_ml():
     with pytest.raises(ConfigError) as err:
-        sizing(autoscaling={"maxReplicas": 11})
+        sizing(autoscaling={"maxReplicas": 11}, weights={"diskType": "pd-ssd"})
     assert "at most 10 VMs" in str(err.value) and "hyperdisk-ml" in str(err.value)
+    assert sizing(autoscaling={"maxReplicas": 11}).weights_disk_type == "hyperdisk-ml", "chosen when not forced"
 
 
 def test_hyperdisk_ml_throughput_changes_only_when_the_pool_doubles():
