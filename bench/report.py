@@ -153,6 +153,50 @@ def declared_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def startup_section(results: dict[str, Any]) -> list[str]:
+    """Cold vs warm start through the launcher's compile-cache reuse (`bench/run.py startup`)."""
+    rows = results.get("startup") or []
+    lines = ["", "## Start-up: compile cache reuse", ""]
+    if not rows:
+        return [*lines, "Not measured yet."]
+    host = results.get("startup_host") or {}
+    lines += [f"`bench/run.py startup` on {(host.get('gpus') or ['the GPU host'])[0]} (vLLM {host.get('vllm')}, torch "
+              f"{host.get('torch')}), the benchmark model with random weights already in the page cache. Each start "
+              "gets a fresh vLLM cache root, HOME and Inductor directory, as a new pod does; the cold start's "
+              "launcher publishes the cache to the store after `/health`, the warm start's launcher restores it "
+              "before vLLM starts (images/vllm-ray/launcher.py, `--compile-cache-store`). Times are one start each; "
+              "`first-cold` is the host's first start (cold Python imports too), `cold` a second one with an empty "
+              "store.",
+              ""]
+    table = []
+    for row in rows:
+        table.append([f"`{row['layout']}`", str(row.get("nodes")), row["cache"],
+                      _fmt(row.get("seconds_to_health"), 1), _fmt(row.get("init_engine_seconds"), 1),
+                      _fmt(row.get("torch_compile_seconds"), 1),
+                      ", ".join(f"{m:.1f}" for m in row.get("restored_mib") or []) or "-",
+                      ", ".join(f"{s:.1f}" for s in row.get("restore_seconds") or []) or "-",
+                      row.get("error", "")])
+    lines += _table(["layout", "nodes", "cache", "s to /health", "vLLM init engine s", "torch.compile s",
+                     "restored MiB (per pod)", "restore s", "error"], table)
+    lines.append("")
+    by = {(r["layout"], r["cache"]): r for r in rows if "error" not in r}
+    for layout in dict.fromkeys(r["layout"] for r in rows):
+        cold, warm = by.get((layout, "cold")), by.get((layout, "warm"))
+        if cold and warm:
+            saved = cold["seconds_to_health"] - warm["seconds_to_health"]
+            lines.append(f"- `{layout}`: the warm start reached /health {saved:.1f} s sooner than the cold one "
+                         f"({saved / cold['seconds_to_health']:.0%}); vLLM's torch.compile "
+                         f"{_fmt(cold.get('torch_compile_seconds'), 1)} s cold, "
+                         f"{_fmt(warm.get('torch_compile_seconds'), 1)} s warm.")
+    lines += ["- Found on the way: vLLM's cache hash covers the cache paths; starts with different cache roots "
+              "(the first version of this bench) missed the published cache and compiled in full. Pods all use the "
+              "same paths, so the bench now does too.",
+              "- Excerpts of the three starts' logs: docs/benchmarks/startup-logs/."]
+    if not any(r.get("nodes", 1) > 1 for r in rows):
+        lines.append("- Two-node layouts: not measured yet (no two-GPU host was lent for this run).")
+    return lines
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *["| " + " | ".join(row) + " |" for row in rows]]
@@ -281,6 +325,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
                 lines.append(f"- {key.replace('_', ' ')}: {launcher[key]}")
     else:
         lines.append("Not measured in this run.")
+    lines += startup_section(results)
     lines += ["", "## Caveats", "",
               "- Loopback TCP is faster than a real data-centre network (no wire latency, memory-speed "
               "bandwidth), so the across-nodes numbers are an upper bound; TP across real nodes is slower still.",

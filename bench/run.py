@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -273,20 +274,25 @@ class Bench:
         return DeclaredPods(self.pods[layout.name], self.net, self.model_dir.parent, self.work / "logs", extra,
                             gpus=bool(self.args.gpus))
 
-    def spec(self, layout: BenchLayout, port: int = API_PORT, model_dir: Path | None = None) -> ServerSpec:
+    def spec(self, layout: BenchLayout, port: int = API_PORT, model_dir: Path | None = None,
+             compile_cache: tuple[str, str] | None = None) -> ServerSpec:
+        store, key = compile_cache or (None, None)
         return ServerSpec(
             model_path=str(model_dir or self.model_dir), served_name=self.served_name, tensor=layout.tp,
             pipeline=layout.pp, nodes=layout.nodes, gpus_per_node=layout.gpus_per_replica // layout.nodes,
             max_model_len=self.args.max_model_len, gpu_memory_utilization=self.args.gpu_memory_utilization,
             dtype=self.args.dtype, kv_cache_dtype=self.args.kv_cache_dtype,
-            extra_args=TCP_ARGS if layout.tcp else (), port=port)
+            extra_args=TCP_ARGS if layout.tcp else (), port=port, compile_cache_store=store, compile_cache_key=key)
 
     def env(self, layout: BenchLayout, gpus: list[int], cache: str, ip: str | None = None) -> dict[str, str]:
         env = {**os.environ, **SAFE_ENV, **(TCP_ENV if layout.tcp else {}),
                # compile caches per layout and node: every layout starts cold, as a fresh pod does, and
                # emulated nodes never load each other's artifacts
                "VLLM_CACHE_ROOT": str(self.work / "cache" / cache),
-               "VLLM_GKE_STATE_DIR": str(self.work / "state" / cache)}
+               "VLLM_GKE_STATE_DIR": str(self.work / "state" / cache),
+               # a fresh pod's HOME (Triton's default cache) and Inductor dir: nothing reused but what is carried
+               "HOME": str(self.work / "cache" / f"{cache}-home"),
+               "TORCHINDUCTOR_CACHE_DIR": str(self.work / "cache" / f"{cache}-inductor")}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
         if ip:
@@ -312,27 +318,88 @@ def short_temp_dir() -> str:
     return tempfile.mkdtemp(prefix="rw-", dir="/tmp")
 
 
-def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str | None = None) -> list[str]:
-    """Start every process of `layout`; returns the API URLs to wait on."""
+def start_layout(bench: Bench, layout: BenchLayout, group: Group, cache_tag: str | None = None,
+                 compile_cache: tuple[str, str] | None = None) -> list[str]:
+    """Start every process of `layout`; returns the API URLs to wait on. With `compile_cache` (store, key) the
+    launcher restores and publishes vLLM's compile cache as a pod does."""
     tag = cache_tag or layout.name
     if layout.nodes == 1:
         ports = []
         for r in range(layout.replicas):
             port = API_PORT + r
             gpus = list(range(r * layout.gpus_per_replica, (r + 1) * layout.gpus_per_replica))
-            group.start(f"leader-r{r}", leader_cmd(bench.spec(layout, port)),
+            group.start(f"leader-r{r}", leader_cmd(bench.spec(layout, port, compile_cache=compile_cache)),
                         bench.env(layout, gpus if bench.args.gpus else [], f"{tag}-r{r}"))
             ports.append(local(port))
         return ports
-    spec = bench.spec(layout)
+    spec = bench.spec(layout, compile_cache=compile_cache)
     per_node = layout.gpus_per_replica // layout.nodes
     group.uses_ray = True
     group.start("leader-n0", leader_cmd(spec), bench.env(layout, list(range(per_node)), f"{tag}-n0", NODE_IPS[0]))
     for n in range(1, layout.nodes):
         gpus = list(range(n * per_node, (n + 1) * per_node))
         group.start(f"worker-n{n}", worker_cmd(spec, short_temp_dir()),
-                    bench.env(layout, gpus, f"{tag}-n{n}", NODE_IPS[n]))
+                    {**bench.env(layout, gpus, f"{tag}-n{n}", NODE_IPS[n]), "LWS_WORKER_INDEX": str(n)})
     return [local(API_PORT)]
+
+
+COMPILE_LINE = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total")
+INIT_LINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+RESTORED_LINE = re.compile(r"compile cache: restored (\d+) entries, ([\d.]+) MiB from \S+ in ([\d.]+) s")
+PUBLISHED_LINE = re.compile(r"compile cache: published ([\d.]+) MiB")
+
+
+def _floats(pattern: re.Pattern, text: str) -> list[float]:
+    return [float(m.group(1)) for m in pattern.finditer(text)]
+
+
+def startup(bench: Bench, names: list[str], results: dict[str, Any], save) -> None:
+    """Cold vs warm start per layout through the launcher's compile-cache reuse: the cold start (empty store, fresh
+    caches) publishes; the warm start (fresh caches again, same store) restores. Each start gets its own HOME and
+    Inductor dir, so only what the launcher carries is reused. Weights are in the page cache for both."""
+    store = bench.work / "compile-store"
+    rows = results.setdefault("startup", [])
+    for name in names:
+        layout = LAYOUTS[name]
+        key = f"bench-{name}"
+        # Every start uses the same cache paths, emptied first, as every pod has the same paths (vLLM's cache hash
+        # covers them: different roots per start made the warm start miss its cache). The first start on a fresh
+        # host also pays cold Python imports, so the comparison is warm vs the second cold start.
+        for phase in ("first-cold", "warm", "cold"):
+            if phase != "warm":
+                shutil.rmtree(store / key, ignore_errors=True)
+            for old in (bench.work / "cache").glob(f"{name}-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            tag = f"{name}-{phase}"
+            group = Group(bench.work, tag)
+            row: dict[str, Any] = {"layout": name, "nodes": layout.nodes, "cache": phase, "run_started_at":
+                                   results["startup_started_at"]}
+            try:
+                t0 = time.monotonic()
+                urls = start_layout(bench, layout, group, cache_tag=name, compile_cache=(str(store), key))
+                row["seconds_to_health"] = round(wait_healthy(group, urls, t0, bench.args.start_timeout), 1)
+                wanted = [store / key / f"pod-{n}.tar" for n in range(layout.nodes)]
+                deadline = time.monotonic() + 180
+                while phase != "warm" and not all(p.exists() for p in wanted) and time.monotonic() < deadline:
+                    time.sleep(2)
+                time.sleep(3)  # the warm start's publisher logs "exists" once /health answered
+                texts = [p.log.read_text(errors="replace") for p in group.procs]
+                leader = texts[0]
+                row["init_engine_seconds"] = (_floats(INIT_LINE, leader) or [None])[0]
+                row["torch_compile_seconds"] = (_floats(COMPILE_LINE, leader) or [None])[0]
+                row["restored_mib"] = [float(m.group(2)) for t in texts for m in RESTORED_LINE.finditer(t)]
+                row["restore_seconds"] = [float(m.group(3)) for t in texts for m in RESTORED_LINE.finditer(t)]
+                row["published_mib"] = [float(m.group(1)) for t in texts for m in PUBLISHED_LINE.finditer(t)]
+                log(f"startup {tag}: /health after {row['seconds_to_health']} s, init engine "
+                    f"{row['init_engine_seconds']} s, torch.compile {row['torch_compile_seconds']} s, restored "
+                    f"{row['restored_mib']} MiB, published {row['published_mib']} MiB")
+            except BenchError as exc:
+                row["error"] = str(exc)
+                log(f"startup {tag}: FAILED: {exc}")
+            finally:
+                rows[:] = [r for r in rows if (r["layout"], r["cache"]) != (name, phase)] + [row]
+                save()
+                group.stop()
 
 
 # ------------------------------------------------------------------------------------------------ client
@@ -621,7 +688,9 @@ def host_info() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", nargs="?", default="all", choices=("all", "build", "report"))
+    parser.add_argument("action", nargs="?", default="all", choices=("all", "build", "report", "startup"),
+                        help="startup: cold vs warm start of --layouts through the launcher's compile-cache reuse, "
+                             "merged into OUT/results.json")
     parser.add_argument("--config", type=Path, default=ROOT / "models" / "Llama-3.1-8B-Instruct.json",
                         help="HF config.json of the model to benchmark (random weights are built for it)")
     parser.add_argument("--model-dir", type=Path, default=None, help="serve this model directory instead")
@@ -694,12 +763,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "build":
         return 0
 
+    if args.action == "startup":
+        return run_startup(args, Bench(args, model_dir, args.config.stem, args.work), results_path)
     pods = {path.stem: Rendered.load(path) for path in sorted(args.pods.glob("*.json"))} if args.pods else {}
     pods = {name: rendered for name, rendered in pods.items() if name in args.layout_list}
     previous = json.loads(results_path.read_text()) if args.merge and results_path.exists() else {}
     with contextlib.ExitStack() as stack:
         net = stack.enter_context(PodNetwork()) if pods else None
         return run_all(args, Bench(args, model_dir, args.config.stem, args.work, pods, net), previous, results_path)
+
+
+def run_startup(args: argparse.Namespace, bench: Bench, results_path: Path) -> int:
+    """`startup`: the rows go into the existing results (other sections untouched)."""
+    results = json.loads(results_path.read_text()) if results_path.exists() else {"runs": []}
+    results["startup_started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results["startup_host"] = host_info()
+
+    def save() -> None:
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.write_text(json.dumps(results, indent=2) + "\n")
+
+    startup(bench, args.layout_list, results, save)
+    write_report(results, args.out, args.doc, DEFAULT_LAYOUTS)
+    log(f"wrote {results_path}, {args.doc}")
+    return 0 if all("error" not in r for r in results["startup"]) else 1
 
 
 def run_all(args: argparse.Namespace, bench: Bench, previous: dict[str, Any], results_path: Path) -> int:

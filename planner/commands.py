@@ -54,6 +54,30 @@ class ServerSpec:
     """Appended verbatim."""
     port: int = API_PORT
     """API port."""
+    compile_cache_store: str | None = None
+    """Directory shared by the layout's pods where the launcher keeps vLLM's compile cache (None: no reuse)."""
+    compile_cache_key: str | None = None
+    """The layout's key in that store (compile_cache_key())."""
+
+
+def compile_cache_key(vllm_image: str, accelerator: str, spec: ServerSpec, model: str) -> str:
+    """What a compiled graph depends on, readable, plus a digest of the model: vLLM's version (the image tag), the
+    GPU type, TP x PP, max-model-len, dtypes. vLLM keys its own cache by a hash of config and code, so a wrong match
+    only costs a compile; a right one skips it."""
+    import hashlib
+
+    tag = vllm_image.rsplit(":", 1)[-1].split("@")[0] if ":" in vllm_image else "latest"
+    digest = hashlib.sha256(f"{model}|{vllm_image}|{spec.extra_args}".encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{tag}-{accelerator}")
+    return (f"{safe}-tp{spec.tensor}pp{spec.pipeline}-len{spec.max_model_len}-{spec.dtype}-{spec.kv_cache_dtype}-"
+            f"{digest}")
+
+
+def _cache_args(spec: ServerSpec) -> list[str]:
+    if not spec.compile_cache_store:
+        return []
+    return ["--compile-cache-store", spec.compile_cache_store, "--compile-cache-key", str(spec.compile_cache_key),
+            "--api-port", str(spec.port)]
 
 
 def vllm_command(spec: ServerSpec, python: str = "python3") -> list[str]:
@@ -77,7 +101,7 @@ def leader_command(spec: ServerSpec, python: str = "python3", launcher: str = f"
             "--ray-port", str(RAY_PORT), "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--drain-timeout", str(DRAIN_SECONDS),
             "--ray-stop-timeout", str(RAY_STOP_SECONDS),
             "--node-manager-port", str(NODE_MANAGER_PORT), "--object-manager-port", str(OBJECT_MANAGER_PORT),
-            "--", *vllm_command(spec, python)]
+            *_cache_args(spec), "--", *vllm_command(spec, python)]
 
 
 def liveness_command(spec: ServerSpec, python: str = "python3", launcher: str = f"{LAUNCHER_DIR}/launcher.py",
@@ -93,4 +117,4 @@ def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"
     # LWS injects LWS_LEADER_ADDRESS into every pod of the group; the launcher reads it.
     return [python, launcher, "worker", "--gpus-per-node", str(spec.gpus_per_node), "--ray-port", str(RAY_PORT),
             "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--node-manager-port", str(NODE_MANAGER_PORT),
-            "--object-manager-port", str(OBJECT_MANAGER_PORT)]
+            "--object-manager-port", str(OBJECT_MANAGER_PORT), *_cache_args(spec)]

@@ -14,6 +14,12 @@ leader, N > 1: starts the Ray head; waits until N nodes and N x G GPUs have join
     it forwards the signal to CMD, waits for it to drain, then stops Ray.
 worker: waits (bounded) until the head's port answers, joins with `ray start --block` and exits
     non-zero when Ray does.
+--compile-cache-store DIR --compile-cache-key KEY (leader and worker): before anything starts, vLLM's cache root
+    (VLLM_CACHE_ROOT, as vLLM derives it) is filled from DIR/KEY/pod-INDEX.tar when a pod of the same layout left
+    one there; once the group's API answers /health, a background `publish-cache` writes this pod's cache there
+    if none is yet (written to a temporary name, then renamed: a reader never sees half a file; pods publishing at
+    once each write a whole archive). Absent, unreadable or stale archives only cost the compile vLLM does anyway
+    (its cache is keyed by its own hash of config and code). INDEX is LWS_WORKER_INDEX (0 for the leader).
 Standard library and Ray only. One log line per state change; every failure is one line.
 """
 
@@ -124,6 +130,9 @@ def leader(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         return fail(role, 2, "no server command given after --")
+    if args.compile_cache_store:
+        restore_cache(role, args.compile_cache_store, args.compile_cache_key)
+        start_publisher(role, args, f"http://127.0.0.1:{args.api_port}/health")
     if args.group_size == 1:
         log(role, "group of one node: starting the server without Ray")
         os.execvp(command[0], command)
@@ -203,6 +212,95 @@ def leader(args: argparse.Namespace) -> int:
         time.sleep(1)
 
 
+def vllm_cache_root() -> Path:
+    """Where vLLM keeps torch.compile, Inductor and Triton artifacts (vllm/envs.py: VLLM_CACHE_ROOT, else
+    $XDG_CACHE_HOME/vllm, else ~/.cache/vllm)."""
+    if os.environ.get("VLLM_CACHE_ROOT"):
+        return Path(os.environ["VLLM_CACHE_ROOT"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"
+
+
+def cache_archive(store: str, key: str) -> Path:
+    return Path(store) / key / f"pod-{os.environ.get('LWS_WORKER_INDEX', '0')}.tar"
+
+
+def restore_cache(role: str, store: str, key: str) -> None:
+    """Fill vLLM's cache root from the store's archive for this layout and pod, when there is one."""
+    import tarfile
+
+    archive, root = cache_archive(store, key), vllm_cache_root()
+    if not archive.is_file():
+        log(role, f"compile cache: no {archive} yet; vLLM compiles and this pod publishes its cache")
+        return
+    t0 = time.monotonic()
+    staging = root.parent / f".{root.name}-restore-{os.getpid()}"
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            tar.extractall(staging, filter="data")
+        root.parent.mkdir(parents=True, exist_ok=True)
+        for item in staging.iterdir():  # merged into the cache root (empty in a fresh pod)
+            target = root / item.name
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                item.rename(target)
+        size = sum(m.size for m in members)
+        log(role, f"compile cache: restored {len(members)} entries, {size / 2**20:.1f} MiB from {archive} in "
+                  f"{time.monotonic() - t0:.1f} s")
+    except (OSError, tarfile.TarError) as exc:
+        log(role, f"compile cache: {archive} not restored ({type(exc).__name__}: {exc}); vLLM compiles")
+    finally:
+        subprocess.run(["rm", "-rf", str(staging)], check=False)
+
+
+def start_publisher(role: str, args: argparse.Namespace, health_url: str) -> None:
+    """`publish-cache` in the background: it outlives nothing (it exits once published or timed out)."""
+    subprocess.Popen([sys.executable, os.path.abspath(__file__), "publish-cache", "--store", args.compile_cache_store,
+                      "--key", args.compile_cache_key, "--health-url", health_url,
+                      "--timeout", str(args.compile_cache_timeout)], start_new_session=True)
+    log(role, f"compile cache: publishing after {health_url} answers")
+
+
+def publish_cache(args: argparse.Namespace) -> int:
+    """Wait for the group's API, then write this pod's vLLM cache to the store unless an archive is there."""
+    import tarfile
+    import urllib.request
+
+    role = "publish"
+    deadline = time.monotonic() + args.timeout
+    while True:
+        try:
+            with urllib.request.urlopen(args.health_url, timeout=5) as response:
+                if response.status == 200:
+                    break
+        except Exception:  # not up yet
+            pass
+        if time.monotonic() > deadline:
+            return fail(role, 1, f"compile cache: {args.health_url} did not answer within {args.timeout:.0f} s; "
+                                 "nothing published")
+        time.sleep(2)
+    archive, root = cache_archive(args.store, args.key), vllm_cache_root()
+    if archive.exists():
+        log(role, f"compile cache: {archive} exists; not published again")
+        return 0
+    if not root.is_dir() or not any(root.iterdir()):
+        return fail(role, 1, f"compile cache: {root} is empty; nothing to publish")
+    t0 = time.monotonic()
+    partial = archive.with_name(f".{archive.name}.{socket.gethostname()}-{os.getpid()}")
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(partial, "w") as tar:
+            for item in sorted(root.iterdir()):
+                tar.add(item, arcname=item.name)
+        os.replace(partial, archive)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        return fail(role, 1, f"compile cache: writing {archive} failed ({exc})")
+    log(role, f"compile cache: published {archive.stat().st_size / 2**20:.1f} MiB to {archive} in "
+              f"{time.monotonic() - t0:.1f} s")
+    return 0
+
+
 def wait_for_port(host: str, port: int, deadline: float) -> bool:
     while time.monotonic() < deadline:
         try:
@@ -222,6 +320,9 @@ def worker(args: argparse.Namespace) -> int:
     if not wait_for_port(head, args.ray_port, time.monotonic() + args.wait_timeout):
         return fail(role, EXIT_JOIN_TIMEOUT,
                     f"Ray head {head}:{args.ray_port} did not answer within {args.wait_timeout:.0f} s")
+    if args.compile_cache_store:
+        restore_cache(role, args.compile_cache_store, args.compile_cache_key)
+        start_publisher(role, args, f"http://{head}:{args.api_port}/health")
     ip = args.node_ip or node_ip()
     start = [*ray_cli(), "start", f"--address={head}:{args.ray_port}", f"--node-ip-address={ip}",
              f"--num-gpus={args.gpus_per_node}", "--disable-usage-stats", "--block", *port_args(args)]
@@ -274,6 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--node-manager-port", type=int, default=0)
         p.add_argument("--object-manager-port", type=int, default=0)
         p.add_argument("--temp-dir", default=None)
+        p.add_argument("--compile-cache-store", default=None, help="directory shared by the layout's pods")
+        p.add_argument("--compile-cache-key", default=None, help="the layout's key (vLLM, GPU, TP/PP, length, dtype)")
+        p.add_argument("--compile-cache-timeout", type=float, default=3600)
+        p.add_argument("--api-port", type=int, default=8000, help="the leader's API port (publishing waits on it)")
+    pub = sub.add_parser("publish-cache")
+    pub.add_argument("--store", required=True)
+    pub.add_argument("--key", required=True)
+    pub.add_argument("--health-url", required=True)
+    pub.add_argument("--timeout", type=float, default=3600)
     lead = sub.choices["leader"]
     lead.add_argument("--group-size", type=int, required=True)
     lead.add_argument("--drain-timeout", type=float, default=60)
@@ -289,7 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--gpus-per-node must be >= 0")
     if args.role == "leader" and args.group_size < 1:
         parser.error("--group-size must be >= 1")
-    return {"leader": leader, "worker": worker, "check": check}[args.role](args)
+    if args.role in ("leader", "worker") and bool(args.compile_cache_store) != bool(args.compile_cache_key):
+        parser.error("--compile-cache-store and --compile-cache-key go together")
+    if args.role in ("leader", "worker") and args.compile_cache_key and not all(
+            c.isalnum() or c in "-_." for c in args.compile_cache_key):
+        parser.error(f"--compile-cache-key {args.compile_cache_key!r}: letters, digits, '-', '_' and '.' only")
+    return {"leader": leader, "worker": worker, "check": check, "publish-cache": publish_cache}[args.role](args)
 
 
 if __name__ == "__main__":

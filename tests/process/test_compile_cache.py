@@ -1,0 +1,136 @@
+"""The launcher's compile-cache reuse (images/vllm-ray/launcher.py): a one-node leader restores vLLM's cache root
+from the shared store before the server starts and publishes its own once /health answers; what is absent,
+unreadable or already there never stops a start."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from planner.commands import LAUNCHER
+from tests.serving_helpers import free_port
+
+# The "server": writes a compiled artifact into vLLM's cache root unless one is there, then answers /health.
+SERVER = """
+import http.server, os, pathlib, sys
+root = pathlib.Path(os.environ["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / "abc123" / "rank_0_0"
+artifact = root / "graph.py"
+print("cache hit" if artifact.exists() else "compiling", flush=True)
+root.mkdir(parents=True, exist_ok=True)
+artifact.write_text("compiled")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def start(tmp_path: Path, store: Path, name: str, key: str = "vllm-0.32.0-h100-tp1pp1-8192-bf16-1a2b"):
+    port = free_port()
+    (tmp_path / "server.py").write_text(SERVER)
+    env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / name / "cache")}
+    log = tmp_path / f"{name}.log"
+    proc = subprocess.Popen([sys.executable, str(LAUNCHER), "leader", "--group-size", "1", "--gpus-per-node", "0",
+                             "--compile-cache-store", str(store), "--compile-cache-key", key, "--api-port", str(port),
+                             "--", sys.executable, str(tmp_path / "server.py"), str(port)],
+                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, log
+
+
+def wait_for(log: Path, text: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        content = log.read_text()
+        if text in content:
+            return content
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} not in {log}: {log.read_text()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, 9)
+    proc.wait(10)
+
+
+def test_the_first_pod_publishes_and_the_next_one_starts_from_its_cache(tmp_path):
+    store = tmp_path / "store"
+    first, log1 = start(tmp_path, store, "first")
+    try:
+        text = wait_for(log1, "compile cache: published")
+    finally:
+        stop(first)
+    assert "no " in text and "compiling" in text
+    archive = store / "vllm-0.32.0-h100-tp1pp1-8192-bf16-1a2b" / "pod-0.tar"
+    with tarfile.open(archive) as tar:
+        assert "torch_compile_cache/abc123/rank_0_0/graph.py" in tar.getnames()
+    assert not [p for p in archive.parent.iterdir() if p.name.startswith(".")], "no partial file left behind"
+
+    second, log2 = start(tmp_path, store, "second")
+    try:
+        text = wait_for(log2, "exists; not published again")
+    finally:
+        stop(second)
+    assert "compile cache: restored" in text and "cache hit" in text, text
+
+
+def test_an_unreadable_archive_is_logged_and_the_server_compiles(tmp_path):
+    store = tmp_path / "store"
+    key = "k1"
+    (store / key).mkdir(parents=True)
+    (store / key / "pod-0.tar").write_bytes(b"not a tar archive" * 10)
+    proc, log = start(tmp_path, store, "broken", key)
+    try:
+        text = wait_for(log, "compiling")
+    finally:
+        stop(proc)
+    assert "not restored (ReadError" in text, text
+
+
+def test_an_archive_cannot_write_outside_the_cache_root(tmp_path):
+    store, key = tmp_path / "store", "k2"
+    (store / key).mkdir(parents=True)
+    with tarfile.open(store / key / "pod-0.tar", "w") as tar:
+        data = b"owned"
+        info = tarfile.TarInfo("../../escaped.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    proc, log = start(tmp_path, store, "evil", key)
+    try:
+        text = wait_for(log, "compiling")
+    finally:
+        stop(proc)
+    assert "not restored" in text and not list(tmp_path.rglob("escaped.txt"))
+
+
+def test_a_key_with_a_path_in_it_is_refused_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(LAUNCHER), "leader", "--group-size", "1", "--gpus-per-node", "0",
+                           "--compile-cache-store", str(tmp_path), "--compile-cache-key", "../x", "--", "true"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--compile-cache-key '../x'" in done.stderr
+
+
+def test_the_rendered_commands_carry_the_store_and_a_key_per_layout():
+    from dataclasses import replace
+
+    from planner.commands import ServerSpec, compile_cache_key, leader_command, worker_command
+
+    spec = ServerSpec("/models/model", "m", 1, 2, 2, 1, 8192, 0.9, "bfloat16", "auto")
+    key = compile_cache_key("vllm/vllm-openai:v0.32.0", "nvidia-h100-80gb", spec, "org/m@main")
+    assert key.startswith("v0.32.0-nvidia-h100-80gb-tp1pp2-len8192-bfloat16-auto-")
+    others = [compile_cache_key("vllm/vllm-openai:v0.33.0", "nvidia-h100-80gb", spec, "org/m@main"),
+              compile_cache_key("vllm/vllm-openai:v0.32.0", "nvidia-h200-141gb", spec, "org/m@main"),
+              compile_cache_key("vllm/vllm-openai:v0.32.0", "nvidia-h100-80gb", replace(spec, tensor=2), "org/m@main"),
+              compile_cache_key("vllm/vllm-openai:v0.32.0", "nvidia-h100-80gb", spec, "org/m@other")]
+    assert len({key, *others}) == 5, "vLLM version, GPU, layout and model each make their own key"
+    cached = replace(spec, compile_cache_store="/compile-cache", compile_cache_key=key)
+    for command in (leader_command(cached), worker_command(cached)):
+        at = command.index("--compile-cache-store")
+        assert command[at:at + 6] == ["--compile-cache-store", "/compile-cache", "--compile-cache-key", key,
+                                      "--api-port", "8000"]
+    assert "--compile-cache-store" not in leader_command(spec), "no store, no reuse"
