@@ -159,9 +159,11 @@ def startup_section(results: dict[str, Any]) -> list[str]:
     lines = ["", "## Start-up: compile cache reuse", ""]
     if not rows:
         return [*lines, "Not measured yet."]
-    host = results.get("startup_host") or {}
-    lines += [f"`bench/run.py startup` on {(host.get('gpus') or ['the GPU host'])[0]} (vLLM {host.get('vllm')}, torch "
-              f"{host.get('torch')}), the benchmark model with random weights already in the page cache. Each start "
+    hosts = results.get("startup_hosts") or {"GPU host": results.get("startup_host") or {}}
+    where = "; ".join(f"{name}: {(h.get('gpus') or ['?'])[0]}, vLLM {h.get('vllm')}, torch {h.get('torch')}"
+                      for name, h in hosts.items())
+    lines += [f"`bench/run.py startup` ({where}), the benchmark model with random weights already in the page "
+              "cache; two-node layouts are two Ray nodes on one host over TCP, as above. Each start "
               "gets a fresh vLLM cache root, HOME and Inductor directory, as a new pod does; the cold start's "
               "launcher publishes the cache to the store after `/health`, the warm start's launcher restores it "
               "before vLLM starts (images/vllm-ray/launcher.py, `--compile-cache-store`). Times are one start each; "
@@ -170,13 +172,13 @@ def startup_section(results: dict[str, Any]) -> list[str]:
               ""]
     table = []
     for row in rows:
-        table.append([f"`{row['layout']}`", str(row.get("nodes")), row["cache"],
+        table.append([f"`{row['layout']}`", row.get("host", "-"), str(row.get("nodes")), row["cache"],
                       _fmt(row.get("seconds_to_health"), 1), _fmt(row.get("init_engine_seconds"), 1),
                       _fmt(row.get("torch_compile_seconds"), 1),
                       ", ".join(f"{m:.1f}" for m in row.get("restored_mib") or []) or "-",
                       ", ".join(f"{s:.1f}" for s in row.get("restore_seconds") or []) or "-",
                       row.get("error", "")])
-    lines += _table(["layout", "nodes", "cache", "s to /health", "vLLM init engine s", "torch.compile s",
+    lines += _table(["layout", "host", "nodes", "cache", "s to /health", "vLLM init engine s", "torch.compile s",
                      "restored MiB (per pod)", "restore s", "error"], table)
     lines.append("")
     by = {(r["layout"], r["cache"]): r for r in rows if "error" not in r}
@@ -191,7 +193,7 @@ def startup_section(results: dict[str, Any]) -> list[str]:
     lines += ["- Found on the way: vLLM's cache hash covers the cache paths; starts with different cache roots "
               "(the first version of this bench) missed the published cache and compiled in full. Pods all use the "
               "same paths, so the bench now does too.",
-              "- Excerpts of the three starts' logs: docs/benchmarks/startup-logs/."]
+              "- Log excerpts per start: docs/benchmarks/startup-logs/ (the pp2 warm start's logs were over what the GPU host returns; its row is from results.json)."]
     if not any(r.get("nodes", 1) > 1 for r in rows):
         lines.append("- Two-node layouts: not measured yet (no two-GPU host was lent for this run).")
     return lines

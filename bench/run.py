@@ -365,7 +365,7 @@ def startup(bench: Bench, names: list[str], results: dict[str, Any], save) -> No
         # Every start uses the same cache paths, emptied first, as every pod has the same paths (vLLM's cache hash
         # covers them: different roots per start made the warm start miss its cache). The first start on a fresh
         # host also pays cold Python imports, so the comparison is warm vs the second cold start.
-        for phase in ("first-cold", "warm", "cold"):
+        for phase in bench.args.phase_list:
             if phase != "warm":
                 shutil.rmtree(store / key, ignore_errors=True)
             for old in (bench.work / "cache").glob(f"{name}-*"):
@@ -714,6 +714,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "setpriv, ip); the others as host processes")
     parser.add_argument("--no-uid-check", dest="uid_check", action="store_false",
                         help="with --pods: skip starting the tp1 leader pod without USER/LOGNAME first")
+    parser.add_argument("--phases", default="first-cold,warm,cold",
+                        help="startup: which starts, in order (first-cold and cold empty the store, warm uses it)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of layouts not run now from an existing OUT/results.json")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vllm-gke-bench")
@@ -725,6 +727,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not layouts:
         parser.error(f"--layouts {args.layouts!r}: unknown {unknown or 'empty'}; accepted: {', '.join(LAYOUTS)}")
     args.layout_list = layouts
+    args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
+    if not args.phase_list or set(args.phase_list) - {"first-cold", "warm", "cold"}:
+        parser.error(f"--phases {args.phases!r}: accepted: first-cold, warm, cold (comma-separated)")
     if args.accelerator != "none" and args.accelerator not in ACCELERATORS:
         parser.error(f"--accelerator {args.accelerator!r}: accepted: none, {', '.join(ACCELERATORS)}")
     args.calibrate_list = [ROOT / p.strip() if not Path(p.strip()).is_absolute() else Path(p.strip())
