@@ -193,7 +193,8 @@ def startup_section(results: dict[str, Any]) -> list[str]:
     lines += ["- Found on the way: vLLM's cache hash covers the cache paths; starts with different cache roots "
               "(the first version of this bench) missed the published cache and compiled in full. Pods all use the "
               "same paths, so the bench now does too.",
-              "- Log excerpts per start: docs/benchmarks/startup-logs/ (the pp2 warm start's logs were over what the GPU host returns; its row is from results.json)."]
+              "- Log excerpts per start: docs/benchmarks/startup-logs/ (the pp2 warm start's logs were over what the "
+              "GPU host returns; its row is from results.json)."]
     if not any(r.get("nodes", 1) > 1 for r in rows):
         lines.append("- Two-node layouts: not measured yet (no two-GPU host was lent for this run).")
     return lines
