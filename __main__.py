@@ -5,6 +5,7 @@ import pulumi_kubernetes as k8s
 
 from components.autoscaling import Autoscaling, AutoscalingArgs
 from components.chat_ui import ChatUi, ChatUiArgs
+from components.compile_cache import CompileCache, CompileCacheArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.image_mirror import serving_image
@@ -36,9 +37,11 @@ namespace = k8s.core.v1.Namespace(
 ns = namespace.metadata.name
 weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, ns, image=image), opts=in_cluster())
 lws = LwsController("lws", LwsControllerArgs.from_plan(stack), opts=in_cluster())
+cache = CompileCache("vllm", CompileCacheArgs.from_plan(stack, ns)) if stack.settings.vllm.compile_cache else None
 server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
-    weights_mount=SERVING_MOUNT, image=image), opts=in_cluster(*lws.ready, gpu_pool))
+    weights_mount=SERVING_MOUNT, image=image, compile_cache_bucket=cache and cache.bucket_name),
+    opts=in_cluster(*lws.ready, gpu_pool))
 autoscaling = Autoscaling("vllm", AutoscalingArgs.from_plan(stack, sizing, namespace=ns, lws_name=server.lws_name),
                           opts=in_cluster(server))
 Monitoring("vllm", MonitoringArgs.from_plan(stack, leader_selector=server.leader_selector,
@@ -47,14 +50,11 @@ if stack.settings.serving.smoke_test:
     SmokeCheck("vllm", SmokeCheckArgs.from_plan(stack, sizing, namespace=ns, service=server.service_name,
                                                 api_key_secret=server.api_key_secret, image=image),
                opts=in_cluster(server.lws, server.service))
-
 if stack.settings.serving.chat_ui:
     ChatUi("vllm", ChatUiArgs.from_plan(stack, namespace=ns, service=server.service_name,
                                         api_key_secret=server.api_key_secret), opts=in_cluster(server.service))
 
-pulumi.export("sizing", sizing.as_dict())
-pulumi.export("service", server.service.metadata.name)
-pulumi.export("cluster", cluster.name)
-pulumi.export("gpu_node_pool", gpu_pool.name)
-pulumi.export("weights_claim", weights.claim_name)
-pulumi.export("weights_image", weights.image.self_link)
+for key, value in {"sizing": sizing.as_dict(), "service": server.service.metadata.name, "cluster": cluster.name,
+                   "gpu_node_pool": gpu_pool.name, "weights_claim": weights.claim_name,
+                   "weights_image": weights.image.self_link, "compile_cache": cache and cache.bucket_name}.items():
+    pulumi.export(key, value)

@@ -29,3 +29,15 @@ def parent_depends_on(opts: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def workload_identity_member(project: str, namespace: Any, service_account: Any, parent: Any) -> Any:
+    """IAM member for exactly one Kubernetes service account through Workload Identity Federation
+    (`principal://.../<project>.svc.id.goog/subject/ns/<ns>/sa/<ksa>`): no Google service account, no keys."""
+    import pulumi
+    import pulumi_gcp as gcp
+
+    number = gcp.organizations.get_project_output(project_id=project, opts=pulumi.InvokeOptions(parent=parent)).number
+    return pulumi.Output.concat("principal://iam.googleapis.com/projects/", number,
+                                "/locations/global/workloadIdentityPools/", project, ".svc.id.goog/subject/ns/",
+                                namespace, "/sa/", service_account)

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components import workload_identity_member
 from planner.config import Stack
 from planner.labels import LWS_API
 from planner.metrics import HPA_METRICS, custom_metric_name
@@ -107,14 +108,9 @@ class Autoscaling(pulumi.ComponentResource):
         account = k8s.core.v1.ServiceAccount(f"{name}-adapter-sa", metadata=_meta(ADAPTER_NAME, ADAPTER_NAMESPACE),
                                              opts=in_ns)
         # Workload Identity Federation: the adapter's KSA itself may read Cloud Monitoring; no GSA, no keys.
-        number = gcp.organizations.get_project_output(project_id=args.project,
-                                                      opts=pulumi.InvokeOptions(parent=self)).number
         iam = gcp.projects.IAMMember(
             f"{name}-adapter-monitoring-viewer", project=args.project, role="roles/monitoring.viewer",
-            member=pulumi.Output.concat("principal://iam.googleapis.com/projects/", number,
-                                        "/locations/global/workloadIdentityPools/", args.project,
-                                        ".svc.id.goog/subject/ns/", ADAPTER_NAMESPACE, "/sa/", ADAPTER_NAME),
-            opts=child)
+            member=workload_identity_member(args.project, ADAPTER_NAMESPACE, ADAPTER_NAME, parent=self), opts=child)
         subject = [{"kind": "ServiceAccount", "name": ADAPTER_NAME, "namespace": ADAPTER_NAMESPACE}]
         rbac = [
             k8s.rbac.v1.ClusterRoleBinding(

@@ -69,6 +69,10 @@ class GkeCluster(pulumi.ComponentResource):
                 release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
                 workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                     workload_pool=self.workload_pool),
+                # The Cloud Storage FUSE CSI driver mounts the compile-cache bucket into the serving pods.
+                addons_config=gcp.container.ClusterAddonsConfigArgs(
+                    gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(
+                        enabled=True)),
                 # Dataplane V2 enforces NetworkPolicy (the Ray ports must not be reachable by others).
                 datapath_provider="ADVANCED_DATAPATH",
                 monitoring_config=gcp.container.ClusterMonitoringConfigArgs(

@@ -20,6 +20,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components import workload_identity_member
 from planner.config import Stack
 from planner.labels import ZONE_LABEL
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, identity_env, pod_security_context
@@ -293,16 +294,11 @@ class ModelWeights(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=f"w-{key}-downloader", namespace=args.namespace,
                                                     labels=labels), opts=child)
             service_account = account.metadata.name
-            number = gcp.organizations.get_project_output(project_id=args.project,
-                                                          opts=pulumi.InvokeOptions(parent=self)).number
             bucket = str(args.gcs_uri).removeprefix("gs://").split("/", 1)[0]
-            # Workload Identity Federation principal of exactly this Kubernetes service account:
-            # read access to one bucket, no Google service account and no keys.
+            # Read access to one bucket for exactly this Kubernetes service account.
             binding = gcp.storage.BucketIAMMember(
                 f"{name}-{key}-gcs-reader", bucket=bucket, role="roles/storage.objectViewer",
-                member=pulumi.Output.concat(
-                    "principal://iam.googleapis.com/projects/", number, "/locations/global/workloadIdentityPools/",
-                    args.project, ".svc.id.goog/subject/ns/", args.namespace, "/sa/", account.metadata.name),
+                member=workload_identity_member(args.project, args.namespace, account.metadata.name, parent=self),
                 opts=child)
             depends += [account, binding]
         command += ["--dest", f"/data/{WEIGHTS_SUBDIR}", "--min-bytes", str(args.min_bytes)]

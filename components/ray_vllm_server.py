@@ -4,13 +4,14 @@ Ray workers on the other nodes; Service on the leaders, NetworkPolicy, PDB, API-
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import exposed_service, load_balancer_peers, parent_depends_on
+from components.compile_cache import GCSFUSE_ANNOTATION, SERVING_ACCOUNT, STORE_MOUNT, store_volume
 from planner.commands import (
     API_PORT_NAME,
     DRAIN_SECONDS,
@@ -22,6 +23,7 @@ from planner.commands import (
     RAY_PORT,
     RAY_STOP_SECONDS,
     ServerSpec,
+    compile_cache_key,
     leader_command,
     liveness_command,
     worker_command,
@@ -89,18 +91,25 @@ class RayVllmServerArgs:
     """CIDRs that may reach the internal load balancer (serving.sourceRanges; used with expose internal-lb)."""
     api_key: pulumi.Input[str] | None = None
     """API key (Pulumi secret) the server requires."""
+    compile_cache_bucket: pulumi.Input[str] | None = None
+    """The stack's compile-cache bucket (components/compile_cache.py), mounted at the spec's store; None: no reuse."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], weights_path: str,
                   weights_claim: pulumi.Input[str], weights_mount: str,
-                  image: pulumi.Input[str] | None = None) -> RayVllmServerArgs:
-        """`image`: vllm.image as the pods pull it (components.image_mirror.serving_image)."""
+                  image: pulumi.Input[str] | None = None,
+                  compile_cache_bucket: pulumi.Input[str] | None = None) -> RayVllmServerArgs:
+        """`image`: vllm.image as the pods pull it (components.image_mirror.serving_image); `compile_cache_bucket`:
+        the CompileCache bucket when vllm.compileCache is on."""
         s, vllm = stack.settings, stack.settings.vllm
         spec = ServerSpec(model_path=weights_path, served_name=s.model.served_name,
                           tensor=sizing.tensor_parallel_size, pipeline=sizing.pipeline_parallel_size,
                           nodes=sizing.nodes_per_replica, gpus_per_node=sizing.gpus_per_pod,
                           max_model_len=vllm.max_model_len, gpu_memory_utilization=vllm.gpu_memory_utilization,
                           dtype=vllm.dtype, kv_cache_dtype=vllm.kv_cache_dtype, extra_args=vllm.extra_args)
+        if compile_cache_bucket is not None:
+            key = compile_cache_key(vllm.image, s.accelerator.type, spec, f"{s.model.id}@{s.model.revision}")
+            spec = replace(spec, compile_cache_store=STORE_MOUNT, compile_cache_key=key)
         return cls(namespace=namespace, image=vllm.image if image is None else image, spec=spec, cpu=sizing.pod_cpu,
                    memory_gib=sizing.pod_memory_gib, shm_gib=sizing.pod_shm_gib,
                    accelerator_type=s.accelerator.type, spot=s.accelerator.provisioning == "spot",
@@ -108,7 +117,7 @@ class RayVllmServerArgs:
                    weights_claim=weights_claim, weights_mount=weights_mount,
                    startup_probe_seconds=sizing.startup_probe_seconds, expose=s.serving.expose,
                    allowed_namespaces=s.serving.allowed_namespaces, source_ranges=s.serving.source_ranges,
-                   api_key=stack.api_key)
+                   api_key=stack.api_key, compile_cache_bucket=compile_cache_bucket)
 
 
 def _probe(kind: str, **kwargs: Any) -> dict[str, Any]:
@@ -184,6 +193,19 @@ class RayVllmServer(pulumi.ComponentResource):
         mounts = [{"name": "weights", "mountPath": args.weights_mount, "readOnly": True},
                   {"name": "launcher", "mountPath": LAUNCHER_DIR, "readOnly": True},
                   {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
+        pod_extra: dict[str, Any] = {}
+        template_annotations: dict[str, Any] = {}
+        if args.compile_cache_bucket is not None and spec.compile_cache_store:
+            # The launcher keeps vLLM's compile cache in the stack's bucket, reached as this account
+            # (components/compile_cache.py grants it); the driver's sidecar is injected on the annotation.
+            account = k8s.core.v1.ServiceAccount(
+                f"{name}-serving-sa", metadata={"name": SERVING_ACCOUNT, "namespace": args.namespace, "labels": labels},
+                automount_service_account_token=False, opts=child)
+            depends.append(account)
+            volumes.append(store_volume(args.compile_cache_bucket))
+            mounts.append({"name": "compile-cache", "mountPath": spec.compile_cache_store})
+            pod_extra["serviceAccountName"] = SERVING_ACCOUNT
+            template_annotations[GCSFUSE_ANNOTATION] = "true"
         # HOME, caches (Hugging Face, Triton, torch.compile), Ray and NCCL all write under /tmp and /dev/shm,
         # both emptyDirs: the root filesystem stays read-only.
         security = container_security_context()
@@ -198,11 +220,13 @@ class RayVllmServer(pulumi.ComponentResource):
             # LeaderWorkerSet spec in preview diffs: it is deliberately not marked secret.
             digest = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_key).apply(
                 lambda key: hashlib.sha256(key.encode()).hexdigest()[:16]))
-            template_meta["annotations"] = {API_KEY_DIGEST_ANNOTATION: digest}
+            template_annotations[API_KEY_DIGEST_ANNOTATION] = digest
+        if template_annotations:
+            template_meta["annotations"] = template_annotations
 
         def pod(container: dict[str, Any]) -> dict[str, Any]:
             return {"metadata": template_meta, "spec": {
-                "automountServiceAccountToken": False, "enableServiceLinks": False,
+                **pod_extra, "automountServiceAccountToken": False, "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": GRACE_SECONDS, "nodeSelector": node_selector,
                 "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
                 "securityContext": pod_security_context(fs_group=True),

@@ -98,6 +98,7 @@ class VllmSettings:
     dtype: str
     kv_cache_dtype: str
     extra_args: tuple[str, ...]
+    compile_cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -309,7 +310,8 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
         raise ConfigError("vllm.maxModelLen", max_len,
                           f"{model.architecture.name} supports at most "
                           f"{model.architecture.max_position_embeddings} tokens")
-    vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args)
+    vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args,
+                        v.compile_cache)
     if not accelerator.catalog.bfloat16:
         for key, value in (("vllm.dtype", v.dtype), ("vllm.kvCacheDtype", v.kv_cache_dtype)):
             if value == "bfloat16":

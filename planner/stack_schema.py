@@ -214,6 +214,8 @@ class VllmConfig(Section):
     kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto", description="--kv-cache-dtype.")
     extra_args: Texts = Field((), description="Appended to the server's command line.")
+    compile_cache: Bool = Field(True, description="Keep vLLM's torch.compile cache in a Cloud Storage bucket of the "
+                                                  "stack (GCS FUSE): replicas after the first skip compilation.")
 
     @field_validator("image")
     @classmethod

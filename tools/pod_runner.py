@@ -12,7 +12,8 @@ What a pod gets, from its spec:
 - readOnlyRootFilesystem: this machine's root read-only (bubblewrap), the declared volumes mounted where the
   container says: emptyDir -> a fresh directory (group fsGroup, setgid, like kubelet), or a real tmpfs of
   sizeLimit when medium is Memory; persistentVolumeClaim -> a host directory given per claim, read-only when the
-  volume or mount says so; configMap -> the rendered ConfigMap's files with defaultMode, read-only;
+  volume or mount says so; csi -> a host directory given per volume (`csi=`, e.g. a bucket's stand-in);
+  configMap -> the rendered ConfigMap's files with defaultMode, read-only;
 - env exactly as rendered, `$(VAR)` expanded as Kubernetes does, `secretKeyRef` from the values given, plus the
   image's env (PATH, and what the image sets) and, for LeaderWorkerSet pods, what the LWS controller injects;
 - probes run as the kubelet runs them (httpGet/tcpSocket against the pod IP, exec inside the same sandbox), with
@@ -143,12 +144,12 @@ class Pod:
                  secrets: dict[tuple[str, str], str] | None = None, image_env: dict[str, str] | None = None,
                  injected_env: dict[str, str] | None = None, command: list[str] | None = None,
                  log: Path | None = None, image_paths: tuple[str, ...] = (), gpus: tuple[int, ...] = (),
-                 service_account: dict[str, str] | None = None) -> None:
+                 service_account: dict[str, str] | None = None, csi: dict[str, Path] | None = None) -> None:
         if len(spec.get("containers") or []) != 1:
             raise ValueError("the runner runs pods of exactly one container")
         self.spec, self.container = spec, spec["containers"][0]
         self.objects, self.namespace, self.name = objects, namespace, name
-        self.claims, self.secrets = claims or {}, secrets or {}
+        self.claims, self.secrets, self.csi = claims or {}, secrets or {}, csi or {}
         self.image_env, self.injected_env = image_env or {}, injected_env or {}
         self.command = command or self.container["command"]
         self.image_paths = image_paths
@@ -214,6 +215,9 @@ class Pod:
                     os.chmod(host / key, mode)
                 os.chmod(host, 0o755)
                 read_only = True  # kubelet mounts ConfigMaps read-only whatever the mount says
+            elif "csi" in volume and mount["name"] in self.csi:
+                host = self.csi[mount["name"]]  # what the CSI driver would mount there (a bucket through FUSE)
+                read_only = read_only or bool(volume["csi"].get("readOnly"))
             else:
                 raise ValueError(f"volume {mount['name']}: kind not supported by the runner")
             binds += ["--ro-bind" if read_only else "--bind", str(host), target]

@@ -345,3 +345,38 @@ def test_the_detach_wait_job_pod_reads_volume_attachments_with_its_token_over_tl
     assert f"{pv}: still attached to node-a" in log and "attached to no node" in log, log
     assert seen and all(auth == f"Bearer {token}" for _, auth in seen), seen
     assert len(seen) == 5 and seen[0][0] == "/apis/storage.k8s.io/v1/volumeattachments"
+
+
+def test_a_second_leader_pod_starts_from_the_compile_cache_the_first_published(tiny_model, tmp_path):
+    """vllm.compileCache as rendered: the bucket's CSI volume (here a directory owned as GCS FUSE's uid/gid options
+    make it) at the launcher's store; the first pod publishes once it serves, the next one restores before vLLM
+    starts."""
+    objects = objects_for(tiny_model)
+    spec = find(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    volume = next(v for v in spec["volumes"] if "csi" in v)
+    options = dict(o.split("=") for o in volume["csi"]["volumeAttributes"]["mountOptions"].split(",") if "=" in o)
+    store = tmp_path / "bucket"
+    store.mkdir()
+    os.chown(store, int(options["uid"]), int(options["gid"]))
+    disk = weights_claim(tmp_path, tiny_model)
+    logs = []
+    with PodNetwork() as net:
+        for name in ("first", "second"):
+            pod = Pod(spec, objects, "vllm", name, net, claims={claim: disk}, secrets=SECRETS, image_env=CPU_IMAGE_ENV,
+                      image_paths=IMAGE, csi={volume["name"]: store}, log=tmp_path / f"{name}.log")
+            try:
+                pod.start()
+                assert pod.wait_started()[0], (tmp_path / f"{name}.log").read_text()[-3000:]
+                deadline = time.monotonic() + 60
+                while "compile cache: published" not in pod.log.read_text() and name == "first" \
+                        and time.monotonic() < deadline:
+                    time.sleep(1)
+                time.sleep(3)
+            finally:
+                pod.close()
+            logs.append(pod.log.read_text())
+    archives = list(store.rglob("pod-0.tar"))
+    assert len(archives) == 1 and archives[0].stat().st_uid == 10001, archives
+    assert "compile cache: published" in logs[0], logs[0][-3000:]
+    assert "compile cache: restored" in logs[1] and "exists; not published again" in logs[1], logs[1][-3000:]
