@@ -23,10 +23,26 @@ from planner.stack_schema import VllmConfig
 
 RESERVE_GIB = 2.0
 """Per-GPU memory outside weights and KV cache: activations at max batch, CUDA graphs, NCCL buffers."""
-ENGINE_START_SECONDS = 90
-"""vLLM engine start after weights are read: profiling run, KV allocation, CUDA-graph capture."""
-RAY_GROUP_SECONDS = 30
-"""Multi-node groups: Ray head start, worker joins and placement-group creation."""
+MEASURED_ENGINE_START = "nvidia-h200-141gb"
+ENGINE_START_SECONDS: dict[tuple[bool, bool], int] = {
+    # (multi-node, warm compile cache) -> seconds from container start to /health, less the weights read, measured
+    # by `bench/run.py startup` on H200s (vLLM 0.25.1, docs/benchmarks.md "Start-up: compile cache reuse"): one node
+    # 107.7 s cold / 76.4 s warm, two Ray nodes 128.5 / 100.3, each with ~2 s of weights from the page cache.
+    (False, False): 106, (False, True): 74, (True, False): 127, (True, True): 98,
+}
+"""Process start, imports, (Ray group,) torch.compile, profiling, KV allocation, CUDA graphs. Other GPU types use
+the H200 figures until measured; the plan says so."""
+NODE_PROVISIONING_TYPICAL_SECONDS = 150
+"""A new GPU node until its GPUs are allocatable, typically: VM create and boot, joining the cluster, and ~30 s of
+driver installation (GoogleCloudPlatform/ai-on-gke best-practices/startup-latency.md). An assumption, not measured
+here; the worst case is NODE_PROVISIONING_SECONDS."""
+IMAGE_PULL_STREAMING_SECONDS = 30
+"""With GKE image streaming (the GPU pools enable it): the same study's 5.4 GB Triton image started end to end in
+30 s instead of 191 s."""
+IMAGE_PULL_SECONDS_PER_GB = 30
+"""Without streaming, from that study: (191 - 30) s for 5.4 GB."""
+VLLM_IMAGE_GB = 10
+"""vllm/vllm-openai compressed size, roughly (components/gpu_node_pool.py sizes the boot disk for it)."""
 DEFAULT_UTILIZATION: float = VllmConfig.model_fields["gpu_memory_utilization"].default
 """vllm.gpuMemoryUtilization's declared default: the level a too-low setting is compared with."""
 MAX_NODES_PER_REPLICA = 64
@@ -63,8 +79,9 @@ def default_target(metric: str, max_concurrent_sequences: int) -> float:
 
 
 NODE_PROVISIONING_SECONDS = 900
-"""A new GPU node (create, boot, driver install, image pull) before the pod starts: the smoke Job's wait adds it
-to the startup budget."""
+"""The worst case for a new GPU node until its GPUs are allocatable: "up to 15 minutes" (kubernetes/autoscaler,
+cluster-autoscaler/utils/gpu/gpu.go). The smoke Job's wait adds it and an image pull without streaming to the
+startup budget."""
 MIN_WEIGHT_FRACTION = 0.9
 """The download verifies at least this share of the planned weight bytes arrived (shards vary in overhead)."""
 MEASURED_CROSS_NODE_TCP = ("measured on 2x H200 over TCP sockets (docs/benchmarks.md): pipeline parallel across "
@@ -121,6 +138,17 @@ class Sizing:
     estimated_load_seconds: int
     weights_load_seconds: int
     """The weights part of estimated_load_seconds: one node's share of the weights at the disk's read rate."""
+    node_provisioning_seconds: int
+    image_pull_seconds: int
+    """With image streaming (the GPU pools enable it)."""
+    image_pull_seconds_without_streaming: int
+    engine_start_cold_seconds: int
+    engine_start_warm_seconds: int
+    """With the compile cache a replica of the same layout published (vllm.compileCache)."""
+    engine_start_source: str
+    time_to_ready_cold_seconds: int
+    """A new replica on a new node: provisioning + image pull + weights + engine start, empty compile cache."""
+    time_to_ready_warm_seconds: int
     startup_probe_seconds: int
     download_deadline_seconds: int
     weights_disk_gib: int
@@ -453,7 +481,15 @@ def plan(settings: Settings) -> Sizing:
                         f"({settings.weights.load_seconds} s); the fastest, {disk.disk_type} at "
                         f"{disk.read_mib_s:,.0f} MiB/s per VM, takes {disk.load_seconds:.0f} s")
     disk_gib, read_mib_s, weights_load = disk.size_gib, disk.read_mib_s, disk.load_seconds
-    load = weights_load + ENGINE_START_SECONDS + (RAY_GROUP_SECONDS if layout.nodes > 1 else 0)
+    multi = layout.nodes > 1
+    cold, warm = ENGINE_START_SECONDS[(multi, False)], ENGINE_START_SECONDS[(multi, True)]
+    if not settings.vllm.compile_cache:
+        warm = cold
+    engine_source = ("measured on H200 (docs/benchmarks.md)" if accs.type == MEASURED_ENGINE_START else
+                     f"H200 measurement; not measured on {accs.type}")
+    pull = IMAGE_PULL_STREAMING_SECONDS
+    pull_plain = IMAGE_PULL_SECONDS_PER_GB * VLLM_IMAGE_GB
+    load = weights_load + cold  # the startup probe's basis: a cold start
     # The leader's startup probe runs from its container start: a multi-node leader may first wait up to
     # RAY_JOIN_TIMEOUT for workers on nodes still being created, then load and start. A probe budget shorter
     # than that kills the leader mid-wait and the group is recreated, losing the launcher's diagnostic.
@@ -475,7 +511,11 @@ def plan(settings: Settings) -> Sizing:
         kv_cache_gib_per_gpu=round(result.usable_per_gpu / GIB, 2),
         kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
         max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
-        weights_load_seconds=round(weights_load),
+        weights_load_seconds=round(weights_load), node_provisioning_seconds=NODE_PROVISIONING_TYPICAL_SECONDS,
+        image_pull_seconds=pull, image_pull_seconds_without_streaming=pull_plain, engine_start_cold_seconds=cold,
+        engine_start_warm_seconds=warm, engine_start_source=engine_source,
+        time_to_ready_cold_seconds=round(NODE_PROVISIONING_TYPICAL_SECONDS + pull + weights_load + cold),
+        time_to_ready_warm_seconds=round(NODE_PROVISIONING_TYPICAL_SECONDS + pull + weights_load + warm),
         startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
         weights_disk_type=disk.disk_type, provisioning=accs.provisioning,
         disk_read_mib_s=int(read_mib_s), disk_provisioned_mib_s=disk.provisioned_mib_s,
@@ -484,6 +524,6 @@ def plan(settings: Settings) -> Sizing:
         max_nodes=max_nodes,
         layout_source=source, pod_cpu=pod_cpu, pod_memory_gib=pod_memory, pod_shm_gib=pod_shm,
         hpa_target=hpa_target, min_weight_bytes=int(weights_bytes * MIN_WEIGHT_FRACTION),
-        smoke_wait_seconds=probe + NODE_PROVISIONING_SECONDS,
+        smoke_wait_seconds=probe + NODE_PROVISIONING_SECONDS + pull_plain,
         fingerprint=hashlib.sha256(served.encode()).hexdigest()[:16], warnings=tuple(warnings),
     )

@@ -91,6 +91,19 @@ def sizing_table(sizing: Sizing) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
+def time_to_ready(s: Sizing) -> str:
+    """A new replica's start, step by step (planner/sizing.py), with and without a published compile cache."""
+    disk = f"{s.weights_disk_type} {s.weights_disk_gib:,} GiB at {s.disk_read_mib_s:,} MiB/s per VM"
+    rows = [("node provisioning", f"{s.node_provisioning_seconds} s", "typical; the smoke Job allows 900 s"),
+            ("image pull", f"{s.image_pull_seconds} s",
+             f"image streaming; {s.image_pull_seconds_without_streaming} s without"),
+            ("weights load", f"{s.weights_load_seconds} s", disk),
+            ("engine start", f"{s.engine_start_cold_seconds} s / {s.engine_start_warm_seconds} s",
+             f"cold / warm compile cache; {s.engine_start_source}"),
+            ("total", f"{s.time_to_ready_cold_seconds} s / {s.time_to_ready_warm_seconds} s", "cold / warm")]
+    return "\n".join(f"  {step.ljust(18)} {value.ljust(14)} {note}" for step, value, note in rows)
+
+
 def resource_tree(resources: list[Any]) -> str:
     children: dict[str | None, list[Any]] = {}
     urns = {r.urn for r in resources}
@@ -167,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
+        print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
         print(f"resources ({len(listed)}):\n" + resource_tree(recording.resources))
         for warning in sizing.warnings:
             print(f"warning: {warning}")

@@ -171,7 +171,22 @@ def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS = {"config-reference": config_reference, "sizing-examples": sizing_examples}
+def time_to_ready_table(project_dir: Path = PROJECT_DIR) -> str:
+    """The example stacks' time to ready per new replica (planner/sizing.py, as `make plan` shows it)."""
+    rows = ["| stack | node provisioning s | image pull s (streaming / without) | weights load s | "
+            "engine start s (cold / warm cache) | total s (cold / warm) |", "|---|---|---|---|---|---|"]
+    for stack in ("dev", "prod"):
+        raw = namespaced(read_stack_file(project_dir / f"Pulumi.{stack}.yaml"))
+        s = plan(build_settings(raw, project_dir))
+        rows.append(f"| {stack} ({s.nodes_per_replica} x {s.machine_type}) | {s.node_provisioning_seconds} | "
+                    f"{s.image_pull_seconds} / {s.image_pull_seconds_without_streaming} | {s.weights_load_seconds} "
+                    f"({s.weights_disk_type}) | {s.engine_start_cold_seconds} / {s.engine_start_warm_seconds} | "
+                    f"{s.time_to_ready_cold_seconds} / {s.time_to_ready_warm_seconds} |")
+    return "\n".join(rows) + "\n"
+
+
+GENERATORS = {"config-reference": config_reference, "sizing-examples": sizing_examples,
+              "time-to-ready": time_to_ready_table}
 
 
 def render(readme_text: str, project_dir: Path = PROJECT_DIR) -> str:

@@ -1,5 +1,6 @@
 """Planner maths on known models and the layout rule (TP inside a node, PP across nodes)."""
 
+
 import pytest
 
 from planner.architecture import parse_hf_config
@@ -232,4 +233,40 @@ def test_the_dev_stack_loads_its_weights_within_a_minute_from_pd_ssd():
     dev = sizing("dev")
     assert dev.weights_disk_type == "pd-ssd" and dev.disk_read_mib_s == int(240 + 0.48 * dev.weights_disk_gib)
     assert dev.weights_load_seconds <= 60
-    assert dev.estimated_load_seconds == dev.weights_load_seconds + 90, "plus the engine start"
+    assert dev.estimated_load_seconds == dev.weights_load_seconds + dev.engine_start_cold_seconds
+
+
+def test_time_to_ready_adds_its_steps_and_feeds_the_probe_and_the_smoke_wait():
+    dev, prod = sizing("dev"), sizing("prod")
+    for s in (dev, prod):
+        steps = s.node_provisioning_seconds + s.image_pull_seconds + s.weights_load_seconds
+        assert abs(s.time_to_ready_cold_seconds - steps - s.engine_start_cold_seconds) <= 1
+        assert abs(s.time_to_ready_warm_seconds - steps - s.engine_start_warm_seconds) <= 1
+        assert s.time_to_ready_warm_seconds < s.time_to_ready_cold_seconds, "a published compile cache helps"
+        assert s.smoke_wait_seconds == s.startup_probe_seconds + 900 + s.image_pull_seconds_without_streaming
+    # join wait (multi-node only) + twice the cold load estimate + 60 s, in whole probe periods
+    for s, join in ((dev, 0), (prod, 600)):
+        budget = join + 2 * s.estimated_load_seconds + 60
+        assert budget - 1 <= s.startup_probe_seconds < budget + 11
+    assert prod.engine_start_cold_seconds > dev.engine_start_cold_seconds, "two nodes: the Ray group forms first"
+    off = sizing("dev", vllm={"compileCache": False})
+    assert off.engine_start_warm_seconds == off.engine_start_cold_seconds, "no cache, no warm start"
+    assert "not measured on nvidia-l4" in dev.engine_start_source
+    h200 = sizing(accelerator=accel("nvidia-h200-141gb"))
+    assert h200.engine_start_source.startswith("measured on H200")
+
+
+def test_engine_start_figures_are_the_gpu_runs_less_the_weights_read():
+    """planner/sizing.py's ENGINE_START_SECONDS come from docs/benchmarks/results.json (`bench/run.py startup`):
+    seconds to /health less ~2 s of weights from the page cache."""
+    import json
+    from pathlib import Path
+
+    from planner.sizing import ENGINE_START_SECONDS
+
+    rows = json.loads((Path(__file__).parents[2] / "docs" / "benchmarks" / "results.json").read_text())["startup"]
+    measured = {(r["nodes"] > 1, r["cache"] == "warm"): r["seconds_to_health"] for r in rows
+                if r["cache"] in ("cold", "warm") and "error" not in r}
+    assert set(measured) == set(ENGINE_START_SECONDS)
+    for key, seconds in measured.items():
+        assert abs(seconds - 2 - ENGINE_START_SECONDS[key]) <= 1, (key, seconds)
