@@ -278,3 +278,14 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
         total += max(0.0, min(amount, upper) - lower) * share
         lower = upper
     return total
+
+
+MEASURED_ENGINE_START = "nvidia-h200-141gb"
+ENGINE_START_SECONDS: dict[tuple[bool, bool], int] = {
+    # (multi-node, warm compile cache) -> seconds from container start to /health, less the weights read, measured
+    # by `bench/run.py startup` on H200s (vLLM 0.25.1, docs/benchmarks.md "Start-up: compile cache reuse"): one node
+    # 107.7 s cold / 76.4 s warm, two Ray nodes 128.5 / 100.3, each with ~2 s of weights from the page cache.
+    (False, False): 106, (False, True): 74, (True, False): 127, (True, True): 98,
+}
+"""Process start, imports, (Ray group,) torch.compile, profiling, KV allocation, CUDA graphs. Other GPU types use
+the H200 figures until measured; the plan says so."""

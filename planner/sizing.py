@@ -15,7 +15,16 @@ import math
 from dataclasses import dataclass
 
 from planner.architecture import DTYPE_BYTES, ModelArchitecture
-from planner.catalog import DISK_TYPES, GIB, MIB, Accelerator, MachineType, readonly_attach_limit
+from planner.catalog import (
+    DISK_TYPES,
+    ENGINE_START_SECONDS,
+    GIB,
+    MEASURED_ENGINE_START,
+    MIB,
+    Accelerator,
+    MachineType,
+    readonly_attach_limit,
+)
 from planner.commands import RAY_JOIN_TIMEOUT
 from planner.config import Settings
 from planner.errors import ConfigError
@@ -23,15 +32,6 @@ from planner.stack_schema import VllmConfig
 
 RESERVE_GIB = 2.0
 """Per-GPU memory outside weights and KV cache: activations at max batch, CUDA graphs, NCCL buffers."""
-MEASURED_ENGINE_START = "nvidia-h200-141gb"
-ENGINE_START_SECONDS: dict[tuple[bool, bool], int] = {
-    # (multi-node, warm compile cache) -> seconds from container start to /health, less the weights read, measured
-    # by `bench/run.py startup` on H200s (vLLM 0.25.1, docs/benchmarks.md "Start-up: compile cache reuse"): one node
-    # 107.7 s cold / 76.4 s warm, two Ray nodes 128.5 / 100.3, each with ~2 s of weights from the page cache.
-    (False, False): 106, (False, True): 74, (True, False): 127, (True, True): 98,
-}
-"""Process start, imports, (Ray group,) torch.compile, profiling, KV allocation, CUDA graphs. Other GPU types use
-the H200 figures until measured; the plan says so."""
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
 """A new GPU node until its GPUs are allocatable, typically: VM create and boot, joining the cluster, and ~30 s of
 driver installation (GoogleCloudPlatform/ai-on-gke best-practices/startup-latency.md). An assumption, not measured

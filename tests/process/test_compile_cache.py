@@ -134,3 +134,31 @@ def test_the_rendered_commands_carry_the_store_and_a_key_per_layout():
         assert command[at:at + 6] == ["--compile-cache-store", "/compile-cache", "--compile-cache-key", key,
                                       "--api-port", "8000"]
     assert "--compile-cache-store" not in leader_command(spec), "no store, no reuse"
+
+
+def test_pods_publishing_at_once_leave_one_whole_archive_and_no_partial_file(tmp_path):
+    """Several replicas of a layout start together: each publisher writes its own temporary file and renames it;
+    readers only ever see a complete archive."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("H", (http.server.BaseHTTPRequestHandler,), {
+        "do_GET": lambda self: (self.send_response(200), self.end_headers()),
+        "log_message": lambda self, *a: None}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    store, procs = tmp_path / "store", []
+    for n in range(4):
+        root = tmp_path / f"pod{n}" / "cache" / "torch_compile_cache" / "h" / "rank_0_0"
+        root.mkdir(parents=True)
+        (root / "graph.bin").write_bytes(bytes([n]) * 2_000_000)  # big enough for the writes to overlap
+        env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / f"pod{n}" / "cache"), "LWS_WORKER_INDEX": "0"}
+        procs.append(subprocess.Popen([sys.executable, str(LAUNCHER), "publish-cache", "--store", str(store), "--key",
+                                       "k", "--health-url", f"http://127.0.0.1:{server.server_port}/health"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    server.shutdown()
+    assert all(p.returncode == 0 for p in procs), outputs
+    assert sorted(p.name for p in (store / "k").iterdir()) == ["pod-0.tar"], "one archive, no temporary file left"
+    with tarfile.open(store / "k" / "pod-0.tar") as tar:
+        data = tar.extractfile("torch_compile_cache/h/rank_0_0/graph.bin").read()
+    assert len(data) == 2_000_000 and len(set(data)) == 1, "one publisher's whole archive, not a mix"

@@ -257,12 +257,12 @@ def test_time_to_ready_adds_its_steps_and_feeds_the_probe_and_the_smoke_wait():
 
 
 def test_engine_start_figures_are_the_gpu_runs_less_the_weights_read():
-    """planner/sizing.py's ENGINE_START_SECONDS come from docs/benchmarks/results.json (`bench/run.py startup`):
+    """planner/catalog.py's ENGINE_START_SECONDS come from docs/benchmarks/results.json (`bench/run.py startup`):
     seconds to /health less ~2 s of weights from the page cache."""
     import json
     from pathlib import Path
 
-    from planner.sizing import ENGINE_START_SECONDS
+    from planner.catalog import ENGINE_START_SECONDS
 
     rows = json.loads((Path(__file__).parents[2] / "docs" / "benchmarks" / "results.json").read_text())["startup"]
     measured = {(r["nodes"] > 1, r["cache"] == "warm"): r["seconds_to_health"] for r in rows
