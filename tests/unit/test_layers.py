@@ -87,3 +87,10 @@ def test_baked_images_run_as_the_uid_the_pods_declare(dockerfile):
 
     users = [line.split()[1] for line in dockerfile.read_text().splitlines() if line.startswith("USER ")]
     assert users == [str(RUN_AS_UID)], f"{dockerfile.parent.name}: USER {users} but pods run as {RUN_AS_UID}"
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports test modules by basename (no __init__.py here): two test_x.py in different tiers stop the whole
+    run at collection ("import file mismatch"), which happened twice on fresh clones."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
