@@ -4,6 +4,7 @@ render them from here, so what is benchmarked is what is deployed."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +65,6 @@ def compile_cache_key(vllm_image: str, accelerator: str, spec: ServerSpec, model
     """What a compiled graph depends on, readable, plus a digest of the model: vLLM's version (the image tag), the
     GPU type, TP x PP, max-model-len, dtypes. vLLM keys its own cache by a hash of config and code, so a wrong match
     only costs a compile; a right one skips it."""
-    import hashlib
-
     tag = vllm_image.rsplit(":", 1)[-1].split("@")[0] if ":" in vllm_image else "latest"
     digest = hashlib.sha256(f"{model}|{vllm_image}|{spec.extra_args}".encode()).hexdigest()[:10]
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{tag}-{accelerator}")
