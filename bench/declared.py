@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.pod_runner import Pod, PodNetwork
+from tools.pod_runner import Pod, PodNetwork, csi_stand_ins
 
 IMAGE_ENV_KEYS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME", "PYTHONUNBUFFERED", "DO_NOT_TRACK")
 IMAGE_ENV_PREFIXES = ("NCCL_", "VLLM_", "RAY_", "TORCH_", "NVSHMEM_", "HF_", "TRANSFORMERS_")
@@ -120,23 +120,10 @@ class DeclaredPods:
              log: Path) -> Pod:
         pod = Pod(spec, self.rendered.objects, self.rendered.namespace, role, self.net,
                   claims={self.rendered.claim: self.disk}, image_env=self.env, injected_env=injected,
-                  image_paths=image_paths(self.env), gpus=gpus, log=log, csi=self._buckets(spec))
+                  image_paths=image_paths(self.env), gpus=gpus, log=log,
+                  csi=csi_stand_ins(spec, self.logs.parent / "buckets"))
         self.pods.append(pod)
         return pod
-
-    def _buckets(self, spec: dict[str, Any]) -> dict[str, Path]:
-        """A directory per CSI volume (the compile-cache bucket), owned as its uid/gid mount options make it."""
-        found = {}
-        for volume in spec.get("volumes") or []:
-            if "csi" not in volume:
-                continue
-            options = dict(o.split("=", 1) for o in volume["csi"].get("volumeAttributes", {}).get(
-                "mountOptions", "").split(",") if "=" in o)
-            path = self.logs.parent / "buckets" / volume["name"]
-            path.mkdir(parents=True, exist_ok=True)
-            os.chown(path, int(options.get("uid", 0)), int(options.get("gid", 0)))
-            found[volume["name"]] = path
-        return found
 
     def start(self, name: str, gpus_per_pod: int, drop_env: tuple[str, ...] = ()) -> list[Pod]:
         """Leader on GPUs 0.., workers on the next ones; LWS's env injected; `drop_env` removed from the leader's

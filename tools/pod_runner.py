@@ -88,6 +88,22 @@ class PodNetwork:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
+def csi_stand_ins(spec: dict[str, Any], root: Path) -> dict[str, Path]:
+    """A directory under `root` for each CSI volume of a pod spec (what GCS FUSE would mount: the compile-cache
+    bucket), owned as the volume's uid/gid mount options make the mount; shared by every pod given the same root."""
+    found = {}
+    for volume in spec.get("volumes") or []:
+        if "csi" not in volume:
+            continue
+        options = dict(o.split("=", 1) for o in volume["csi"].get("volumeAttributes", {}).get(
+            "mountOptions", "").split(",") if "=" in o)
+        path = root / volume["name"]
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, int(options.get("uid", 0)), int(options.get("gid", 0)))
+        found[volume["name"]] = path
+    return found
+
+
 def _resolved(path: str) -> str:
     """`path` with the links in its existing part resolved: /var/run is a link to /run on this machine's root, and
     a mount below it must be made where the link leads."""

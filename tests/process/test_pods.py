@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import API_KEY
 from tests.helpers import full_config
 from tools.mocks import run_program
-from tools.pod_runner import Pod, PodNetwork
+from tools.pod_runner import Pod, PodNetwork, csi_stand_ins
 
 pytestmark = pytest.mark.slow
 VENV_BIN = str(Path(sys.executable).parent)
@@ -71,7 +71,8 @@ def test_the_one_node_leader_pod_serves_as_declared_and_drains_on_stop(tiny_mode
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     with PodNetwork() as net:
         pod = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log")
+                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
+                  csi=csi_stand_ins(spec, tmp_path / "buckets"))
         try:
             pod.start()
             started, seconds, results = pod.wait_started()
@@ -118,7 +119,8 @@ def test_the_smoke_job_pod_passes_against_the_serving_pod(tiny_model, tmp_path):
     smoke = find(objects, "Job", "smoke")["spec"]["template"]["spec"]
     with PodNetwork() as net:
         server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log")
+                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
+                     csi=csi_stand_ins(spec, tmp_path / "buckets"))
         try:
             server.start()
             assert server.wait_started()[0], (tmp_path / "leader.log").read_text()[-3000:]
@@ -194,13 +196,14 @@ def test_a_two_pod_group_forms_over_ray_and_a_lost_worker_fails_the_leader(tiny_
     stand_in = [*command[:command.index("--") + 1], "python3", "/stand-in/stand_in.py"]
     with PodNetwork() as net:
         leader = Pod(leader_spec, objects, "vllm", "leader", net, claims={claim: disk}, secrets=SECRETS,
-                     image_env=CPU_IMAGE_ENV, image_paths=IMAGE, command=stand_in, log=tmp_path / "leader.log")
+                     image_env=CPU_IMAGE_ENV, image_paths=IMAGE, command=stand_in, log=tmp_path / "leader.log",
+                     csi=csi_stand_ins(leader_spec, tmp_path / "buckets"))
         leader.binds += ["--ro-bind", str(tmp_path / "stand_in.py"), "/stand-in/stand_in.py"]
         lws_env = {"LWS_LEADER_ADDRESS": leader.ip, "LWS_GROUP_SIZE": "2"}  # the controller's injection (IP: no DNS)
         leader.env.update({**lws_env, "LWS_WORKER_INDEX": "0"})
         worker = Pod(worker_spec, objects, "vllm", "worker", net, claims={claim: disk}, secrets=SECRETS,
                      image_env=CPU_IMAGE_ENV, image_paths=IMAGE, injected_env={**lws_env, "LWS_WORKER_INDEX": "1"},
-                     log=tmp_path / "worker.log")
+                     log=tmp_path / "worker.log", csi=csi_stand_ins(worker_spec, tmp_path / "buckets"))
         try:
             leader.start()
             worker.start()
@@ -261,7 +264,8 @@ def test_the_chat_page_pod_answers_from_the_serving_pod_in_a_real_browser(tiny_m
     ui_env = {"PATH": f"{UI_VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin"}  # the chat image: its Python first
     with PodNetwork() as net:
         server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log")
+                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
+                     csi=csi_stand_ins(spec, tmp_path / "buckets"))
         page = Pod(page_spec, objects, "vllm", "chat-ui", net, secrets=SECRETS, image_env=ui_env,
                    image_paths=(os.path.realpath(UI_VENV),),
                    log=tmp_path / "chat-ui.log")
@@ -354,17 +358,14 @@ def test_a_second_leader_pod_starts_from_the_compile_cache_the_first_published(t
     objects = objects_for(tiny_model)
     spec = find(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
-    volume = next(v for v in spec["volumes"] if "csi" in v)
-    options = dict(o.split("=") for o in volume["csi"]["volumeAttributes"]["mountOptions"].split(",") if "=" in o)
-    store = tmp_path / "bucket"
-    store.mkdir()
-    os.chown(store, int(options["uid"]), int(options["gid"]))
+    buckets = csi_stand_ins(spec, tmp_path / "buckets")
+    store = buckets["compile-cache"]
     disk = weights_claim(tmp_path, tiny_model)
     logs = []
     with PodNetwork() as net:
         for name in ("first", "second"):
             pod = Pod(spec, objects, "vllm", name, net, claims={claim: disk}, secrets=SECRETS, image_env=CPU_IMAGE_ENV,
-                      image_paths=IMAGE, csi={volume["name"]: store}, log=tmp_path / f"{name}.log")
+                      image_paths=IMAGE, csi=buckets, log=tmp_path / f"{name}.log")
             try:
                 pod.start()
                 assert pod.wait_started()[0], (tmp_path / f"{name}.log").read_text()[-3000:]
