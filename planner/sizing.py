@@ -381,6 +381,10 @@ class DiskChoice:
     usd_month: float
     load_seconds: float
 
+    def meets(self, target_seconds: int) -> bool:
+        """Loads within the target (to the half second the plan rounds to)."""
+        return self.load_seconds <= target_seconds + 0.5
+
 
 def _round10(gib: float) -> int:
     return int(math.ceil(gib / 10) * 10)
@@ -406,16 +410,23 @@ def disk_option(disk_type: str, need_gib: int, size_gib: int | None, machine: Ma
 def choose_weights_disk(settings: Settings, weights_bytes: float, machine: MachineType, nodes: int,
                         max_nodes: int) -> tuple[DiskChoice, list[DiskChoice]]:
     """The weights disk: among the types the machine attaches (or weights.diskType), the cheapest configuration
-    whose read rate loads one node's share within weights.loadSeconds; when none does, the fastest. Returns the
-    choice and every option considered (the plan shows them)."""
+    whose read rate loads one node's share within weights.loadSeconds; when none does, the fastest. A type that
+    cannot attach to the pool's VMs read-only is no option; forced (weights.diskType), it is a ConfigError.
+    Returns the choice and every option considered."""
     w = settings.weights
     need = _round10((weights_bytes / GIB) * 1.15 + 10)
     want = weights_bytes / nodes / MIB / w.load_seconds
     options = []
     for disk_type in w.disk_types:
         size, rate, provisioned = disk_option(disk_type, need, w.size_gib, machine, want, max_nodes)
-        if max_nodes > readonly_attach_limit(disk_type, size) and not w.disk_type:
-            continue  # more VMs than the type attaches read-only: not an option (a forced type errors in plan())
+        attach_limit = readonly_attach_limit(disk_type, size)
+        if max_nodes > attach_limit and w.disk_type:
+            raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
+                              f"{max_nodes} nodes ({nodes} per replica) would attach the read-only "
+                              f"{disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
+                              "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
+        if max_nodes > attach_limit:
+            continue
         disk = DISK_TYPES[disk_type]
         cost = size * disk.usd_per_gib_month + provisioned * disk.usd_per_mib_s_month
         options.append(DiskChoice(disk_type, size, rate, provisioned, round(cost, 2),
@@ -424,7 +435,7 @@ def choose_weights_disk(settings: Settings, weights_bytes: float, machine: Machi
         raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
                           f"{max_nodes} nodes would attach the read-only weights disk, more than any of "
                           f"{', '.join(w.disk_types)} attaches; use fewer replicas")
-    meeting = [o for o in options if o.load_seconds <= w.load_seconds + 0.5]
+    meeting = [o for o in options if o.meets(w.load_seconds)]
     if meeting:
         return min(meeting, key=lambda o: (o.usd_month, o.load_seconds)), options
     return min(options, key=lambda o: (o.load_seconds, o.usd_month)), options
@@ -469,13 +480,7 @@ def plan(settings: Settings) -> Sizing:
                           f"{max_nodes} nodes ({layout.nodes} per replica) exceed what one GKE node pool may grow "
                           f"to in a zone ({MAX_NODES_PER_POOL}); use at most {MAX_NODES_PER_POOL // layout.nodes}")
     disk, _ = choose_weights_disk(settings, weights_bytes, accs.machine, layout.nodes, max_nodes)
-    attach_limit = readonly_attach_limit(disk.disk_type, disk.size_gib)
-    if max_nodes > attach_limit:
-        raise ConfigError("autoscaling.maxReplicas", settings.autoscaling.max_replicas,
-                          f"{max_nodes} nodes ({layout.nodes} per replica) would attach the read-only "
-                          f"{disk.disk_type} weights disk, which attaches to at most {attach_limit} VMs; "
-                          "use weights.diskType: hyperdisk-ml (up to 2,500 VMs) or fewer replicas")
-    if disk.load_seconds > settings.weights.load_seconds + 0.5:
+    if not disk.meets(settings.weights.load_seconds):
         warnings.append(f"no weights disk {accs.machine_type} attaches ({', '.join(settings.weights.disk_types)}) "
                         f"loads a node's {_gib(weights_bytes / layout.nodes)} within weights.loadSeconds "
                         f"({settings.weights.load_seconds} s); the fastest, {disk.disk_type} at "
