@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -250,7 +251,7 @@ def restore_cache(role: str, store: str, key: str) -> None:
     except (OSError, tarfile.TarError) as exc:
         log(role, f"compile cache: {archive} not restored ({type(exc).__name__}: {exc}); vLLM compiles")
     finally:
-        subprocess.run(["rm", "-rf", str(staging)], check=False)
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def start_publisher(role: str, args: argparse.Namespace, health_url: str) -> None:
