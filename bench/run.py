@@ -387,8 +387,9 @@ def startup(bench: Bench, names: list[str], results: dict[str, Any], save) -> No
                 leader = texts[0]
                 row["init_engine_seconds"] = (_floats(INIT_LINE, leader) or [None])[0]
                 row["torch_compile_seconds"] = (_floats(COMPILE_LINE, leader) or [None])[0]
-                row["restored_mib"] = [float(m.group(2)) for t in texts for m in RESTORED_LINE.finditer(t)]
-                row["restore_seconds"] = [float(m.group(3)) for t in texts for m in RESTORED_LINE.finditer(t)]
+                restored = [m for t in texts for m in RESTORED_LINE.finditer(t)]
+                row["restored_mib"] = [float(m.group(2)) for m in restored]
+                row["restore_seconds"] = [float(m.group(3)) for m in restored]
                 row["published_mib"] = [float(m.group(1)) for t in texts for m in PUBLISHED_LINE.finditer(t)]
                 log(f"startup {tag}: /health after {row['seconds_to_health']} s, init engine "
                     f"{row['init_engine_seconds']} s, torch.compile {row['torch_compile_seconds']} s, restored "

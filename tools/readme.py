@@ -155,14 +155,19 @@ def _disk(s: Sizing) -> str:
             f"${s.weights_disk_usd_month:,.0f}/month")
 
 
+def _plan_stack(stack: str, project_dir: Path, override: dict[str, Any] | None = None) -> Sizing:
+    """The plan of Pulumi.<stack>.yaml, with `override` sections replacing the file's."""
+    raw = copy.deepcopy(namespaced(read_stack_file(project_dir / f"Pulumi.{stack}.yaml")))
+    raw.update(copy.deepcopy(override or {}))
+    return plan(build_settings(raw, project_dir))
+
+
 def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     rows = ["| example | layout | GPUs / replica | weights GiB | KV tokens / replica | full sequences | "
             "GPU nodes (min-max) | weights disk | weights load s | est. load s |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for title, stack, override in EXAMPLES:
-        raw = copy.deepcopy(namespaced(read_stack_file(project_dir / f"Pulumi.{stack}.yaml")))
-        raw.update(copy.deepcopy(override))
-        s = plan(build_settings(raw, project_dir))
+        s = _plan_stack(stack, project_dir, override)
         rows.append(
             f"| {title} | TP={s.tensor_parallel_size} x PP={s.pipeline_parallel_size} on {s.nodes_per_replica} "
             f"x {s.machine_type} | {s.gpus_per_replica} | {s.weights_gib:,.1f} | {s.kv_cache_tokens_per_replica:,} "
@@ -176,8 +181,7 @@ def time_to_ready_table(project_dir: Path = PROJECT_DIR) -> str:
     rows = ["| stack | node provisioning s | image pull s (streaming / without) | weights load s | "
             "engine start s (cold / warm cache) | total s (cold / warm) |", "|---|---|---|---|---|---|"]
     for stack in ("dev", "prod"):
-        raw = namespaced(read_stack_file(project_dir / f"Pulumi.{stack}.yaml"))
-        s = plan(build_settings(raw, project_dir))
+        s = _plan_stack(stack, project_dir)
         rows.append(f"| {stack} ({s.nodes_per_replica} x {s.machine_type}) | {s.node_provisioning_seconds} | "
                     f"{s.image_pull_seconds} / {s.image_pull_seconds_without_streaming} | {s.weights_load_seconds} "
                     f"({s.weights_disk_type}) | {s.engine_start_cold_seconds} / {s.engine_start_warm_seconds} | "
