@@ -11,7 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import exposed_service, load_balancer_peers, parent_depends_on
-from components.compile_cache import GCSFUSE_ANNOTATION, SERVING_ACCOUNT, STORE_MOUNT, store_volume
+from components.compile_cache import GCSFUSE_ANNOTATIONS, SERVING_ACCOUNT, STORE_MOUNT, store_volume
 from planner.commands import (
     API_PORT_NAME,
     DRAIN_SECONDS,
@@ -205,7 +205,7 @@ class RayVllmServer(pulumi.ComponentResource):
             volumes.append(store_volume(args.compile_cache_bucket))
             mounts.append({"name": "compile-cache", "mountPath": spec.compile_cache_store})
             pod_extra["serviceAccountName"] = SERVING_ACCOUNT
-            template_annotations[GCSFUSE_ANNOTATION] = "true"
+            template_annotations.update(GCSFUSE_ANNOTATIONS)
         # HOME, caches (Hugging Face, Triton, torch.compile), Ray and NCCL all write under /tmp and /dev/shm,
         # both emptyDirs: the root filesystem stays read-only.
         security = container_security_context()

@@ -67,6 +67,8 @@ class PodTemplate:
     where: str
     spec: dict[str, Any]
     owner: dict[str, Any] = field(repr=False, default_factory=dict)
+    annotations: dict[str, Any] = field(default_factory=dict)
+    """The template's own annotations (what admission webhooks read, e.g. GCS FUSE's sidecar injection)."""
 
 
 def _where(obj: dict[str, Any]) -> str:
@@ -79,14 +81,34 @@ def pod_templates(objects: Iterable[dict[str, Any]]) -> Iterator[PodTemplate]:
     for obj in objects:
         kind, spec = obj.get("kind"), obj.get("spec") or {}
         if kind in ("Deployment", "Job", "StatefulSet", "DaemonSet"):
-            yield PodTemplate(_where(obj), (spec.get("template") or {}).get("spec") or {}, obj)
+            template = spec.get("template") or {}
+            yield PodTemplate(_where(obj), template.get("spec") or {}, obj, _annotations(template))
         elif kind == "Pod":
-            yield PodTemplate(_where(obj), spec, obj)
+            yield PodTemplate(_where(obj), spec, obj, _annotations(obj))
         elif kind == "LeaderWorkerSet":
             lwt = spec.get("leaderWorkerTemplate") or {}
             for role in ("leaderTemplate", "workerTemplate"):
                 if role in lwt:
-                    yield PodTemplate(f"{_where(obj)} {role}", (lwt[role] or {}).get("spec") or {}, obj)
+                    template = lwt[role] or {}
+                    yield PodTemplate(f"{_where(obj)} {role}", template.get("spec") or {}, obj, _annotations(template))
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+GCSFUSE_VOLUMES = "gke-gcsfuse/volumes"
+GCSFUSE_REQUESTS = {"cpu": "gke-gcsfuse/cpu-request", "memory": "gke-gcsfuse/memory-request"}
+"""The Cloud Storage FUSE CSI driver's webhook injects a sidecar into pods annotated `gke-gcsfuse/volumes: "true"`,
+with the requests these annotations set (GoogleCloudPlatform/gcs-fuse-csi-driver, pkg/webhook)."""
+
+
+def injected_containers(annotations: dict[str, Any]) -> list[dict[str, Any]]:
+    """Containers an admission webhook adds to a pod with these annotations, as the scheduler will see them."""
+    if str(annotations.get(GCSFUSE_VOLUMES, "")).lower() != "true":
+        return []
+    requests = {resource: annotations[key] for resource, key in GCSFUSE_REQUESTS.items() if key in annotations}
+    return [{"name": "gke-gcsfuse-sidecar", "resources": {"requests": requests}}]
 
 
 # ---------------------------------------------------------------------------------------------- quantities
@@ -162,8 +184,8 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: tuple[str, str, str]) -
     return False
 
 
-def _misfit(pod: dict[str, Any], pool: NodePool) -> str | None:
-    """Why `pod` cannot run on a node of `pool`, or None when it can."""
+def _misfit(pod: dict[str, Any], pool: NodePool, injected: list[dict[str, Any]] = ()) -> str | None:
+    """Why `pod` (with the `injected` sidecars) cannot run on a node of `pool`, or None when it can."""
     for key, value in (pod.get("nodeSelector") or {}).items():
         if key == ZONE_LABEL:
             if pool.zones is not None and value not in pool.zones:
@@ -175,7 +197,7 @@ def _misfit(pod: dict[str, Any], pool: NodePool) -> str | None:
             return f"does not tolerate the taint {taint[0]}={taint[1]}:{taint[2]}"
     cpu = memory = limit_memory = 0.0
     gpus = 0
-    for container in pod.get("containers") or []:
+    for container in [*(pod.get("containers") or []), *injected]:
         resources = container.get("resources") or {}
         requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
         cpu += quantity(requests.get("cpu", 0))
@@ -200,7 +222,12 @@ def scheduling(objects: Iterable[dict[str, Any]], pools: list[NodePool]) -> list
     """Every pod template fits some declared node pool (GKE's allocatable formula, catalog.gke_allocatable)."""
     problems = []
     for template in pod_templates(objects):
-        reasons = {pool.name: _misfit(template.spec, pool) for pool in pools}
+        injected = injected_containers(template.annotations)
+        missing = [key for key in GCSFUSE_REQUESTS.values() if injected and key not in template.annotations]
+        if missing:
+            problems.append(f"scheduling: {template.where} gets the GCS FUSE sidecar without {', '.join(missing)}: "
+                            "its requests would be the driver's defaults, which this check cannot see")
+        reasons = {pool.name: _misfit(template.spec, pool, injected) for pool in pools}
         if all(reasons.values()):
             why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
             problems.append(f"scheduling: {template.where} fits no node pool ({why})")

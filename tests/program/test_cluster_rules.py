@@ -189,6 +189,26 @@ def test_pods_sharing_a_gpu_node_must_fit_it_together():
     assert "4 pod(s) per node" in rules._misfit(pod, pool)
 
 
+def test_the_gcs_fuse_sidecar_the_webhook_injects_counts_toward_the_fit(prod):
+    """The serving pods opt into the compile-cache bucket's sidecar; GKE's webhook adds it, so the scheduling check
+    adds its declared requests, and refuses an opt-in that does not declare them."""
+    recording, _ = prod
+    objs = objects(recording)
+    lws = find(objs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    annotations = lws["workerTemplate"]["metadata"]["annotations"]
+    assert annotations["gke-gcsfuse/volumes"] == "true" and rules.scheduling(objs, pools(recording)) == []
+    sidecar = rules.injected_containers(annotations)
+    assert sidecar[0]["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}
+    annotations["gke-gcsfuse/memory-request"] = "500Gi"  # the node's memory, once added to the vLLM pod's share
+    found = rules.scheduling(objs, pools(recording))
+    assert any("workerTemplate fits no node pool" in p and "GiB memory requested" in p for p in found), found
+    del annotations["gke-gcsfuse/memory-request"]
+    found = rules.scheduling(objs, pools(recording))
+    assert any("without gke-gcsfuse/memory-request" in p for p in found), found
+    annotations["gke-gcsfuse/volumes"] = "false"
+    assert rules.scheduling(objs, pools(recording)) == [], "no opt-in, no sidecar"
+
+
 # ------------------------------------------------------------------ time budgets
 
 def test_mains_prod_startup_probe_of_500_s_is_shorter_than_the_join_wait_plus_load(prod):
