@@ -280,7 +280,9 @@ class Pod:
         (/models, /data, /opt/vllm-gke) must be created, so the root is built on bubblewrap's tmpfs: every host
         entry bound read-only, a directory that holds a new mount point bound entry by entry, and the root
         remounted read-only once the volumes are in place."""
-        targets = {self.binds[i + 2] for i in range(0, len(self.binds), 3)}
+        # The image's own paths count as mount points too: their parents are rebuilt 0755 as in an image, so a
+        # checkout under a 0700 directory (`mktemp -d`) does not hide the image's Python from the pod's user.
+        targets = {self.binds[i + 2] for i in range(0, len(self.binds), 3)} | set(self.image_paths)
         expand = {str(parent) for t in targets for parent in Path(t).parents
                   if str(parent) != "/" and os.path.isdir(parent)}
         argv: list[str] = []
