@@ -18,8 +18,9 @@ worker: waits (bounded) until the head's port answers, joins with `ray start --b
     (VLLM_CACHE_ROOT, as vLLM derives it) is filled from DIR/KEY/pod-INDEX.tar when a pod of the same layout left
     one there; once the group's API answers /health, a background `publish-cache` writes this pod's cache there
     if none is yet (written to a temporary name, then renamed: a reader never sees half a file; pods publishing at
-    once each write a whole archive). Absent, unreadable or stale archives only cost the compile vLLM does anyway
-    (its cache is keyed by its own hash of config and code). INDEX is LWS_WORKER_INDEX (0 for the leader).
+    once each write a whole archive); it gives up when the process that started it is gone. Absent, unreadable
+    or stale archives only cost the compile vLLM does anyway (its cache is keyed by its own hash of config and
+    code). INDEX is LWS_WORKER_INDEX (0 for the leader).
 Standard library and Ray only. One log line per state change; every failure is one line.
 """
 
@@ -255,10 +256,13 @@ def restore_cache(role: str, store: str, key: str) -> None:
 
 
 def start_publisher(role: str, args: argparse.Namespace, health_url: str) -> None:
-    """`publish-cache` in the background: it outlives nothing (it exits once published or timed out)."""
+    """`publish-cache` in the background, watching this process: a one-node leader execs into the server with the
+    same PID, so the publisher ends with the server (or the launcher) instead of polling a port that another
+    server may answer later."""
     subprocess.Popen([sys.executable, os.path.abspath(__file__), "publish-cache", "--store", args.compile_cache_store,
                       "--key", args.compile_cache_key, "--health-url", health_url,
-                      "--timeout", str(args.compile_cache_timeout)], start_new_session=True)
+                      "--timeout", str(args.compile_cache_timeout), "--parent", str(os.getpid())],
+                     start_new_session=True)
     log(role, f"compile cache: publishing after {health_url} answers")
 
 
@@ -270,6 +274,9 @@ def publish_cache(args: argparse.Namespace) -> int:
     role = "publish"
     deadline = time.monotonic() + args.timeout
     while True:
+        if args.parent and os.getppid() != args.parent:  # re-parented: the process it was started for is gone
+            return fail(role, 1, f"compile cache: process {args.parent} (the server or its launcher) exited before "
+                                 f"{args.health_url} answered; nothing published")
         try:
             with urllib.request.urlopen(args.health_url, timeout=5) as response:
                 if response.status == 200:
@@ -385,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     pub.add_argument("--key", required=True)
     pub.add_argument("--health-url", required=True)
     pub.add_argument("--timeout", type=float, default=3600)
+    pub.add_argument("--parent", type=int, default=0,
+                     help="stop waiting once this process (the one that started the publisher) is gone")
     lead = sub.choices["leader"]
     lead.add_argument("--group-size", type=int, required=True)
     lead.add_argument("--drain-timeout", type=float, default=60)

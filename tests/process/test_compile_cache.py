@@ -162,3 +162,36 @@ def test_pods_publishing_at_once_leave_one_whole_archive_and_no_partial_file(tmp
     with tarfile.open(store / "k" / "pod-0.tar") as tar:
         data = tar.extractfile("torch_compile_cache/h/rank_0_0/graph.bin").read()
     assert len(data) == 2_000_000 and len(set(data)) == 1, "one publisher's whole archive, not a mix"
+
+
+def test_the_publisher_ends_with_the_server_it_waits_for(tmp_path):
+    """A server that dies before /health answers leaves no publisher polling its port (where a later server could
+    answer it): the publisher watches the process that started it (the one-node leader execs into the server)."""
+    import psutil
+
+    store, port = tmp_path / "store", free_port()
+    proc = subprocess.Popen([sys.executable, str(LAUNCHER), "leader", "--group-size", "1", "--gpus-per-node", "0",
+                             "--compile-cache-store", str(store), "--compile-cache-key", "k", "--api-port", str(port),
+                             "--", sys.executable, "-c", "import time; time.sleep(3)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def publishers() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            cmdline = p.info["cmdline"] or []
+            if "publish-cache" in cmdline and str(store) in cmdline:
+                found.append(p)
+        return found
+
+    deadline = time.monotonic() + 10
+    while not publishers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert publishers(), "the leader starts a publisher"
+    output, _ = proc.communicate(timeout=30)
+    deadline = time.monotonic() + 15
+    while publishers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = publishers()
+    for p in left:
+        p.kill()
+    assert not left, f"publisher still polling 127.0.0.1:{port} after its server exited: {output[-1500:]}"
