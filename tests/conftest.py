@@ -5,6 +5,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pytest
 
+pytest_plugins = ["tests.leaks"]
+
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
