@@ -23,7 +23,8 @@ Service account (`service_account=`): kubelet's token volume (token, ca.crt, nam
 that do not opt out; KUBERNETES_SERVICE_HOST/PORT come with `injected_env`.
 GPUs (`gpus=`): only the device nodes of the GPUs handed to the pod, as the NVIDIA device plugin mounts them.
 Resource requests and limits are not enforced here (scheduling is planner/cluster_rules.py's part).
-Needs root, bubblewrap (`bwrap`), util-linux `setpriv` and iproute2 (`ip`).
+Needs root, bubblewrap (`bwrap`), util-linux `setpriv` and iproute2 (`ip`); tests that use it are marked `root`
+(tools/run_tests.sh runs them through sudo -n when make test runs as another user).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class PodNetwork:
         self.namespaces: list[str] = []
 
     def __enter__(self) -> PodNetwork:
+        if os.geteuid() != 0:
+            raise PermissionError("tools/pod_runner.py runs pods as root (bubblewrap, network namespaces, setpriv); "
+                                  "as another user, `make test` runs the tests marked root through sudo -n")
         remove_stale_networks()
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{HOST_IP}/24", "dev", self.bridge)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Drive the chat page in a real headless Chromium (Selenium + Debian's chromium/chromedriver), send one message
+"""Drive the chat page in a real headless Chromium (Selenium; the browser and chromedriver that
+tools/host_tools.py finds: Debian's chromium, or Google Chrome on GitHub's runners), send one message
 and record what the page shows while the answer streams in. Runs under .venv-ui (Gradio's environment):
 
     chat_page.py --url http://127.0.0.1:7860 --message hello [--screenshot out.png] [--timeout 120]
@@ -15,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -23,6 +25,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tools.host_tools import browser, chromedriver  # standard library only: runs under .venv-ui
 
 BOT_TEXTS = ("return Array.from(document.querySelectorAll('[data-testid=\"bot\"]'))"
              ".map(e => e.innerText.trim())")
@@ -44,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--message", required=True)
     parser.add_argument("--screenshot")
     parser.add_argument("--timeout", type=float, default=120)
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    parser.add_argument("--chromium", default=browser(), help="browser binary (default: as tools/host_tools.py finds)")
+    parser.add_argument("--chromedriver", default=chromedriver(), help="its driver (default: likewise)")
     args = parser.parse_args(argv)
+    if not (args.chromium and args.chromedriver):
+        parser.error("no Chromium-family browser or chromedriver found; `make host-tools` installs them")
     options = Options()
     options.binary_location = args.chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,820"):

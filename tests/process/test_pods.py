@@ -22,7 +22,7 @@ from tests.helpers import full_config
 from tools.mocks import run_program
 from tools.pod_runner import Pod, PodNetwork, csi_stand_ins
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 VENV_BIN = str(Path(sys.executable).parent)
 IMAGE = (sys.prefix,)
 """The "image's" Python environment, bound read-only even when the checkout lies under /tmp (a pod's emptyDir)."""

@@ -256,6 +256,7 @@ def test_a_pod_gets_only_the_device_nodes_of_its_own_gpus():
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_a_real_cpu_run_as_declared_pods(tmp_path):
     """bench/run.py --pods on this machine: the tp1 leader pod as the program renders it (UID 10001, read-only root,
     rendered env and mounts, own network namespace) serves the benchmark; the GPU host runs the same path."""

@@ -94,3 +94,33 @@ def test_test_modules_have_unique_basenames():
     run at collection ("import file mismatch"), which happened twice on fresh clones."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def _marks(node: ast.expr) -> set[str]:
+    items = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    return {ast.unparse(item) for item in items}
+
+
+RUNS_PODS = ("PodNetwork(", "Pod(", "'--pods'")
+"""What a test's source holds when it runs pods: the runner's classes, or bench/run.py --pods."""
+
+
+def test_every_test_that_runs_pods_is_marked_root():
+    """Pods run through tools/pod_runner.py only as root; a non-root `make test` runs the tests marked `root` through
+    sudo -n (tools/run_tests.sh), so an unmarked pod test would fail there with PermissionError."""
+    unmarked, marked = [], 0
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        if path == Path(__file__):
+            continue
+        tree = ast.parse(path.read_text())
+        module_marks = set().union(*(_marks(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                                     and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = module_marks.union(*(_marks(d) for d in node.decorator_list))
+                if any(s in ast.unparse(node) for s in RUNS_PODS):
+                    marked += "pytest.mark.root" in marks
+                    if "pytest.mark.root" not in marks:
+                        unmarked.append(f"{path.relative_to(ROOT)}::{node.name}")
+    assert unmarked == [], f"run pods but are not marked root: {unmarked}"
+    assert marked >= 8, f"only {marked} pod tests found: the patterns in RUNS_PODS no longer match them"
