@@ -77,12 +77,21 @@ class ModelArchitecture:
         return 2 * layers_per_stage * kv_heads_per_gpu * self.head_dim * kv_dtype_bytes
 
 
-def _require(cfg: Mapping[str, Any], key: str, source: str, names: tuple[str, ...]) -> int:
+def _count(cfg: Mapping[str, Any], source: str, names: tuple[str, ...], minimum: int = 1,
+           default: int | None = None) -> int:
+    """The first of `names` that config.json sets (null counts as unset). A value that is there but impossible (0 or
+    negative where `minimum` is 1, a float, a string) is refused, never replaced by a default or by the next name:
+    vLLM would fail on it at start. Unset: `default`, or an error when there is none."""
     for name in names:
         value = cfg.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    raise ConfigError(source, names[0], f"the model config has no positive integer {' / '.join(names)}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(source, value, f"{name} in the model config must be an integer >= {minimum}")
+        return value
+    if default is None:
+        raise ConfigError(source, names[0], f"the model config has no {' / '.join(names)}")
+    return default
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -147,19 +156,35 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
         cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "quantization_config"}}
-    layers = _require(cfg, "num_hidden_layers", source, ("num_hidden_layers", "n_layer", "num_layers"))
-    hidden = _require(cfg, "hidden_size", source, ("hidden_size", "n_embd", "d_model"))
-    heads = _require(cfg, "num_attention_heads", source, ("num_attention_heads", "n_head"))
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    if not isinstance(kv_heads, int) or kv_heads <= 0 or heads % kv_heads:
+    layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"))
+    hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
+    heads = _count(cfg, source, ("num_attention_heads", "n_head"))
+    kv_heads = _count(cfg, source, ("num_key_value_heads",), default=heads)
+    if heads % kv_heads:
         raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
-    head_dim = cfg.get("head_dim") or (hidden // heads)
-    if not _positive_int(head_dim):
-        raise ConfigError(source, head_dim, "head_dim must be a positive integer")
+    head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads)
+    if not head_dim:
+        raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
+                                          "head_dim is given")
     inter = _intermediate(cfg, layers, hidden, source)
-    vocab = _require(cfg, "vocab_size", source, ("vocab_size",))
+    vocab = _count(cfg, source, ("vocab_size",))
     max_pos = context_length(cfg, source)
-    experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts") or 0
+    experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts"), minimum=0, default=0)
+    top_k = _count(cfg, source, ("num_experts_per_tok", "moe_topk"), minimum=0, default=-1)  # -1: not given
+    if experts == 0 and top_k > 0:
+        named = next((n for n in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(n) is not None),
+                     "num_local_experts")
+        raise ConfigError(source, 0, f"{named} in the model config is 0 (or unset) while num_experts_per_tok is "
+                                     f"{top_k}; an MoE model needs at least {top_k} experts")
+    if top_k > experts or (experts and top_k == 0):
+        raise ConfigError(source, top_k, f"num_experts_per_tok must be between 1 and the number of experts "
+                                         f"({experts}); a dense model routes to none and has none")
+    counts = {name: _count(cfg, source, (name,), minimum=0, default=0)
+              for name in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
+                           "qk_rope_head_dim")}
+    if experts and "moe_intermediate_size" in cfg and cfg["moe_intermediate_size"] is not None \
+            and not counts["moe_intermediate_size"]:
+        raise ConfigError(source, 0, "moe_intermediate_size in the model config must be an integer >= 1")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
@@ -176,11 +201,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
         vocab_size=vocab, max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), num_experts=int(experts),
-        moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
-        num_shared_experts=int(cfg.get("n_shared_experts") or 0),
-        first_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
-        kv_lora_rank=int(cfg.get("kv_lora_rank") or 0), qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), num_experts=experts,
+        moe_intermediate_size=counts["moe_intermediate_size"], num_shared_experts=counts["n_shared_experts"],
+        first_dense_layers=counts["first_k_dense_replace"], kv_lora_rank=counts["kv_lora_rank"],
+        qk_rope_head_dim=counts["qk_rope_head_dim"],
         torch_dtype=dtype, weight_bytes_per_param=weight_bytes,
     )
 

@@ -210,10 +210,11 @@ def _reason(error: dict[str, Any], info: Any, model: type[BaseModel]) -> str:
         choices = re.findall(r"'([^']*)'", error["ctx"]["expected"])
         return f"accepted: {', '.join(choices)}"
     base = _base_type(info.annotation) if info is not None else None
-    if base is int and "ge" in bounds:  # any wrong value of an integer field, including a non-number
-        return f"expected an integer >= {int(bounds['ge'])}"
+    # Any wrong value of a number field, a non-number too; strings must be ASCII digits (stack_schema.ASCII_INT).
+    if base is int and "ge" in bounds:
+        return f"expected an integer >= {int(bounds['ge'])} in ASCII digits 0-9"
     if base is float and "gt" in bounds and "le" in bounds:
-        return f"expected a number in ({bounds['gt']:g}, {bounds['le']:g}]"
+        return f"expected a number in ({bounds['gt']:g}, {bounds['le']:g}] in ASCII digits 0-9"
     if kind == "value_error":
         return str(error["ctx"]["error"])
     return error["msg"].removeprefix("Value error, ")
@@ -359,6 +360,27 @@ class Stack:
     """`<Pulumi project>/<stack>`: what makes the GCE and cluster-scoped names of one stack its own."""
 
 
+def _edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def check_namespaces(config: Mapping[str, Any]) -> None:
+    """Refuse a key whose namespace is a near miss of this project's (`vllm_gke:`, `VLLM-GKE:`, `vllm-gk:`): Pulumi
+    passes such keys by without a word, and the setting would silently stay at its default."""
+    for key in config:
+        namespace, _, name = str(key).partition(":")
+        folded = namespace.strip().lower()
+        if namespace != NAMESPACE and (re.sub(r"[^a-z0-9]", "", folded) == NAMESPACE.replace("-", "")
+                                       or _edit_distance(folded, NAMESPACE) <= 2):
+            raise ConfigError(str(key), config[key], f"the namespace {json.dumps(namespace)} is not this project's, so "
+                                                     f"Pulumi would ignore the key; write it as {NAMESPACE}:{name}")
+
+
 def from_pulumi() -> Stack:
     """Read the running Pulumi program's configuration: every `vllm-gke:` key, `gcp:project` and the secrets.
     Pulumi is imported here, not at module level, so the planner package imports without it."""
@@ -367,6 +389,7 @@ def from_pulumi() -> Stack:
 
     prefix = f"{NAMESPACE}:"
     every = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    check_namespaces(every)
     raw = {k[len(prefix):]: v for k, v in every.items() if k.startswith(prefix)}
     settings = build_settings(raw, PROJECT_DIR)
     project = every.get("gcp:project")
@@ -379,4 +402,5 @@ def from_pulumi() -> Stack:
                  name=f"{pulumi.get_project()}/{pulumi.get_stack()}")
 
 
-__all__ = ["NAMESPACE", "ConfigError", "Settings", "Stack", "build_settings", "fmt_value", "from_pulumi"]
+__all__ = ["NAMESPACE", "ConfigError", "Settings", "Stack", "build_settings", "check_namespaces", "fmt_value",
+           "from_pulumi"]

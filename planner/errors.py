@@ -12,8 +12,8 @@ _MISSING = object()
 def fmt_value(value: Any) -> str:
     if value is None:
         return "(unset)"
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # quoted when white space or control characters would not show
+        return value if value.isprintable() and value == value.strip() else json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool):
         return "true" if value else "false"
     try:

@@ -10,6 +10,7 @@ field, the catalog or the model's config.json live in planner/config.py.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -29,21 +30,26 @@ def _bool(value: Any) -> Any:
     return value
 
 
+ASCII_INT = re.compile(r"[0-9]+")
+ASCII_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+"""Numbers as strings (Pulumi hands `pulumi config set` values over as strings) in ASCII digits only: Python's
+int()/float() and the regex class \\d also take other scripts' digits ('٣' is 3), which Kubernetes and GMP refuse."""
+
+
 def _int(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and ASCII_INT.fullmatch(value.strip()):
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("expected an integer")
+        raise ValueError("expected an integer written in ASCII digits 0-9")
     return value
 
 
 def _float(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("expected a number")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError("expected a number") from None
+    if isinstance(value, str) and ASCII_NUMBER.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError("expected a finite number written in ASCII digits 0-9")
+    return float(value)
 
 
 def _text(value: Any) -> Any:
@@ -68,7 +74,7 @@ ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 
 def namespace_problem(name: str) -> str | None:
     """Why `name` cannot be a namespace the program creates, or None."""
-    if len(name) > 63 or not DNS_LABEL.match(name):
+    if len(name) > 63 or not DNS_LABEL.fullmatch(name):
         return ("a namespace is a DNS label: at most 63 characters, lowercase letters, digits and '-', starting and "
                 "ending with a letter or digit, e.g. vllm")
     if name in GKE_NAMESPACES:
@@ -109,7 +115,7 @@ class ClusterConfig(Section):
     @field_validator("name")
     @classmethod
     def _gke_name(cls, name: str) -> str:
-        if not GKE_CLUSTER_NAME.match(name):
+        if not GKE_CLUSTER_NAME.fullmatch(name):
             raise ValueError("GKE cluster names are 1-40 characters: a lowercase letter, then lowercase letters, "
                              "digits or hyphens, not ending in a hyphen, e.g. ml-dev")
         return name
@@ -117,7 +123,7 @@ class ClusterConfig(Section):
     @field_validator("location")
     @classmethod
     def _location(cls, location: str) -> str:
-        if not (REGION.match(location) or ZONE.match(location)):
+        if not (REGION.fullmatch(location) or ZONE.fullmatch(location)):
             raise ValueError("expected a region (us-central1) or a zone (us-central1-a)")
         return location
 
@@ -138,7 +144,7 @@ class AcceleratorConfig(Section):
     @classmethod
     def _zone_names(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
         for zone in zones:
-            if not ZONE.match(zone):
+            if not ZONE.fullmatch(zone):
                 raise ValueError(f"{zone} is not a zone name; expected e.g. us-central1-a")
         return zones
     driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = Field(
@@ -290,7 +296,7 @@ class ServingConfig(Section):
     @classmethod
     def _namespaces(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         for name in names:
-            if len(name) > 63 or not DNS_LABEL.match(name):
+            if len(name) > 63 or not DNS_LABEL.fullmatch(name):
                 raise ValueError(f"{name} is not a namespace name (a DNS label of at most 63 characters)")
         return names
 
@@ -319,8 +325,8 @@ class MonitoringConfig(Section):
     @field_validator("scrape_interval")
     @classmethod
     def _seconds(cls, interval: Any) -> str:
-        if not (isinstance(interval, str) and re.fullmatch(r"\d+s", interval) and 5 <= int(interval[:-1]) <= 300):
-            raise ValueError("expected seconds between 5s and 300s, e.g. 15s")
+        if not (isinstance(interval, str) and re.fullmatch(r"[0-9]+s", interval) and 5 <= int(interval[:-1]) <= 300):
+            raise ValueError("expected whole seconds in ASCII digits 0-9, between 5s and 300s, e.g. 15s")
         return interval
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from planner.catalog import GIB
-from planner.config import NAMESPACE, PROJECT_DIR, build_settings
+from planner.config import NAMESPACE, PROJECT_DIR, build_settings, check_namespaces
 from planner.errors import ConfigError
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
 from planner.versions import chat_ui_image, own_images
@@ -70,6 +70,7 @@ def read_stack_file(path: Path) -> dict[str, Any]:
         if not isinstance(key, str) or ":" not in key:
             raise PlanInputError(f"--config {path}: key {key!r} has no namespace; Pulumi reads only "
                                  f"`<namespace>:<name>` keys, e.g. `{NAMESPACE}:{key}`")
+    check_namespaces(config)
     return config
 
 

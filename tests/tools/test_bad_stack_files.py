@@ -39,6 +39,8 @@ FILES = {
                                                              "vllm-gke:serving": {"namespace": "team/vllm"}}}),
                                   "vllm-gke:serving.namespace = team/vllm"),
     "not-utf8.yaml": (None, "not a UTF-8 text file"),
+    "near-miss-namespace.yaml": (yaml.safe_dump({"config": {**DEV["config"], "vllm_gke:vllm": {"maxModelLen": 4096}}}),
+                                 "vllm_gke:vllm = {\"maxModelLen\": 4096}: the namespace \"vllm_gke\""),
 }
 
 
@@ -71,6 +73,11 @@ def _bounds(info):
     return {a: getattr(m, a) for m in info.metadata for a in ("ge", "gt", "le") if getattr(m, a, None) is not None}
 
 
+OTHER_DIGITS = ["٣٠", "४", "１６", "²", "𝟖"]
+"""Numbers in digits of other scripts (Arabic-Indic, Devanagari, fullwidth, superscript, mathematical): int(),
+float() and \\d take most of them; Kubernetes, GMP and this project take ASCII 0-9 only."""
+
+
 def wrong_values(info) -> list:
     """Values of the wrong type, or out of the declared range, for one declared field."""
     base = _base(info.annotation)
@@ -80,15 +87,17 @@ def wrong_values(info) -> list:
         return ["maybe", 2, ["x"]]
     if base is int:
         low = _bounds(info).get("ge", 1)
-        return ["many", 1.5, [1], low - 1, -3]
+        return ["many", 1.5, [1], low - 1, -3, *OTHER_DIGITS]
     if base is float:
         b = _bounds(info)
-        return ["lots", [1.0], True, b.get("gt", 0) - 1, b.get("le", 1) + 1]
+        return ["lots", [1.0], True, b.get("gt", 0) - 1, b.get("le", 1) + 1, "nan", "٠.٥", "0.５"]
     if typing.get_origin(base) is tuple:
         return ["not-a-list", 5, [3], [""]]
     if typing.get_origin(base) is dict or base is dict:
         return ["not-an-object", 5, ["x"]]
-    return [5, ["x"], "", {"a": 1}]  # strings (Text) and Any-typed strings (scrapeInterval)
+    if base is typing.Any:  # durations (scrapeInterval)
+        return [5, ["x"], "", {"a": 1}, *(f"{d}s" for d in OTHER_DIGITS)]
+    return [5, ["x"], "", {"a": 1}]  # strings (Text)
 
 
 CASES = [(key, info.alias or name, value) for key, section in SECTIONS.items()

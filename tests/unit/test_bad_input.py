@@ -54,6 +54,16 @@ REFUSED = [
      "LATEST, DEFAULT, INSTALLATION_DISABLED"),
     ({"monitoring": {"scrapeInterval": 15}}, "monitoring.scrapeInterval", "between 5s and 300s"),
     ({"monitoring": {"scrapeInterval": "15"}}, "monitoring.scrapeInterval", "between 5s and 300s"),
+    # third pass: numbers and durations in ASCII digits only (int(), float() and \d take other scripts' digits)
+    ({"parallelism": {"tensor": "٢"}}, "parallelism.tensor", "ASCII digits"),
+    ({"vllm": {"maxModelLen": "４０９６"}}, "vllm.maxModelLen", "ASCII digits"),
+    ({"vllm": {"gpuMemoryUtilization": "٠.٩"}}, "vllm.gpuMemoryUtilization", "ASCII digits"),
+    ({"vllm": {"gpuMemoryUtilization": "nan"}}, "vllm.gpuMemoryUtilization", "(0.1, 0.99]"),
+    ({"weights": {"sizeGib": "²"}}, "weights.sizeGib", "ASCII digits"),  # str.isdigit() is True, int() raises
+    ({"monitoring": {"scrapeInterval": "١٥s"}}, "monitoring.scrapeInterval", "ASCII digits"),
+    # names matched whole: `$` also matches before a trailing newline
+    ({"serving": {"namespace": "vllm\n"}}, "serving.namespace = \"vllm\\n\"", "DNS label"),
+    ({"cluster": {"location": "us-central1\n"}}, "cluster.location", "us-central1"),
 ]
 
 
@@ -120,3 +130,47 @@ def test_a_utilization_too_low_for_any_layout_is_blamed_on_the_utilization():
     message = str(err.value)
     assert message.startswith("vllm-gke:vllm.gpuMemoryUtilization = 0.11"), message
     assert "at 0.9 it fits" in message and "raise vllm.gpuMemoryUtilization" in message, message
+
+
+IMPOSSIBLE = [("num_hidden_layers", 0), ("num_hidden_layers", -2), ("num_attention_heads", -32),
+              ("num_key_value_heads", 0), ("num_key_value_heads", -8), ("head_dim", 0), ("hidden_size", 0),
+              ("vocab_size", 0), ("num_local_experts", -8), ("num_local_experts", 0), ("num_experts_per_tok", 0),
+              ("num_experts_per_tok", 9), ("n_shared_experts", -1), ("moe_intermediate_size", 0),
+              ("num_hidden_layers", 32.0), ("num_key_value_heads", "8"), ("num_local_experts", True)]
+
+
+@pytest.mark.parametrize("field,value", IMPOSSIBLE, ids=[f"{f}={v!r}" for f, v in IMPOSSIBLE])
+def test_a_count_present_but_impossible_in_config_json_is_refused_not_defaulted(tmp_path, field, value):
+    """A zero, negative or non-integer count is what the checkpoint says, not a missing key: replacing it with a
+    default (num_key_value_heads = heads, head_dim = hidden / heads) would plan a model vLLM refuses to start."""
+    mixtral = json.loads((PROJECT_DIR / "models" / "Mixtral-8x7B-Instruct-v0.1.json").read_text())
+    path = write(tmp_path, "c.json", {**mixtral, field: value})
+    with pytest.raises(ConfigError) as err:
+        settings(model={"id": "org/m", "configFile": path})
+    message = str(err.value)
+    assert message.startswith("vllm-gke:model.configFile") and "\n" not in message, message
+    assert field.split("_")[-1] in message or "experts" in message, message
+
+
+def test_unset_or_null_counts_still_take_vllms_defaults(tmp_path):
+    path = write(tmp_path, "c.json", {**LLAMA_8B, "num_key_value_heads": None, "head_dim": None})
+    arch = settings(model={"id": "org/m", "configFile": path}).model.architecture
+    assert (arch.num_kv_heads, arch.head_dim) == (32, 128), "null is unset: heads and hidden / heads"
+
+
+@pytest.mark.parametrize("key", ["vllm_gke:model", "VLLM-GKE:vllm", "vllm-gk:serving", "vllmgke:cluster",
+                                 "vllm-gke :weights", "vlm-gke:autoscaling"])
+def test_a_key_in_a_near_miss_of_the_projects_namespace_is_refused_naming_it(key):
+    from planner.config import check_namespaces
+
+    with pytest.raises(ConfigError) as err:
+        check_namespaces({"gcp:project": "p", key: {"x": 1}})
+    message = str(err.value)
+    assert message.startswith(f"{key} = ") and f"vllm-gke:{key.partition(':')[2]}" in message, message
+
+
+def test_other_projects_namespaces_pass():
+    from planner.config import check_namespaces
+
+    check_namespaces({"gcp:project": "p", "kubernetes:context": "c", "vllm-gke:model": {}, "pulumi:tags": {},
+                      "vllm:x": 1, "gke:y": 2})
