@@ -4,7 +4,8 @@
     python3 tools/host_tools.py --check   find only; exit 1 naming what is missing
 
 Needed: bubblewrap (`bwrap`), util-linux `setpriv` and iproute2 `ip` for the pod runner (tools/pod_runner.py); a
-Chromium-family browser and its chromedriver for the chat page's browser tests (Selenium); Python's `venv` module.
+Chromium-family browser and its chromedriver for the chat page's browser tests (Selenium); Python 3.11 (what the
+lock files are compiled for) with its `venv` module.
 Found: programs on PATH; the browser as $CHROME_BIN, `chromium`, `chromium-browser`, `google-chrome` or
 `google-chrome-stable`; the driver as $CHROMEDRIVER, `chromedriver` on PATH or $CHROMEWEBDRIVER/chromedriver (GitHub's
 Ubuntu runner images carry Google Chrome and set CHROMEWEBDRIVER; Ubuntu's own chromium is a snap, not usable there).
@@ -66,6 +67,18 @@ def missing(python: str) -> list[Need]:
     return needs
 
 
+def python_problem(python: str) -> str | None:
+    """Why `python` cannot build the virtualenvs (the lock files are compiled for Python 3.11), or None."""
+    done = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3], sep='.')"], capture_output=True,
+                          text=True)
+    if done.returncode:
+        return f"PYTHON={python} does not run ({(done.stderr.strip().splitlines() or ['no output'])[-1]})"
+    version = tuple(int(part) for part in done.stdout.split("."))
+    if version[:2] != (3, 11):
+        return f"PYTHON={python} is Python {done.stdout.strip()}; the lock files are for Python 3.11 (make PYTHON=...)"
+    return None
+
+
 def privilege() -> list[str] | None:
     """The prefix that runs apt-get with root's rights here: nothing as root, `sudo -n` with passwordless sudo."""
     if os.geteuid() == 0:
@@ -93,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report; exit 1 when something is missing")
     parser.add_argument("--python", default=sys.executable, help="the interpreter make builds its virtualenvs with")
     args = parser.parse_args(argv)
+    if problem := python_problem(args.python):
+        print(f"host tools: {problem}", file=sys.stderr)
+        return 1
     needs = missing(args.python)
     if needs and args.check:
         print(f"host tools: missing {'; '.join(n.what for n in needs)}", file=sys.stderr)
