@@ -179,12 +179,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if top_k > experts or (experts and top_k == 0):
         raise ConfigError(source, top_k, f"num_experts_per_tok must be between 1 and the number of experts "
                                          f"({experts}); a dense model routes to none and has none")
-    counts = {name: _count(cfg, source, (name,), minimum=0, default=0)
+    counts = {name: _count(cfg, source, (name,), minimum=int(name == "moe_intermediate_size" and experts > 0),
+                           default=0)
               for name in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
                            "qk_rope_head_dim")}
-    if experts and "moe_intermediate_size" in cfg and cfg["moe_intermediate_size"] is not None \
-            and not counts["moe_intermediate_size"]:
-        raise ConfigError(source, 0, "moe_intermediate_size in the model config must be an integer >= 1")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
