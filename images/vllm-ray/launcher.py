@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 STATE_DIR = Path(os.environ.get("VLLM_GKE_STATE_DIR", "/tmp/vllm-gke"))
 HEARTBEAT = "group-ok"
@@ -226,6 +227,26 @@ def cache_archive(store: str, key: str) -> Path:
     return Path(store) / key / f"pod-{os.environ.get('LWS_WORKER_INDEX', '0')}.tar"
 
 
+def extract_plain_files(tar: Any, members: list[Any], into: Path) -> None:
+    """Extract an archive of regular files and directories inside `into`, refusing any other member (links,
+    devices) and any path that leaves `into`: what tarfile's "data" filter does, which Python before 3.11.4 lacks
+    (Debian 12 has 3.11.2); there it raises TypeError on `filter=`."""
+    import tarfile
+
+    base = into.resolve()
+    for member in members:
+        target = (base / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or (target != base and base not in target.parents):
+            raise tarfile.TarError(f"refused member {member.name!r}: only files and directories inside the cache")
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(into, members, filter="data")
+    else:
+        for member in members:  # no set-id bits or owners from the archive, as the data filter would drop them
+            member.mode &= 0o755
+            member.uid = member.gid = os.getuid()
+        tar.extractall(into, members)
+
+
 def restore_cache(role: str, store: str, key: str) -> None:
     """Fill vLLM's cache root from the store's archive for this layout and pod, when there is one."""
     import tarfile
@@ -239,7 +260,7 @@ def restore_cache(role: str, store: str, key: str) -> None:
     try:
         with tarfile.open(archive) as tar:
             members = tar.getmembers()
-            tar.extractall(staging, filter="data")
+            extract_plain_files(tar, members, staging)
         root.parent.mkdir(parents=True, exist_ok=True)
         for item in staging.iterdir():  # merged into the cache root (empty in a fresh pod)
             target = root / item.name

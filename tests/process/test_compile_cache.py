@@ -12,6 +12,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
+
 from planner.commands import LAUNCHER
 from tests.serving_helpers import free_port
 
@@ -195,3 +197,38 @@ def test_the_publisher_ends_with_the_server_it_waits_for(tmp_path):
     for p in left:
         p.kill()
     assert not left, f"publisher still polling 127.0.0.1:{port} after its server exited: {output[-1500:]}"
+
+
+def _launcher_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("launcher_under_test", LAUNCHER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_restore_extracts_only_plain_files_inside_with_or_without_tarfile_filters(tmp_path, monkeypatch):
+    """Python before 3.11.4 (Debian 12's 3.11.2) has no tarfile data filter: the launcher's own check refuses what
+    the filter would (a path out of the cache, a link) on both interpreters, and extracts a good archive on both."""
+    launcher = _launcher_module()
+    good, evil = tmp_path / "good.tar", tmp_path / "evil.tar"
+    with tarfile.open(good, "w") as tar:
+        info = tarfile.TarInfo("torch_compile_cache/h/graph.py")
+        info.size, info.mode = 8, 0o4755
+        tar.addfile(info, io.BytesIO(b"compiled"))
+    with tarfile.open(evil, "w") as tar:
+        link = tarfile.TarInfo("torch_compile_cache/escape")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+        tar.addfile(link)
+    for with_filter in (True, False):
+        if not with_filter and hasattr(tarfile, "data_filter"):
+            monkeypatch.delattr(tarfile, "data_filter")
+        into = tmp_path / f"into-{with_filter}"
+        with tarfile.open(good) as tar:
+            launcher.extract_plain_files(tar, tar.getmembers(), into)
+        extracted = into / "torch_compile_cache" / "h" / "graph.py"
+        assert extracted.read_text() == "compiled" and not extracted.stat().st_mode & 0o4000, "no set-id bit"
+        with tarfile.open(evil) as tar, pytest.raises(tarfile.TarError, match="refused member"):
+            launcher.extract_plain_files(tar, tar.getmembers(), tmp_path / f"evil-{with_filter}")
+        assert not (tmp_path / f"evil-{with_filter}" / "torch_compile_cache" / "escape").exists()
