@@ -1,55 +1,47 @@
 """A pytest plugin (tests/conftest.py loads it): the suite leaves no process behind.
 
-At start-up the pytest process becomes a child subreaper (Linux prctl PR_SET_CHILD_SUBREAPER): whatever a test
-starts stays a descendant of pytest even when it detaches into a session of its own and its parent exits (`ray
-start` daemons, the launcher's cache publisher, a server in its own process group). When the session ends, after
-every fixture's teardown, each descendant still running is a leak: it is listed with its command line, killed, and
-the run fails. Orphans that exit meanwhile are reaped only then, so no test's own `wait()` loses its child's status.
+At start-up the run gets a token of its own in the environment variable VLLM_GKE_TEST_RUN; every process a test
+starts inherits it, also one that detaches into a session of its own and outlives its parent (`ray start` daemons,
+the launcher's cache publisher, a server in its own process group). When the session ends, after every fixture's
+teardown and a grace period, each running process that carries the token is a leak: it is listed with its command
+line, killed, and the run fails. (A child subreaper was tried first: orphans then stay pytest's zombies until the
+end, and `ray stop` waited on them past its 20 s budget.) Pods run by tools/pod_runner.py get exactly their rendered
+env, so they do not carry it; the runner kills them with their network namespaces.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import time
+import uuid
 
 import psutil
 import pytest
 
-PR_SET_CHILD_SUBREAPER = 36
+MARKER = "VLLM_GKE_TEST_RUN"
 GRACE_SECONDS = 15.0
 """Teardowns that signal and return (ray stop, killpg) get this long for their processes to exit."""
 _LEAKS = pytest.StashKey[list[str]]()
+_TOKEN = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        reason = os.strerror(ctypes.get_errno())
-        raise pytest.UsageError(f"tests/leaks.py: prctl(PR_SET_CHILD_SUBREAPER) failed: {reason}")
+    token = uuid.uuid4().hex
+    os.environ[MARKER] = token
+    config.stash[_TOKEN] = token
     config.stash[_LEAKS] = []
 
 
-def _running_descendants() -> list[psutil.Process]:
+def _running_with(token: str) -> list[psutil.Process]:
     found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.NoSuchProcess:
-            pass
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE and process.environ().get(MARKER) == token:
+                found.append(process)
     return found
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _describe(process: psutil.Process) -> str:
@@ -61,16 +53,15 @@ def _describe(process: psutil.Process) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    token = session.config.stash.get(_TOKEN, "")
     deadline = time.monotonic() + GRACE_SECONDS
-    while (left := _running_descendants()) and time.monotonic() < deadline:
-        _reap()
+    while (left := _running_with(token)) and time.monotonic() < deadline:
         time.sleep(0.5)
     leaks = [_describe(p) for p in left]
     for process in left:
         with contextlib.suppress(psutil.Error):
             process.kill()
     psutil.wait_procs(left, timeout=10)
-    _reap()
     if leaks:
         session.config.stash[_LEAKS] = leaks
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
