@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.layers import layer_kinds, moe_layer_count, read_quantization, refuse_unsized, vision_parameters
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
@@ -43,29 +44,86 @@ class ModelArchitecture:
     qk_rope_head_dim: int = 0
     torch_dtype: str = "bfloat16"
     weight_bytes_per_param: float = 2.0
-    """1.0 for FP8 checkpoints, 0.5 for 4-bit ones; otherwise the bytes of torch_dtype."""
+    """Bytes per parameter of the quantized linear layers (1.0 FP8/INT8, ~0.52 4-bit with group scales, ~0.54
+    MXFP4); the bytes of torch_dtype when the checkpoint is not quantized."""
+    quantized_parts: frozenset[str] = frozenset()
+    """Which of attention / mlp / experts the quantization covers; embeddings, lm_head, routers, norms and vision
+    towers stay in 16 bits in vLLM for every method read here."""
+    quant_method: str = ""
+    layer_kinds: tuple[str, ...] = ()
+    """Per decoder layer: full, sliding, chunked or linear (planner/layers.py); empty means all full attention."""
+    window: int = 0
+    """sliding_window (sliding layers) or attention_chunk_size (chunked layers), in tokens."""
+    moe_layer_count: int = -1
+    """Decoder layers with routed experts (-1: every layer after first_dense_layers)."""
+    shared_expert_intermediate_size: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    gated_attention: bool = False
+    """Qwen3-Next's full-attention layers project a gate beside each query (q_proj is twice as wide)."""
+    linear_attention: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    """Gated DeltaNet layers: key heads, value heads, key head dim, value head dim, conv kernel."""
+    vision_parameters: int = 0
+    """The vision tower and its projector (multimodal wrappers), loaded beside the decoder."""
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return self.layer_kinds or ("full",) * self.num_layers
+
+    @property
+    def moe_layers(self) -> int:
+        if not self.num_experts:
+            return 0
+        if self.moe_layer_count >= 0:
+            return self.moe_layer_count
+        return self.num_layers - min(self.first_dense_layers, self.num_layers)
+
+    def parameter_parts(self) -> dict[str, int]:
+        """Parameters by part (every expert counted, since all are loaded): attention, linear (attention), mlp
+        (dense layers), experts (routed and shared), router, embeddings, vision, norms."""
+        h = self.hidden_size
+        kinds = self.kinds
+        attention_layers = sum(kind != "linear" for kind in kinds)
+        if self.kv_lora_rank:
+            nope, rope = self.qk_nope_head_dim or self.head_dim - self.qk_rope_head_dim, self.qk_rope_head_dim
+            v_dim = self.v_head_dim or self.head_dim
+            heads = self.num_attention_heads
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * (nope + rope) if self.q_lora_rank
+                 else h * heads * (nope + rope))
+            attention = (q + h * (self.kv_lora_rank + rope) + self.kv_lora_rank * heads * (nope + v_dim)
+                         + heads * v_dim * h)
+        else:
+            q_width = self.num_attention_heads * self.head_dim * (2 if self.gated_attention else 1)
+            kv_width = self.num_kv_heads * self.head_dim
+            attention = h * q_width + 2 * h * kv_width + self.num_attention_heads * self.head_dim * h
+        k_heads, v_heads, k_dim, v_dim_l, kernel = self.linear_attention
+        key, value = k_heads * k_dim, v_heads * v_dim_l
+        linear = h * (2 * key + 2 * value) + h * 2 * v_heads + (2 * key + value) * kernel + value * h
+        moe_layers = self.moe_layers
+        dense_layers = self.num_layers - moe_layers
+        expert_inter = self.moe_intermediate_size or self.intermediate_size
+        shared = self.num_shared_experts * 3 * h * expert_inter + (
+            3 * h * self.shared_expert_intermediate_size + h if self.shared_expert_intermediate_size else 0)
+        return {
+            "attention": attention_layers * attention,
+            "linear": (len(kinds) - attention_layers) * linear,
+            "mlp": dense_layers * 3 * h * self.intermediate_size,
+            "experts": moe_layers * (self.num_experts * 3 * h * expert_inter + shared),
+            "router": moe_layers * h * self.num_experts,
+            "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
+            "vision": self.vision_parameters,
+            "norms": self.num_layers * 2 * h + h,
+        }
+
+    def weight_bytes(self, unquantized_bytes: float) -> float:
+        """Bytes of all weights: the quantized parts at the checkpoint's rate, the rest at `unquantized_bytes`."""
+        return sum(count * (self.weight_bytes_per_param if part in self.quantized_parts else unquantized_bytes)
+                   for part, count in self.parameter_parts().items())
 
     def parameter_count(self) -> int:
-        """Parameters of a dense or MoE decoder (every expert counted, since all are loaded)."""
-        h, layers = self.hidden_size, self.num_layers
-        if self.kv_lora_rank:
-            attention = h * self.num_attention_heads * self.head_dim * 3  # q, kv up/down, o; MLA approx.
-        else:
-            q_o = 2 * h * self.num_attention_heads * self.head_dim
-            kv = 2 * h * self.num_kv_heads * self.head_dim
-            attention = q_o + kv
-        dense_mlp = 3 * h * self.intermediate_size  # gate, up, down projections
-        if self.num_experts:
-            expert_inter = self.moe_intermediate_size or self.intermediate_size
-            moe_mlp = ((self.num_experts + self.num_shared_experts) * 3 * h * expert_inter
-                       + h * self.num_experts)  # router
-            dense_layers = min(self.first_dense_layers, layers)
-            mlp_total = dense_layers * dense_mlp + (layers - dense_layers) * moe_mlp
-        else:
-            mlp_total = layers * dense_mlp
-        norms = layers * 2 * h + h
-        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return layers * attention + mlp_total + norms + embeddings
+        """Parameters of the whole checkpoint vLLM loads (every expert counted, vision tower included)."""
+        return sum(self.parameter_parts().values())
 
     def kv_bytes_per_token(self, tp: int, pp: int, kv_dtype_bytes: float) -> float:
         """KV-cache bytes one token occupies on one GPU of a TP x PP replica."""
@@ -75,6 +133,58 @@ class ModelArchitecture:
             return layers_per_stage * (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
         kv_heads_per_gpu = max(self.num_kv_heads / tp, 1)
         return 2 * layers_per_stage * kv_heads_per_gpu * self.head_dim * kv_dtype_bytes
+
+
+    def attention_bytes_per_token(self, tp: int, kv_dtype_bytes: float) -> float:
+        """One attention layer's KV bytes per token on one GPU."""
+        if self.kv_lora_rank:
+            # MLA caches one latent vector per token and layer, replicated on every TP rank.
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
+        return 2 * max(self.num_kv_heads / tp, 1) * self.head_dim * kv_dtype_bytes
+
+    def linear_state_bytes(self, tp: int, state_bytes: float) -> float:
+        """One Gated DeltaNet layer's state per sequence on one GPU: the conv state of (kernel - 1) steps over
+        2 x key + value channels and the v_heads x v_dim x k_dim recurrent state, in the model's dtype
+        (vllm/model_executor/layers/mamba/mamba_utils.py, gated_delta_net_state_shape / _mamba_state_dtype)."""
+        k_heads, v_heads, k_dim, v_dim, kernel = self.linear_attention
+        conv = (2 * k_heads * k_dim + v_heads * v_dim) / tp * (kernel - 1)
+        return (conv + v_heads / tp * v_dim * k_dim) * state_bytes
+
+    def kv_tokens(self, tp: int, pp: int, kv_dtype_bytes: float, available: float, max_len: int,
+                  batched_tokens: int, state_bytes: float = 2.0) -> int:
+        """The `GPU KV cache size: N tokens` vLLM reports for `available` bytes of KV memory per GPU.
+
+        All full attention: available / bytes per token. Otherwise vLLM 0.25.1's hybrid manager
+        (vllm/v1/core/kv_cache_utils.py): layers of one kind form groups of `group_size` layers (the smallest
+        kind's count, or the largest when it is under 1.5 x the smallest: _get_kv_cache_groups_uniform_page_size),
+        every group shares one pool of pages of the same size, and the reported size is max concurrency x
+        max_model_len (get_kv_cache_capacity), a request holding per group: full attention ceil(len / block)
+        blocks; sliding window ceil(min(window - 1 + max_num_batched_tokens, len) / block) + 1; chunked local
+        ceil(min(chunk + max_num_batched_tokens, len) / block); a linear-attention state one block
+        (vllm/v1/kv_cache_interface.py, max_admission_blocks_per_request / MambaSpec, mamba_cache_mode none).
+        With linear layers the attention block grows until its page holds one state
+        (vllm/platforms/interface.py, _align_hybrid_block_size)."""
+        if available <= 0:
+            return 0
+        kinds = self.kinds[:math.ceil(self.num_layers / pp)]
+        per_token = self.attention_bytes_per_token(tp, kv_dtype_bytes)
+        counts = {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)}
+        if set(counts) == {"full"}:
+            return int(available // (per_token * counts["full"]))
+        block = 16
+        if "linear" in counts:
+            block *= math.ceil(self.linear_state_bytes(tp, state_bytes) / (16 * per_token))
+        page = block * per_token
+        group = min(counts.values())
+        if max(counts.values()) < 1.5 * group:
+            group = max(counts.values())
+        blocks = available // (page * group)
+        per_kind = {"full": math.ceil(max_len / block),
+                    "sliding": math.ceil(min(self.window - 1 + batched_tokens, max_len) / block) + 1,
+                    "chunked": math.ceil(min(self.window + batched_tokens, max_len) / block),
+                    "linear": 1}
+        per_request = sum(math.ceil(count / group) * per_kind[kind] for kind, count in counts.items())
+        return int(blocks / per_request * max_len)
 
 
 def _count(cfg: Mapping[str, Any], source: str, names: tuple[str, ...], minimum: int = 1,
@@ -154,8 +264,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     """
     if not isinstance(cfg, Mapping):
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
+    vision = cfg.get("vision_config")
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
         cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "quantization_config"}}
+    refuse_unsized(cfg, source)
     layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"))
     hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
     heads = _count(cfg, source, ("num_attention_heads", "n_head"))
@@ -182,19 +294,20 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     counts = {name: _count(cfg, source, (name,), minimum=int(name == "moe_intermediate_size" and experts > 0),
                            default=0)
               for name in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
-                           "qk_rope_head_dim")}
+                           "qk_rope_head_dim", "q_lora_rank", "qk_nope_head_dim", "v_head_dim",
+                           "shared_expert_intermediate_size")}
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
-    weight_bytes = DTYPE_BYTES[dtype]
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, Mapping):
-        method = str(quant.get("quant_method", ""))
-        bits = quant.get("bits") or quant.get("w_bit")
-        if method in ("fp8", "fbgemm_fp8") or "fp8" in str(quant.get("fmt", "")):
-            weight_bytes = 1.0
-        elif isinstance(bits, int) and bits > 0:
-            weight_bytes = bits / 8
+    method, weight_bytes, parts = read_quantization(cfg, DTYPE_BYTES[dtype], source)
+    kinds, window = layer_kinds(cfg, layers, source)
+    linear = tuple(_count(cfg, source, (name,), default=0) for name in (
+        "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+        "linear_conv_kernel_dim"))
+    if "linear" in kinds and not all(linear):
+        raise ConfigError(source, "linear_num_key_heads", "linear-attention layers need linear_num_key_heads, "
+                          "linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and "
+                          "linear_conv_kernel_dim in the model config")
     return ModelArchitecture(
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
@@ -203,7 +316,13 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         moe_intermediate_size=counts["moe_intermediate_size"], num_shared_experts=counts["n_shared_experts"],
         first_dense_layers=counts["first_k_dense_replace"], kv_lora_rank=counts["kv_lora_rank"],
         qk_rope_head_dim=counts["qk_rope_head_dim"],
-        torch_dtype=dtype, weight_bytes_per_param=weight_bytes,
+        torch_dtype=dtype, weight_bytes_per_param=weight_bytes, quantized_parts=parts, quant_method=method,
+        layer_kinds=kinds if set(kinds) != {"full"} else (), window=window,
+        moe_layer_count=moe_layer_count(cfg, layers, experts), q_lora_rank=counts["q_lora_rank"],
+        qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
+        shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
+        gated_attention=str(cfg.get("model_type")) == "qwen3_next", linear_attention=linear,  # type: ignore[arg-type]
+        vision_parameters=vision_parameters(vision, hidden) if isinstance(vision, Mapping) else 0,
     )
 
 

@@ -31,7 +31,36 @@ from planner.errors import ConfigError
 from planner.stack_schema import VllmConfig
 
 RESERVE_GIB = 2.0
-"""Per-GPU memory outside weights and KV cache: activations at max batch, CUDA graphs, NCCL buffers."""
+"""Per-GPU memory outside weights and KV cache of a dense model: vLLM's profiled activation peak, memory outside
+torch and its CUDA-graph estimate (measured 1.83-1.90 GiB on an H200, docs/benchmarks.md "Planner calibration")."""
+RESERVE_MOE_GIB = 4.2
+"""The same for a mixture-of-experts model: the fused-MoE workspaces raise the activation peak to 2.7-2.9 GiB and
+the CUDA-graph estimate to 0.4-0.7 GiB (measured 3.96-4.31 GiB in all on Qwen3-30B-A3B, Qwen3-Next, gpt-oss-20b
+and -120b, TP=1)."""
+RESERVE_MLA_GIB = 12.5
+"""The same for multi-head latent attention (DeepSeek V3 cut to 5 layers, TP=1): a 7.4 GiB activation peak over
+128 query heads and a 4.3 GiB CUDA-graph estimate, 12.48 GiB in all. Not measured at TP > 1, where each rank has
+fewer heads: kept whole there, so the planner errs toward fewer tokens."""
+LOAD_OVERHEAD_GIB = 0.15
+"""What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
+on the calibrated models, the middle of that kept."""
+BATCHED_TOKENS_LARGE_GPU = 8192
+BATCHED_TOKENS_SMALL_GPU = 2048
+"""vLLM's default --max-num-batched-tokens for the API server: 8192 on GPUs of 70 GiB or more other than the
+A100, 2048 elsewhere (vllm/engine/arg_utils.py, _set_default_max_num_seqs_and_batched_tokens_args). A sliding
+window layer holds window - 1 + this many tokens of a request at most."""
+
+
+def reserve_bytes(arch: ModelArchitecture) -> float:
+    """Per-GPU memory outside weights and KV cache for this model's family."""
+    if arch.kv_lora_rank:
+        return RESERVE_MLA_GIB * GIB
+    return (RESERVE_MOE_GIB if arch.num_experts else RESERVE_GIB) * GIB
+
+
+def batched_tokens(acc: Accelerator) -> int:
+    large = acc.memory_bytes >= 70 * GIB and "a100" not in acc.type
+    return BATCHED_TOKENS_LARGE_GPU if large else BATCHED_TOKENS_SMALL_GPU
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
 """A new GPU node until its GPUs are allocatable, typically: VM create and boot, joining the cluster, and ~30 s of
 driver installation (GoogleCloudPlatform/ai-on-gke best-practices/startup-latency.md). An assumption, not measured
@@ -174,13 +203,15 @@ class Sizing:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
-def weight_bytes_per_param(arch: ModelArchitecture, dtype: str) -> float:
+def unquantized_bytes(dtype: str) -> float:
     """vLLM's `--dtype auto` keeps bf16/fp16 checkpoints and serves fp32 ones in 16 bits."""
-    if arch.weight_bytes_per_param < 2:  # quantized checkpoint: the dtype flag sets activations only
-        return arch.weight_bytes_per_param
-    if dtype == "auto":
-        return 2.0
-    return DTYPE_BYTES[dtype]
+    return 2.0 if dtype == "auto" else DTYPE_BYTES[dtype]
+
+
+def model_weight_bytes(arch: ModelArchitecture, dtype: str) -> float:
+    """The checkpoint's weights as vLLM holds them: quantized parts at their format's rate (the dtype flag sets
+    activations only there), the rest at the serving dtype."""
+    return arch.weight_bytes(unquantized_bytes(dtype))
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, dtype: str) -> float:
@@ -197,11 +228,14 @@ def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
 
 
 def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
-        weights_bytes: float, kv_bytes: float) -> Fit:
-    per_gpu = weights_bytes / layout.gpus
-    usable = acc.memory_bytes * utilization - per_gpu - RESERVE_GIB * GIB
-    per_token = arch.kv_bytes_per_token(layout.tp, layout.pp, kv_bytes)
-    tokens = int(usable // per_token) if usable > 0 else 0
+        weights_bytes: float, kv_bytes: float, max_len: int = 0) -> Fit:
+    """Weights and KV tokens per GPU; `max_len` (vllm.maxModelLen) matters where layers hold less than the whole
+    sequence (sliding window, chunked, linear attention): vLLM reports those tokens per max_len-long request."""
+    per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB
+    usable = acc.memory_bytes * utilization - per_gpu - reserve_bytes(arch)
+    tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, max_len or arch.max_position_embeddings,
+                            batched_tokens(acc))
+    per_token = usable / tokens if tokens else arch.kv_bytes_per_token(layout.tp, layout.pp, kv_bytes)
     return Fit(per_gpu, usable, per_token, tokens)
 
 
@@ -229,9 +263,9 @@ def candidate_layouts(arch: ModelArchitecture, gpus_per_node: int) -> list[Layou
 
 
 def smallest_working(arch: ModelArchitecture, acc: Accelerator, gpus_per_node: int, utilization: float,
-                     weights_bytes: float, kv_bytes: float, tokens_needed: int) -> Layout | None:
+                     weights_bytes: float, kv_bytes: float, tokens_needed: int, max_len: int = 0) -> Layout | None:
     for layout in candidate_layouts(arch, gpus_per_node):
-        if fit(arch, acc, layout, utilization, weights_bytes, kv_bytes).kv_tokens >= tokens_needed:
+        if fit(arch, acc, layout, utilization, weights_bytes, kv_bytes, max_len).kv_tokens >= tokens_needed:
             return layout
     return None
 
@@ -240,13 +274,15 @@ def _suggestion(settings: Settings, weights_bytes: float, kv_bytes: float, token
     arch, accs = settings.model.architecture, settings.accelerator
     util = settings.vllm.gpu_memory_utilization
     options = []
-    here = smallest_working(arch, accs.catalog, accs.gpus_per_node, util, weights_bytes, kv_bytes, tokens_needed)
+    here = smallest_working(arch, accs.catalog, accs.gpus_per_node, util, weights_bytes, kv_bytes, tokens_needed,
+                            settings.vllm.max_model_len)
     if here is not None:
         options.append(here.describe(accs.machine))
     for machine in accs.catalog.machines:
         if machine.gpus <= accs.gpus_per_node or machine is not accs.catalog.default_machine(machine.gpus):
             continue
-        other = smallest_working(arch, accs.catalog, machine.gpus, util, weights_bytes, kv_bytes, tokens_needed)
+        other = smallest_working(arch, accs.catalog, machine.gpus, util, weights_bytes, kv_bytes, tokens_needed,
+                                 settings.vllm.max_model_len)
         if other is not None and other.nodes == 1 and (here is None or here.nodes > 1):
             options.append(f"{other.describe(machine)} (accelerator.machineType: {machine.name})")
             break
@@ -288,14 +324,16 @@ def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_
         raise ConfigError("parallelism.pipeline", layout_pp,
                           f"needs {nodes} nodes per replica; at most {MAX_NODES_PER_REPLICA} are supported")
     layout = Layout(layout_tp, layout_pp, nodes)
-    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes)
+    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
+                 settings.vllm.max_model_len)
     max_len = settings.vllm.max_model_len
     if not result.weights_fit:
         budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
         raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
                           f"{arch.name} needs {_gib(result.weights_per_gpu)} of weights per GPU at {layout.describe()}"
                           f" but an {accs.type} offers {_gib(budget)} ({_gib(accs.catalog.memory_bytes)} x "
-                          f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a {RESERVE_GIB:g} GiB "
+                          f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
+                          f"{reserve_bytes(arch) / GIB:g} GiB "
                           f"reserve; {_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
     if result.kv_tokens < max_len:
         alternative = _suggestion(settings, weights_bytes, kv_bytes, max_len).removeprefix("a layout that fits: ")
@@ -315,21 +353,21 @@ def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
     tps = valid_tensor_sizes(arch, gpn)
     for tp in tps:  # (a) smallest TP on one node that holds the wanted concurrency
         layout = Layout(tp, 1, 1)
-        if fit(arch, acc, layout, util, weights_bytes, kv_bytes).kv_tokens >= wanted:
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len).kv_tokens >= wanted:
             return layout
     tp_max = tps[-1]
-    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes).kv_tokens >= max_len:
+    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes, max_len).kv_tokens >= max_len:
         return Layout(tp_max, 1, 1)  # (b) the whole node holds at least one full sequence
     for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # (c) fewest nodes, PP across them
         pp = nodes * gpn // tp_max
         if pp > arch.num_layers:
             break
         layout = Layout(tp_max, pp, nodes)
-        if fit(arch, acc, layout, util, weights_bytes, kv_bytes).kv_tokens >= max_len:
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len).kv_tokens >= max_len:
             return layout
     for higher in (DEFAULT_UTILIZATION,):  # a utilization set below the default may be all that is in the way
         if higher > util:
-            layout = smallest_working(arch, acc, gpn, higher, weights_bytes, kv_bytes, max_len)
+            layout = smallest_working(arch, acc, gpn, higher, weights_bytes, kv_bytes, max_len, max_len)
             if layout is not None:
                 raise ConfigError("vllm.gpuMemoryUtilization", util,
                                   f"leaves too little GPU memory for {arch.name} ({_gib(weights_bytes)} of weights) "
@@ -448,7 +486,12 @@ def plan(settings: Settings) -> Sizing:
     if settings.model.weights_gib is not None:
         weights_bytes = settings.model.weights_gib * GIB
     else:
-        weights_bytes = params * weight_bytes_per_param(arch, settings.vllm.dtype)
+        if arch.quantized_parts and not arch.weight_bytes_per_param:
+            raise ConfigError("model.weightsGib", None,
+                              f"{arch.name} is quantized with quant_method {arch.quant_method!r}, which the planner "
+                              "does not weigh yet (it reads fp8, fbgemm_fp8, mxfp4, awq, gptq and compressed-tensors); "
+                              "set model.weightsGib to the checkpoint's size")
+        weights_bytes = model_weight_bytes(arch, settings.vllm.dtype)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype)
 
     if par.tensor is None and par.pipeline is None:
@@ -456,7 +499,8 @@ def plan(settings: Settings) -> Sizing:
     else:
         layout = _check_explicit(settings, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
         source = "config"
-    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes)
+    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
+                 settings.vllm.max_model_len)
 
     warnings = list(settings.warnings)
     concurrency = result.kv_tokens // settings.vllm.max_model_len
@@ -532,3 +576,28 @@ def plan(settings: Settings) -> Sizing:
         smoke_wait_seconds=probe + NODE_PROVISIONING_SECONDS + pull_plain,
         fingerprint=hashlib.sha256(served.encode()).hexdigest()[:16], warnings=tuple(warnings),
     )
+
+
+FAMILIES = (("mla", "MLA"), ("linear", "hybrid linear attention"), ("sliding", "sliding window"),
+            ("chunked", "chunked local attention"), ("vision", "multimodal"), ("experts", "MoE"))
+
+
+def families(arch: ModelArchitecture) -> list[str]:
+    """The families a model belongs to, as the calibration table names them (quantization included)."""
+    kinds = set(arch.kinds)
+    found = [label for key, label in FAMILIES if (key == "mla" and arch.kv_lora_rank) or key in kinds
+                 or (key == "vision" and arch.vision_parameters) or (key == "experts" and arch.num_experts)]
+    if arch.quantized_parts:
+        found.append(f"quantized {arch.quant_method}")
+    return found or ["dense"]
+
+
+def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
+                   dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1) -> Fit:
+    """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM."""
+    from planner.catalog import ACCELERATORS
+
+    acc = ACCELERATORS[accelerator]
+    nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
+    return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
+               kv_dtype_bytes(kv_cache_dtype, dtype), max_len)

@@ -7,6 +7,7 @@ from planner.architecture import parse_hf_config
 from planner.catalog import ACCELERATORS, GIB
 from planner.errors import ConfigError
 from planner.sizing import (
+    LOAD_OVERHEAD_GIB,
     RESERVE_GIB,
     candidate_layouts,
     choose_weights_disk,
@@ -42,7 +43,7 @@ def test_dev_stack_is_llama_8b_on_one_l4_with_tp1():
     s = sizing()
     assert (s.nodes_per_replica, s.tensor_parallel_size, s.pipeline_parallel_size) == (1, 1, 1)
     assert s.weights_gib == pytest.approx(14.96, abs=0.01)
-    usable = 23_034 / 1024 * 0.9 - 14.96 - RESERVE_GIB
+    usable = 23_034 / 1024 * 0.9 - 14.96 - LOAD_OVERHEAD_GIB - RESERVE_GIB
     assert s.kv_cache_tokens_per_replica == pytest.approx(usable * GIB / (2 * 32 * 8 * 128 * 2), rel=0.001)
 
 

@@ -1,0 +1,226 @@
+"""Per-layer structure of a config.json: which layers attend how, and a model cut to its first layers.
+
+vLLM builds one KV cache spec per attention layer from the model's own config (sliding window, chunked
+local attention, MLA, Mamba / linear-attention state); the planner reads the same per-layer pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from planner.errors import ConfigError
+
+PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type")
+"""Lists with one entry per decoder layer: cut with the layers."""
+LAYER_INDEX_LISTS = ("mlp_only_layers", "moe_layers")
+"""Lists of layer indices: entries past the cut are dropped."""
+
+
+def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
+    """The same model with only its first `layers` decoder layers (the per-layer pattern kept), for starting
+    a model that does not fit one GPU whole. Multimodal wrappers are cut in their text_config."""
+    out = dict(config)
+    if isinstance(out.get("text_config"), Mapping):
+        out["text_config"] = cut_layers(out["text_config"], layers)
+        return out
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(out.get(key), int):
+            out[key] = min(out[key], layers)
+    for key in PER_LAYER_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = out[key][:layers]
+    for key in LAYER_INDEX_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [i for i in out[key] if isinstance(i, int) and i < layers]
+    if isinstance(out.get("max_window_layers"), int):
+        out["max_window_layers"] = min(out["max_window_layers"], layers)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- layer kinds
+
+KIND_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+              "linear_attention": "linear", "attention": "full"}
+UNSIZED_KEYS = ("layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size", "mamba_expand",
+                "attn_layer_indices", "kv_lora_rank_per_layer", "compress_ratios")
+"""config.json keys of families vLLM serves whose per-layer state the planner does not size yet (Mamba / SSM
+hybrids such as Jamba, Granite 4, Nemotron-H, Falcon-H1; DeepSeek V4's compressed attention)."""
+
+
+def refuse_unsized(cfg: Mapping[str, Any], source: str) -> None:
+    """One line naming the key, instead of a plan that would be wrong in either direction."""
+    for key in UNSIZED_KEYS:
+        if cfg.get(key) is not None:
+            raise ConfigError(source, key, f"{key} in the model config marks a layer type (Mamba/SSM state or "
+                                           "compressed attention) the planner does not size yet; set model.weightsGib "
+                                           "and parallelism.tensor/pipeline from a measured start, or use a model "
+                                           "with attention and gated-delta-net layers only")
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        unknown = sorted({str(t) for t in types if t not in KIND_NAMES})
+        if unknown:
+            raise ConfigError(source, unknown[0], f"layer_types holds {unknown[0]!r}, a layer type the planner does "
+                                                  f"not size yet; accepted: {', '.join(sorted(KIND_NAMES))}")
+
+
+def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
+    """(kind per layer, window) as vLLM builds the layers (cited per rule). When a config's sliding window is not
+    one vLLM applies per layer, the layer counts as full attention: the planner then under-counts tokens, never
+    over-counts them."""
+    window = cfg.get("sliding_window")
+    window = window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        # vllm/model_executor/models/{llama,gpt_oss,gemma3,qwen3_next}.py: layer i is sliding when
+        # config.layer_types[i] == "sliding_attention" (window config.sliding_window); qwen3_next's
+        # "linear_attention" layers are Gated DeltaNet.
+        if len(types) < layers:
+            raise ConfigError(source, len(types), f"layer_types has {len(types)} entries for {layers} layers")
+        kinds = tuple(KIND_NAMES[t] for t in types[:layers])
+        if "sliding" in kinds and not window:
+            raise ConfigError(source, cfg.get("sliding_window"), "layer_types has sliding_attention layers but "
+                                                                 "sliding_window is not a positive integer")
+        return kinds, window
+    interval = cfg.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0 and str(cfg.get("model_type")) == "qwen3_next":
+        # transformers Qwen3NextConfig: layer i is full attention when (i + 1) % full_attention_interval == 0.
+        return tuple("full" if (i + 1) % interval == 0 else "linear" for i in range(layers)), 0
+    pattern = cfg.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 0 and window:
+        # transformers Gemma2/3 configs: every pattern-th layer is global, the others slide.
+        return tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(layers)), window
+    chunk = cfg.get("attention_chunk_size")
+    nope = cfg.get("no_rope_layers")
+    if isinstance(chunk, int) and chunk > 0 and isinstance(nope, list) and len(nope) >= layers:
+        # vllm/model_executor/models/llama4.py: chunked local attention unless no_rope_layers[i] == 0.
+        return tuple("full" if nope[i] == 0 else "chunked" for i in range(layers)), chunk
+    if cfg.get("use_sliding_window") is True and window and isinstance(cfg.get("max_window_layers"), int):
+        # transformers Qwen2Config: layers from max_window_layers on slide.
+        first = cfg["max_window_layers"]
+        return tuple("sliding" if i >= first else "full" for i in range(layers)), window
+    return ("full",) * layers, 0
+
+
+def moe_layer_count(cfg: Mapping[str, Any], layers: int, experts: int) -> int:
+    """Decoder layers with routed experts (-1: every layer after first_k_dense_replace)."""
+    if not experts:
+        return 0
+    moe = cfg.get("moe_layers")
+    if isinstance(moe, list):
+        return sum(1 for i in moe if isinstance(i, int) and 0 <= i < layers)
+    step = cfg.get("interleave_moe_layer_step")
+    if isinstance(step, int) and step > 1:  # vllm/model_executor/models/llama4.py: (i + 1) % step == 0
+        return sum(1 for i in range(layers) if (i + 1) % step == 0)
+    sparse = cfg.get("decoder_sparse_step")
+    only = cfg.get("mlp_only_layers")
+    if (isinstance(sparse, int) and sparse > 0) or isinstance(only, list):
+        # vllm/model_executor/models/qwen3_moe.py / qwen2_moe.py / qwen3_next.py: a layer is sparse when it is not
+        # in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
+        dense = {i for i in (only or []) if isinstance(i, int)}
+        step_n = sparse if isinstance(sparse, int) and sparse > 0 else 1
+        return sum(1 for i in range(layers) if i not in dense and (i + 1) % step_n == 0)
+    return -1
+
+
+# ----------------------------------------------------------------------------------------- weights
+
+MXFP4_BYTES_PER_PARAM = 0.5359
+"""MXFP4 experts as vLLM 0.25.1 holds them on an H200: 4-bit values with an 8-bit scale per 32 (0.53125 bytes),
+plus the scale layout of its Hopper MoE kernel; fitted to `Model loading took` of gpt-oss-20b and -120b
+(docs/benchmarks.md "Planner calibration"), +0.9% over the format's own size."""
+LINEAR_PARTS = frozenset({"attention", "linear", "mlp", "experts"})
+
+
+def _group_overhead(bits: float, group: Any, symmetric: bool) -> float:
+    """Bytes per parameter of a group's 16-bit scale (and `bits`-wide zero point when asymmetric)."""
+    if not isinstance(group, int) or group <= 0:
+        return 0.0
+    return (16 + (0 if symmetric else bits)) / 8 / group
+
+
+def _excluded(patterns: Any) -> frozenset[str]:
+    """Linear parts a quantization's ignore / modules_to_not_convert list leaves in 16 bits."""
+    text = " ".join(str(p) for p in patterns) if isinstance(patterns, list) else ""
+    out = set()
+    if "attn" in text:
+        out |= {"attention", "linear"}
+    if "experts" in text:
+        out.add("experts")
+    if "mlp.down_proj" in text or "mlp.gate_up" in text or "mlp.up_proj" in text:
+        out.add("mlp")
+    return frozenset(out)
+
+
+def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str) -> tuple[str, float, frozenset[str]]:
+    """(method, bytes per parameter of the quantized parts, which parts) of a checkpoint, as vLLM loads it.
+    An unknown method gives bytes 0: sizing then needs model.weightsGib."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        bits = cfg.get("bits")
+        if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits < 16:
+            return "bits", bits / 8, LINEAR_PARTS
+        return "", dtype_bytes, frozenset()
+    method = str(quant.get("quant_method", ""))
+    skip = _excluded(quant.get("modules_to_not_convert") or quant.get("ignore"))
+    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8") or ("fp8" in str(quant.get("fmt", "")) and not method):
+        # vllm/model_executor/layers/quantization/fp8.py: FP8 linear and MoE weights, block or channel scales.
+        return method or "fp8", 1.0, LINEAR_PARTS - skip
+    if method == "mxfp4":
+        # vllm/model_executor/layers/quantization/mxfp4.py: only FusedMoE layers take the MXFP4 method;
+        # every other linear layer is unquantized.
+        return method, MXFP4_BYTES_PER_PARAM, frozenset({"experts"}) - skip
+    if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
+        bits = quant.get("bits") or quant.get("w_bit")
+        if not isinstance(bits, int) or isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+            raise ConfigError(source, bits, f"quantization_config.bits of a {method} checkpoint must be 2, 3, 4 "
+                                            "or 8")
+        group = quant.get("group_size", quant.get("q_group_size", 128))
+        symmetric = method.startswith("gptq") and quant.get("sym", True) is not False
+        return method, bits / 8 + _group_overhead(bits, group, symmetric), LINEAR_PARTS - skip
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        weights = next((g.get("weights") for g in groups.values() if isinstance(g, Mapping)
+                        and isinstance(g.get("weights"), Mapping)), None) if isinstance(groups, Mapping) else None
+        bits = weights.get("num_bits") if weights else None
+        if not isinstance(bits, int) or isinstance(bits, bool) or not 1 < bits <= 16:
+            raise ConfigError(source, bits, "quantization_config.config_groups.*.weights.num_bits of a "
+                                            "compressed-tensors checkpoint must be an integer 2-16")
+        overhead = 0.0
+        if weights.get("strategy") == "group":
+            overhead = _group_overhead(bits, weights.get("group_size"), weights.get("symmetric", True) is not False)
+        return method, bits / 8 + overhead, LINEAR_PARTS - skip
+    return method or "unknown", 0.0, LINEAR_PARTS
+
+
+# ----------------------------------------------------------------------------------------- vision towers
+
+def vision_parameters(vision: Mapping[str, Any], text_hidden: int) -> int:
+    """A vision tower's parameters (transformer blocks, patch embedding, projector into the decoder). Gated
+    (SwiGLU) MLPs where the tower uses SiLU, as Qwen2.5-VL's does; a two-matrix MLP for CLIP/SigLIP towers."""
+    def integer(*names: str, default: int = 0) -> int:
+        for name in names:
+            value = vision.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+
+    h = integer("hidden_size", "embed_dim")
+    depth = integer("depth", "num_hidden_layers")
+    if not h or not depth:
+        return 0
+    inter = integer("intermediate_size", default=4 * h)
+    gated = str(vision.get("hidden_act", "")) == "silu"
+    patch = integer("patch_size", "spatial_patch_size", default=14)
+    blocks = depth * (4 * h * h + (3 if gated else 2) * h * inter + 4 * h)
+    embed = integer("in_chans", "num_channels", default=3) * integer("temporal_patch_size", default=1) * patch ** 2 * h
+    merge = integer("spatial_merge_size")
+    out = integer("out_hidden_size", default=text_hidden)
+    if merge:  # Qwen2-VL family: merger MLP over merge x merge patches
+        width = h * merge * merge
+        projector = width * width + width * out
+    else:
+        positions = (integer("image_size", default=0) // patch) ** 2
+        embed += positions * h
+        projector = h * out
+    return blocks + embed + projector

@@ -1,0 +1,158 @@
+"""Current model families: every config under models/ plans, each family is read as vLLM reads it, the
+planner stays within the GPU calibration (docs/benchmarks/results.json), and families it cannot size are refused."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.architecture import parse_hf_config
+from planner.errors import ConfigError
+from planner.layers import MXFP4_BYTES_PER_PARAM, cut_layers
+from planner.sizing import families, single_gpu_fit
+from tests.helpers import accel, model, sizing
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
+RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
+CALIBRATED = RESULTS["calibration_families"]["rows"]
+
+# (model file, accelerator, machine, expected tensor x pipeline x nodes): sensible GKE machines for each.
+PLANS = {
+    "gpt-oss-20b": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1)),
+    "gpt-oss-120b": ("nvidia-h200-141gb", "a3-ultragpu-8g", (1, 1, 1)),
+    "Qwen3-30B-A3B": ("nvidia-h100-80gb", "a3-highgpu-8g", (1, 1, 1)),
+    "Qwen3-235B-A22B-FP8": ("nvidia-h200-141gb", "a3-ultragpu-8g", (2, 1, 1)),
+    "DeepSeek-V3": ("nvidia-h200-141gb", "a3-ultragpu-8g", (8, 1, 1)),
+    "Qwen3-Next-80B-A3B-Instruct": ("nvidia-h200-141gb", "a3-ultragpu-8g", (2, 1, 1)),
+    "Meta-Llama-3.1-8B-Instruct-FP8": ("nvidia-l4", "g2-standard-8", (1, 1, 1)),
+    "Qwen2.5-7B-Instruct-AWQ": ("nvidia-l4", "g2-standard-8", (1, 1, 1)),
+    "Qwen2.5-VL-7B-Instruct": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1)),
+}
+
+
+def arch(name: str):
+    return parse_hf_config(json.loads((ROOT / "models" / f"{name}.json").read_text()), name, "model.configFile")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_file_plans(name):
+    acc, machine, _ = PLANS.get(name, ("nvidia-h200-141gb", "a3-ultragpu-8g", None))
+    s = sizing(model=model(name), accelerator=accel(acc, machine), vllm={"maxModelLen": 8192})
+    assert s.kv_cache_tokens_per_replica >= 8192
+    assert s.weights_gib_per_gpu + s.kv_cache_gib_per_gpu < 141
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_current_families_plan_on_the_machine_they_need(name):
+    acc, machine, layout = PLANS[name]
+    s = sizing(model=model(name), accelerator=accel(acc, machine), vllm={"maxModelLen": 8192})
+    assert (s.tensor_parallel_size, s.pipeline_parallel_size, s.nodes_per_replica) == layout
+
+
+@pytest.mark.parametrize("row", CALIBRATED, ids=lambda r: f"{r['model']}-{r['layers']}-{r['max_model_len']}")
+def test_planner_stays_within_the_gpu_calibration(row):
+    a = parse_hf_config(row["config"], row["model"], "calibration")
+    f = single_gpu_fit(a, "nvidia-h200-141gb", 0.9, row["max_model_len"])
+    kv_error = (f.kv_tokens - row["kv_cache_tokens_measured"]) / row["kv_cache_tokens_measured"]
+    assert -0.01 <= kv_error <= 0.005, f"KV tokens {kv_error:+.2%} against vLLM"
+    weights_error = f.weights_per_gpu / 2**30 / row["weights_gib_measured"] - 1
+    assert abs(weights_error) <= 0.03, f"weights {weights_error:+.2%} against vLLM's Model loading"
+
+
+def test_calibration_covers_every_family_the_issue_names():
+    seen = {label for row in CALIBRATED for label in families(parse_hf_config(row["config"], row["model"], "x"))}
+    for family in ("MoE", "MLA", "sliding window", "hybrid linear attention", "multimodal", "quantized mxfp4",
+                   "quantized compressed-tensors", "quantized awq"):
+        assert family in seen
+
+
+def test_mxfp4_quantizes_only_the_experts_and_fp8_every_linear_layer():
+    oss = arch("gpt-oss-20b")
+    parts = oss.parameter_parts()
+    assert oss.quantized_parts == {"experts"}
+    assert oss.weight_bytes(2.0) == pytest.approx(parts["experts"] * MXFP4_BYTES_PER_PARAM
+                                                  + 2 * (sum(parts.values()) - parts["experts"]))
+    ds = arch("DeepSeek-V3")
+    assert {"attention", "mlp", "experts"} <= ds.quantized_parts and "embeddings" not in ds.quantized_parts
+    assert ds.parameter_count() / 1e9 == pytest.approx(671.0, abs=1.0)
+
+
+def test_awq_and_compressed_tensors_bytes_follow_their_groups():
+    awq = arch("Qwen2.5-7B-Instruct-AWQ")
+    assert awq.weight_bytes_per_param == pytest.approx(0.5 + (16 + 4) / 8 / 128)
+    fp8 = arch("Meta-Llama-3.1-8B-Instruct-FP8")
+    assert fp8.weight_bytes_per_param == 1.0 and fp8.quant_method == "compressed-tensors"
+    group = json.loads((ROOT / "models" / "Meta-Llama-3.1-8B-Instruct-FP8.json").read_text())
+    weights = group["quantization_config"]["config_groups"]["group_0"]["weights"]
+    weights.update(num_bits=4, type="int", strategy="group", group_size=64, symmetric=False)
+    assert parse_hf_config(group, "w4", "x").weight_bytes_per_param == pytest.approx(0.5 + (16 + 4) / 8 / 64)
+
+
+def test_layer_patterns_are_read_as_vllm_builds_them():
+    assert arch("gpt-oss-20b").kinds[:4] == ("sliding", "full", "sliding", "full")
+    assert arch("gpt-oss-20b").window == 128
+    nxt = arch("Qwen3-Next-80B-A3B-Instruct")
+    assert nxt.kinds[:4] == ("linear", "linear", "linear", "full") and nxt.kinds.count("full") == 12
+    gemma = {"model_type": "gemma3_text", "num_hidden_layers": 12, "hidden_size": 1024, "num_attention_heads": 8,
+             "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 1000, "max_position_embeddings": 8192,
+             "sliding_window": 512, "sliding_window_pattern": 6}
+    assert parse_hf_config(gemma, "g", "x").kinds.count("full") == 2
+    llama4 = {**gemma, "model_type": "llama4_text", "sliding_window_pattern": None, "attention_chunk_size": 8192,
+              "no_rope_layers": [1, 1, 1, 0] * 3}
+    a = parse_hf_config(llama4, "l4", "x")
+    assert a.kinds[:4] == ("chunked", "chunked", "chunked", "full") and a.window == 8192
+    # Qwen2.5's sliding_window is not used: use_sliding_window is false
+    assert set(arch("Qwen2.5-VL-7B-Instruct").kinds) == {"full"}
+
+
+def test_moe_layer_patterns_count_only_sparse_layers():
+    ds = arch("DeepSeek-V3")
+    assert ds.moe_layers == 61 - 3
+    qwen = json.loads((ROOT / "models" / "Qwen3-30B-A3B.json").read_text())
+    assert parse_hf_config({**qwen, "mlp_only_layers": [0, 1]}, "q", "x").moe_layers == 46
+    assert parse_hf_config({**qwen, "decoder_sparse_step": 2}, "q", "x").moe_layers == 24
+    dense_more = parse_hf_config({**qwen, "decoder_sparse_step": 2}, "q", "x").parameter_count()
+    assert dense_more < arch("Qwen3-30B-A3B").parameter_count()
+
+
+def test_hybrid_tokens_depend_on_the_sequence_length_as_in_vllm():
+    """Sliding layers hold at most window - 1 + 8192 tokens, so longer sequences raise the reported tokens."""
+    oss = arch("gpt-oss-20b")
+    short = oss.kv_tokens(1, 1, 2.0, 100 * 2**30, 8192, 8192)
+    long = oss.kv_tokens(1, 1, 2.0, 100 * 2**30, 32768, 8192)
+    assert long > 1.5 * short
+    full = arch("Qwen3-30B-A3B")
+    assert full.kv_tokens(1, 1, 2.0, 100 * 2**30, 8192, 8192) == full.kv_tokens(1, 1, 2.0, 100 * 2**30, 32768, 8192)
+
+
+def test_cut_layers_keeps_the_pattern():
+    cfg = json.loads((ROOT / "models" / "Qwen3-Next-80B-A3B-Instruct.json").read_text())
+    cut = parse_hf_config(cut_layers(cfg, 8), "n", "x")
+    assert cut.num_layers == 8 and cut.kinds == ("linear",) * 3 + ("full",) + ("linear",) * 3 + ("full",)
+    oss = cut_layers(json.loads((ROOT / "models" / "gpt-oss-20b.json").read_text()), 4)
+    assert oss["layer_types"] == ["sliding_attention", "full_attention"] * 2
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"layers_block_type": ["mamba", "attention"]}, "layers_block_type"),
+    ({"mamba_d_state": 128}, "mamba_d_state"),
+    ({"layer_types": ["mamba"] * 48}, "mamba"),
+])
+def test_families_not_sized_are_refused_naming_the_key(change, key):
+    cfg = {**json.loads((ROOT / "models" / "Qwen3-30B-A3B.json").read_text()), **change}
+    with pytest.raises(ConfigError) as err:
+        parse_hf_config(cfg, "m", "model.configFile")
+    assert key in str(err.value) and "does not size" in str(err.value)
+
+
+def test_an_unknown_quantization_asks_for_model_weights_gib(tmp_path):
+    cfg = json.loads((ROOT / "models" / "Qwen2.5-7B-Instruct.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    path = tmp_path / "bnb.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as err:
+        sizing(model={"id": "org/bnb", "configFile": str(path)})
+    assert err.value.key == "model.weightsGib" and "bitsandbytes" in str(err.value)
+    given = sizing(model={"id": "org/bnb", "configFile": str(path), "weightsGib": 5.5})
+    assert given.weights_gib == 5.5
