@@ -465,9 +465,10 @@ def predicted_kv(config_json: Path, args: argparse.Namespace, tp: int, pp: int, 
     if acc is None:
         return None
     arch, _ = load_architecture("bench/model", "main", str(config_json), None, ROOT)
-    weights = arch.parameter_count() * sizing.weight_bytes_per_param(arch, args.dtype)
+    weights = sizing.model_weight_bytes(arch, args.dtype)
     kv_bytes = sizing.kv_dtype_bytes(args.kv_cache_dtype, args.dtype)
-    return sizing.fit(arch, acc, sizing.Layout(tp, pp, nodes), args.gpu_memory_utilization, weights, kv_bytes).kv_tokens
+    return sizing.fit(arch, acc, sizing.Layout(tp, pp, nodes), args.gpu_memory_utilization, weights, kv_bytes,
+                      args.max_model_len).kv_tokens
 
 
 def planner_layout(config_json: Path, args: argparse.Namespace) -> str | None:

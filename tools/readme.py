@@ -145,6 +145,15 @@ EXAMPLES: tuple[tuple[str, str, dict[str, Any]], ...] = (
         "model": {"id": "mistralai/Mixtral-8x7B-Instruct-v0.1",
                   "configFile": "models/Mixtral-8x7B-Instruct-v0.1.json"},
         "accelerator": {"type": "nvidia-a100-80gb", "machineType": "a2-ultragpu-2g", "zones": ["us-central1-a"]}}),
+    ("gpt-oss-120b (MXFP4 MoE, sliding window), 8k context, on a3-highgpu-1g", "dev", {
+        "model": {"id": "openai/gpt-oss-120b", "configFile": "models/gpt-oss-120b.json"},
+        "accelerator": {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-1g", "zones": ["us-central1-a"]}}),
+    ("DeepSeek-V3 (FP8, MLA, MoE), 8k context, on a3-ultragpu-8g", "dev", {
+        "model": {"id": "deepseek-ai/DeepSeek-V3", "configFile": "models/DeepSeek-V3.json"},
+        "accelerator": {"type": "nvidia-h200-141gb", "machineType": "a3-ultragpu-8g", "zones": ["us-central1-a"]}}),
+    ("Qwen3-Next-80B-A3B (hybrid linear attention), 8k context, on a3-ultragpu-8g", "dev", {
+        "model": {"id": "Qwen/Qwen3-Next-80B-A3B-Instruct", "configFile": "models/Qwen3-Next-80B-A3B-Instruct.json"},
+        "accelerator": {"type": "nvidia-h200-141gb", "machineType": "a3-ultragpu-8g", "zones": ["us-central1-a"]}}),
 )
 
 

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""GPU calibration of the planner on real model configs, without weights (vLLM's --load-format dummy).
+
+    python3 bench/calibrate.py models/Qwen3-30B-A3B.json models/DeepSeek-V3.json:5 ... [--out DIR]
+
+Each argument is a config.json under models/, optionally with `:N`: the model cut to its first N layers
+(per-layer lists cut with it, so the layer pattern is kept) where the whole model does not fit one GPU.
+For each one a model directory is made with that config.json, a tokenizer (bench/models.py) and, for
+multimodal models, the processor files vLLM's profiling needs; vLLM starts on it through the project's
+launcher and rendered leader command (TP=1) with random weights, and once the engine logs its KV cache
+size the server is stopped. Recorded per model: vLLM's `GPU KV cache size`, `Model loading took N GiB`,
+`Available KV cache memory`, its memory profile (debug log) and the planner's numbers for the same
+config and settings. Rows go to OUT/calibration.json after every model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.models import build_tokenizer  # noqa: E402
+from bench.run import (  # noqa: E402
+    API_PORT,
+    LAYOUTS,
+    Bench,
+    Group,
+    healthy,
+    host_info,
+    kv_tokens,
+    leader_cmd,
+    local,
+    log,
+)
+from planner.catalog import ACCELERATORS  # noqa: E402
+from planner.layers import cut_layers  # noqa: E402
+
+LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
+AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+PROFILE = re.compile(r"(MemoryProfilingResult\(.*?\)|Memory profiling takes.*)$", re.M)
+CUDAGRAPH = re.compile(r"(?:CUDA graph|cudagraph)[^\n]*?([\d.]+) GiB", re.I)
+ERROR = re.compile(r"^(?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*$", re.M)
+
+# What Qwen2-VL's processor needs beside the tokenizer (preprocessor_config.json of Qwen/Qwen2.5-VL-7B-Instruct).
+QWEN_VL_PROCESSOR = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
+                     "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+                     "image_std": [0.26862954, 0.26130258, 0.27577711],
+                     "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor"}
+QWEN_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>",
+                  "image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}
+
+
+def parse_entry(entry: str) -> tuple[Path, int | None]:
+    path, _, layers = entry.partition(":")
+    config = ROOT / path if not Path(path).is_absolute() else Path(path)
+    if not config.is_file():
+        raise SystemExit(f"calibrate: {entry!r}: no such config file")
+    if layers and (not layers.isascii() or not layers.isdigit() or int(layers) < 1):
+        raise SystemExit(f"calibrate: {entry!r}: the layer count after ':' must be a positive integer")
+    return config, int(layers) if layers else None
+
+
+def model_dir(work: Path, config: Path, layers: int | None) -> tuple[Path, dict[str, Any]]:
+    """config.json (cut), tokenizer, processor files: what vLLM reads with --load-format dummy."""
+    data = json.loads(config.read_text())
+    if layers is not None:
+        data = cut_layers(data, layers)
+    out = work / "models" / f"{config.stem}-{layers or 'all'}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(data, indent=2))
+    text = data.get("text_config", data)
+    build_tokenizer({**text, **{k: v for k, v in data.items() if k.endswith("token_id")}}, out)
+    if data.get("model_type") in ("qwen2_5_vl", "qwen2_vl"):
+        add_qwen_vl_processor(out, data)
+    return out, data
+
+
+def add_qwen_vl_processor(out: Path, config: dict[str, Any]) -> None:
+    """Name the vision token ids in the word-level tokenizer and write the image processor's config."""
+    tok_path = out / "tokenizer.json"
+    tok = json.loads(tok_path.read_text())
+    vocab = tok["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    added = []
+    for key, name in QWEN_VL_TOKENS.items():
+        ident = config.get(key)
+        if isinstance(ident, int) and ident in by_id:
+            del vocab[by_id[ident]]
+            vocab[name] = ident
+            added.append({"id": ident, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True})
+    tok["added_tokens"] = [*tok.get("added_tokens", []), *added]
+    tok_path.write_text(json.dumps(tok))
+    (out / "preprocessor_config.json").write_text(json.dumps(QWEN_VL_PROCESSOR, indent=2))
+
+
+def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any]:
+    config, layers = parse_entry(entry)
+    directory, data = model_dir(args.work, config, layers)
+    name = directory.name
+    layout = LAYOUTS["tp1"]
+    spec = replace(bench.spec(layout, API_PORT + 20, directory), served_name=name,
+                   extra_args=("--load-format", "dummy", *args.extra))
+    env = bench.env(layout, [0] if args.gpus else [], f"calibrate-{name}")
+    env["VLLM_LOGGING_LEVEL"] = "DEBUG"
+    group = Group(args.work, f"calibrate-{name}")
+    proc = group.start("leader-r0", leader_cmd(spec), env)
+    t0 = time.monotonic()
+    try:
+        while kv_tokens(proc.log) is None and proc.popen.poll() is None and not healthy(local(API_PORT + 20)) \
+                and time.monotonic() - t0 < args.start_timeout:
+            time.sleep(0.5)
+        time.sleep(1)  # the concurrency line follows the KV line
+    finally:
+        group.stop(grace=15)
+    text = proc.log.read_text(errors="replace")
+    row: dict[str, Any] = {"model": config.stem, "layers": layers or "all", "config": data,
+                           "kv_cache_tokens_measured": kv_tokens(proc.log),
+                           "seconds_to_kv_line": round(time.monotonic() - t0, 1)}
+    for key, pattern in (("weights_gib_measured", LOADING), ("available_kv_gib_measured", AVAILABLE)):
+        found = pattern.search(text)
+        row[key] = float(found.group(1)) if found else None
+    found = CONCURRENCY.search(text)
+    if found:
+        row["max_concurrency"] = float(found.group(2))
+    row["profile"] = PROFILE.findall(text)[-3:]
+    row["cudagraph_lines"] = [m.group(0)[:300] for m in CUDAGRAPH.finditer(text)][-3:]
+    row["backend_lines"] = [line[:300] for line in text.splitlines()
+                            if re.search(r"backend|Using .*kernel|quantiz", line, re.I)][:12]
+    if row["kv_cache_tokens_measured"] is None:
+        row["error"] = (ERROR.findall(text) or [f"exit {proc.popen.poll()}"])[-1][:500]
+        row["log_tail"] = text.splitlines()[-40:]
+    log(f"calibrate {name}: KV {row['kv_cache_tokens_measured']}, weights {row['weights_gib_measured']} GiB, "
+        f"available {row['available_kv_gib_measured']} GiB {row.get('error', '')}")
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("entries", nargs="+", help="models/X.json or models/X.json:LAYERS")
+    parser.add_argument("--accelerator", default="nvidia-h200-141gb", choices=sorted(ACCELERATORS))
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--start-timeout", type=float, default=420)
+    parser.add_argument("--extra", nargs="*", default=[], help="more vLLM flags for every model")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/vllm-gke-calibrate"))
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    args = parser.parse_args(argv)
+    for entry in args.entries:
+        parse_entry(entry)
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "calibration.json"
+    results = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    results.update(host=host_info(), settings={k: getattr(args, k) for k in (
+        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype")})
+    bench = Bench(args, args.work, "calibrate", args.work)
+    for entry in args.entries:
+        row = measure(args, bench, entry)
+        results["rows"] = [r for r in results["rows"]
+                           if (r["model"], r["layers"]) != (row["model"], row["layers"])] + [row]
+        path.write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if all("error" not in r for r in results["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""bench/calibrate.py's model directories: what vLLM reads with --load-format dummy, built here for real."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from bench.calibrate import model_dir, parse_entry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_cut_model_directory_has_the_cut_config_and_a_tokenizer_of_its_vocabulary(tmp_path):
+    config, layers = parse_entry("models/Qwen3-Next-80B-A3B-Instruct.json:8")
+    out, data = model_dir(tmp_path, config, layers)
+    written = json.loads((out / "config.json").read_text())
+    assert written == data and written["num_hidden_layers"] == 8
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok) == written["vocab_size"]
+
+
+def test_a_vision_model_gets_its_image_processor_and_vision_tokens(tmp_path):
+    config, layers = parse_entry("models/Qwen2.5-VL-7B-Instruct.json")
+    out, data = model_dir(tmp_path, config, layers)
+    assert json.loads((out / "preprocessor_config.json").read_text())["image_processor_type"] == \
+        "Qwen2VLImageProcessor"
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.convert_tokens_to_ids("<|image_pad|>") == data["image_token_id"]
+
+
+def test_a_bad_entry_is_one_line_and_exit_status():
+    for entry in ("models/missing.json", "models/gpt-oss-20b.json:0", "models/gpt-oss-20b.json:x"):
+        proc = subprocess.run([sys.executable, "bench/calibrate.py", entry], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert entry in proc.stderr
