@@ -127,12 +127,7 @@ class ModelArchitecture:
 
     def kv_bytes_per_token(self, tp: int, pp: int, kv_dtype_bytes: float) -> float:
         """KV-cache bytes one token occupies on one GPU of a TP x PP replica."""
-        layers_per_stage = math.ceil(self.num_layers / pp)
-        if self.kv_lora_rank:
-            # MLA caches one latent vector per token and layer, replicated on every TP rank.
-            return layers_per_stage * (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
-        kv_heads_per_gpu = max(self.num_kv_heads / tp, 1)
-        return 2 * layers_per_stage * kv_heads_per_gpu * self.head_dim * kv_dtype_bytes
+        return math.ceil(self.num_layers / pp) * self.attention_bytes_per_token(tp, kv_dtype_bytes)
 
 
     def attention_bytes_per_token(self, tp: int, kv_dtype_bytes: float) -> float:
