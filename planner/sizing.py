@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.catalog import (
+    ACCELERATORS,
     DISK_TYPES,
     ENGINE_START_SECONDS,
     GIB,
@@ -595,8 +596,6 @@ def families(arch: ModelArchitecture) -> list[str]:
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
                    dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1) -> Fit:
     """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM."""
-    from planner.catalog import ACCELERATORS
-
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
