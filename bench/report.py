@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.levers_report import levers_section
 from planner.sizing import RESERVE_GIB
 from planner.stack_schema import VllmConfig
 
@@ -332,6 +333,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     else:
         lines.append("Not measured in this run.")
     lines += startup_section(results)
+    lines += levers_section(results.get("startup_levers") or {})
     lines += ["", "## Caveats", "",
               "- Loopback TCP is faster than a real data-centre network (no wire latency, memory-speed "
               "bandwidth), so the across-nodes numbers are an upper bound; TP across real nodes is slower still.",

@@ -690,9 +690,10 @@ def host_info() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", nargs="?", default="all", choices=("all", "build", "report", "startup"),
+    parser.add_argument("action", nargs="?", default="all", choices=("all", "build", "report", "startup", "levers"),
                         help="startup: cold vs warm start of --layouts through the launcher's compile-cache reuse, "
-                             "merged into OUT/results.json")
+                             "merged into OUT/results.json; levers: the tp1 warm start's phases with each of "
+                             "--levers (bench/levers.py), merged likewise")
     parser.add_argument("--config", type=Path, default=ROOT / "models" / "Llama-3.1-8B-Instruct.json",
                         help="HF config.json of the model to benchmark (random weights are built for it)")
     parser.add_argument("--model-dir", type=Path, default=None, help="serve this model directory instead")
@@ -718,6 +719,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="with --pods: skip starting the tp1 leader pod without USER/LOGNAME first")
     parser.add_argument("--phases", default="first-cold,warm,cold",
                         help="startup: which starts, in order (first-cold and cold empty the store, warm uses it)")
+    parser.add_argument("--levers", default="default,capture-matched,piecewise-graphs,in-process-engine,"
+                                              "default-loader-disk,runai-streamer-disk,default",
+                        help="levers: which, in order (a repeat measures run-to-run noise)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of layouts not run now from an existing OUT/results.json")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vllm-gke-bench")
@@ -732,6 +736,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not args.phase_list or set(args.phase_list) - {"first-cold", "warm", "cold"}:
         parser.error(f"--phases {args.phases!r}: accepted: first-cold, warm, cold (comma-separated)")
+    from bench.levers import LEVERS
+
+    args.lever_list = [name.strip() for name in args.levers.split(",") if name.strip()]
+    if not args.lever_list or set(args.lever_list) - set(LEVERS):
+        parser.error(f"--levers {args.levers!r}: accepted: {', '.join(LEVERS)} (comma-separated)")
     if args.accelerator != "none" and args.accelerator not in ACCELERATORS:
         parser.error(f"--accelerator {args.accelerator!r}: accepted: none, {', '.join(ACCELERATORS)}")
     args.calibrate_list = [ROOT / p.strip() if not Path(p.strip()).is_absolute() else Path(p.strip())
@@ -770,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "build":
         return 0
 
-    if args.action == "startup":
+    if args.action in ("startup", "levers"):
         return run_startup(args, Bench(args, model_dir, args.config.stem, args.work), results_path)
     pods = {path.stem: Rendered.load(path) for path in sorted(args.pods.glob("*.json"))} if args.pods else {}
     pods = {name: rendered for name, rendered in pods.items() if name in args.layout_list}
@@ -783,13 +792,19 @@ def main(argv: list[str] | None = None) -> int:
 def run_startup(args: argparse.Namespace, bench: Bench, results_path: Path) -> int:
     """`startup`: the rows go into the existing results (other sections untouched)."""
     results = json.loads(results_path.read_text()) if results_path.exists() else {"runs": []}
-    results["startup_started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results["startup_host"] = host_info()
 
     def save() -> None:
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(results, indent=2) + "\n")
 
+    if args.action == "levers":
+        from bench.levers import run_levers
+
+        run_levers(bench, args.lever_list, results, save)
+        write_report(results, args.out, args.doc, DEFAULT_LAYOUTS)
+        return 0 if all("error" not in r for r in results["startup_levers"]["runs"][-1]["rows"]) else 1
+    results["startup_started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results["startup_host"] = host_info()
     startup(bench, args.layout_list, results, save)
     write_report(results, args.out, args.doc, DEFAULT_LAYOUTS)
     log(f"wrote {results_path}, {args.doc}")

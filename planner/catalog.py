@@ -283,9 +283,37 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
 MEASURED_ENGINE_START = "nvidia-h200-141gb"
 ENGINE_START_SECONDS: dict[tuple[bool, bool], int] = {
     # (multi-node, warm compile cache) -> seconds from container start to /health, less the weights read, measured
-    # by `bench/run.py startup` on H200s (vLLM 0.25.1, docs/benchmarks.md "Start-up: compile cache reuse"): one node
-    # 107.7 s cold / 76.4 s warm, two Ray nodes 128.5 / 100.3, each with ~2 s of weights from the page cache.
-    (False, False): 106, (False, True): 74, (True, False): 127, (True, True): 98,
+    # on H200s (vLLM 0.25.1). Cold, and multi-node warm: `bench/run.py startup` (docs/benchmarks.md "Start-up:
+    # compile cache reuse"): one node 107.7 s cold, two Ray nodes 128.5 / 100.3, each with ~2 s of weights from the
+    # page cache. One node warm: `bench/run.py levers` with today's launcher (Triton's cache carried, engine core
+    # forked; docs/benchmarks.md "Engine start levers"): 41.6 and 42.1 s to /health, of which 2.4 and 2.6 s
+    # weights read; it was 76.4 s before those two defaults.
+    (False, False): 106, (False, True): 39, (True, False): 127, (True, True): 98,
 }
 """Process start, imports, (Ray group,) torch.compile, profiling, KV allocation, CUDA graphs. Other GPU types use
 the H200 figures until measured; the plan says so."""
+
+
+T4_USD_HOUR = 0.35
+"""N1 machines carry T4s as separately priced accelerators (Compute Engine GPU pricing, us-central1)."""
+MACHINE_USD_HOUR: dict[str, float] = {
+    # On-demand list price per hour in us-central1, the machine with its bundled GPUs (Compute Engine
+    # "VM instance pricing" / "GPU pricing", as transcribed for this catalog in 2026-11 without network access to
+    # re-check them): only the spare capacity of autoscaling.headroom is priced with them, in `make plan`. Machine
+    # types missing here are shown as unpriced rather than guessed.
+    "n1-standard-4": 0.19, "n1-standard-8": 0.38, "n1-standard-16": 0.76, "n1-standard-32": 1.52,
+    "g2-standard-4": 0.7068, "g2-standard-8": 0.8536, "g2-standard-12": 1.0004, "g2-standard-16": 1.1472,
+    "g2-standard-24": 2.0008, "g2-standard-32": 1.7340, "g2-standard-48": 4.0016, "g2-standard-96": 8.0032,
+    "a2-highgpu-1g": 3.6733, "a2-highgpu-2g": 7.3466, "a2-highgpu-4g": 14.6932, "a2-highgpu-8g": 29.3864,
+    "a2-megagpu-16g": 55.7395,
+    "a2-ultragpu-1g": 5.0688, "a2-ultragpu-2g": 10.1376, "a2-ultragpu-4g": 20.2752, "a2-ultragpu-8g": 40.5504,
+    "a3-highgpu-8g": 88.2522,
+}
+
+
+def machine_usd_hour(machine: MachineType) -> float | None:
+    """On-demand list price of one node of `machine` per hour, GPUs included; None where the catalog has none."""
+    base = MACHINE_USD_HOUR.get(machine.name)
+    if base is None:
+        return None
+    return round(base + (T4_USD_HOUR * machine.gpus if machine.name.startswith("n1-") else 0.0), 4)

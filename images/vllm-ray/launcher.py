@@ -5,8 +5,12 @@
     launcher.py worker [--leader-address HOST] --gpus-per-node G [--ray-port P] [--wait-timeout S]
     launcher.py check [--max-age S] [--health-url URL]
                                              (liveness: the group heartbeat is fresh and URL answers 200)
+    launcher.py placeholder [--read DIR]     (headroom: read DIR's files once, then wait for SIGTERM; exit 0)
 
-leader, N = 1: runs CMD directly (exec); vLLM needs no Ray on one node.
+leader, N = 1: runs CMD directly (exec); vLLM needs no Ray on one node. Its engine core is forked from the API
+    server (VLLM_WORKER_MULTIPROC_METHOD=fork, unless set) instead of spawned, which vLLM's CLI would choose: a
+    spawned engine core imports torch and vLLM a second time (~19 s of a 60 s warm start on H200,
+    docs/benchmarks.md). Multi-node groups keep spawn (not measured with fork).
 leader, N > 1: starts the Ray head; waits until N nodes and N x G GPUs have joined, or exits 1
     after S seconds naming what is missing; runs CMD; checks the Ray nodes every second and, when
     one is lost, stops CMD and exits 3 so the LeaderWorkerSet recreates the group. CMD exiting on its
@@ -20,7 +24,9 @@ worker: waits (bounded) until the head's port answers, joins with `ray start --b
     if none is yet (written to a temporary name, then renamed: a reader never sees half a file; pods publishing at
     once each write a whole archive); it gives up when the process that started it is gone. Absent, unreadable
     or stale archives only cost the compile vLLM does anyway (its cache is keyed by its own hash of config and
-    code). INDEX is LWS_WORKER_INDEX (0 for the leader).
+    code). INDEX is LWS_WORKER_INDEX (0 for the leader). Triton's kernel cache is moved into that root
+    (TRITON_CACHE_DIR, unless set): by default it lives under HOME, outside what is carried, and on H200 the
+    warm start spent ~13 s re-compiling vLLM's own Triton kernels (docs/benchmarks.md, "Engine start levers").
 Standard library and Ray only. One log line per state change; every failure is one line.
 """
 
@@ -138,6 +144,7 @@ def leader(args: argparse.Namespace) -> int:
         start_publisher(role, args, f"http://127.0.0.1:{args.api_port}/health")
     if args.group_size == 1:
         log(role, "group of one node: starting the server without Ray")
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
         os.execvp(command[0], command)
     ip = args.node_ip or node_ip()
     address = f"{ip}:{args.ray_port}"
@@ -247,9 +254,18 @@ def extract_plain_files(tar: Any, members: list[Any], into: Path) -> None:
         tar.extractall(into, members)
 
 
+def carry_triton_cache() -> None:
+    """Point Triton's cache into vLLM's cache root, so the archive carries it (Triton reads TRITON_CACHE_DIR, else
+    ~/.triton/cache: triton/runtime/cache.py). Triton keys each kernel by its source, the GPU and its own version,
+    so a restored kernel that does not match is compiled again, never misused. An explicit setting wins."""
+    os.environ.setdefault("TRITON_CACHE_DIR", str(vllm_cache_root() / "triton"))
+
+
 def restore_cache(role: str, store: str, key: str) -> None:
     """Fill vLLM's cache root from the store's archive for this layout and pod, when there is one."""
     import tarfile
+
+    carry_triton_cache()
 
     archive, root = cache_archive(store, key), vllm_cache_root()
     if not archive.is_file():
@@ -392,6 +408,33 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+def placeholder(args: argparse.Namespace) -> int:
+    """A headroom pod: holds a serving-shaped slot (and the vLLM image on its node) until it is preempted. With
+    --read, every file under DIR is read once first, so the node's page cache holds the weights for the replica
+    that takes the slot. SIGTERM ends it at once with 0: preemption must not wait on a placeholder."""
+    role = "placeholder"
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    if args.read:
+        t0, total = time.monotonic(), 0
+        for path in sorted(Path(args.read).rglob("*")):
+            if stop["now"]:
+                break
+            if path.is_file() and not path.is_symlink():
+                try:
+                    with path.open("rb", buffering=0) as handle:
+                        while not stop["now"] and (chunk := handle.read(16 << 20)):
+                            total += len(chunk)
+                except OSError as exc:
+                    log(role, f"could not read {path} ({exc}); going on")
+        log(role, f"read {total / 2**30:.2f} GiB under {args.read} in {time.monotonic() - t0:.1f} s")
+    log(role, "holding the slot until SIGTERM")
+    while not stop["now"]:
+        time.sleep(0.2)
+    log(role, "SIGTERM: giving the slot up")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="role", required=True)
@@ -425,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--max-age", type=float, default=30)
     chk.add_argument("--health-url", default=None, help="also require HTTP 200 from this URL")
     chk.add_argument("--health-timeout", type=float, default=5)
+    hold = sub.add_parser("placeholder")
+    hold.add_argument("--read", default=None, help="read every file under this directory once before waiting")
     args = parser.parse_args(argv)
     if args.role in ("leader", "worker") and args.gpus_per_node < 0:
         parser.error("--gpus-per-node must be >= 0")
@@ -435,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role in ("leader", "worker") and args.compile_cache_key and not all(
             c.isalnum() or c in "-_." for c in args.compile_cache_key):
         parser.error(f"--compile-cache-key {args.compile_cache_key!r}: letters, digits, '-', '_' and '.' only")
-    return {"leader": leader, "worker": worker, "check": check, "publish-cache": publish_cache}[args.role](args)
+    return {"leader": leader, "worker": worker, "check": check, "publish-cache": publish_cache,
+            "placeholder": placeholder}[args.role](args)
 
 
 if __name__ == "__main__":

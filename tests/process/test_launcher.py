@@ -199,3 +199,20 @@ def test_bad_flags_exit_2_with_one_line(tmp_path):
     result = subprocess.run([sys.executable, str(LAUNCHER), "leader", "--gpus-per-node", "1"], capture_output=True,
                             text=True)
     assert result.returncode == 2 and "--group-size" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_one_node_server_forks_its_engine_core_and_keeps_tritons_cache_in_the_carried_root(tmp_path):
+    """The two start-up defaults (docs/benchmarks.md "Engine start levers"): VLLM_WORKER_MULTIPROC_METHOD=fork
+    for one-node groups, TRITON_CACHE_DIR inside vLLM's cache root when the compile cache is carried; an explicit
+    setting wins."""
+    show = "import os; print(os.environ.get('VLLM_WORKER_MULTIPROC_METHOD'), os.environ.get('TRITON_CACHE_DIR'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_WORKER_MULTIPROC_METHOD", "TRITON_CACHE_DIR")}
+    env |= {"VLLM_CACHE_ROOT": str(tmp_path / "root"), "VLLM_GKE_STATE_DIR": str(tmp_path / "state")}
+    cmd = [sys.executable, str(LAUNCHER), "leader", "--group-size", "1", "--gpus-per-node", "0",
+           "--compile-cache-store", str(tmp_path / "store"), "--compile-cache-key", "k", "--compile-cache-timeout",
+           "1", "--", sys.executable, "-c", show]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert out[-2:] == ["fork", str(tmp_path / "root" / "triton")]
+    env |= {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", "TRITON_CACHE_DIR": str(tmp_path / "mine")}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert out[-2:] == ["spawn", str(tmp_path / "mine")]

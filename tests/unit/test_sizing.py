@@ -265,9 +265,14 @@ def test_engine_start_figures_are_the_gpu_runs_less_the_weights_read():
 
     from planner.catalog import ENGINE_START_SECONDS
 
-    rows = json.loads((Path(__file__).parents[2] / "docs" / "benchmarks" / "results.json").read_text())["startup"]
-    measured = {(r["nodes"] > 1, r["cache"] == "warm"): r["seconds_to_health"] for r in rows
+    results = json.loads((Path(__file__).parents[2] / "docs" / "benchmarks" / "results.json").read_text())
+    measured = {(r["nodes"] > 1, r["cache"] == "warm"): r["seconds_to_health"] - 2 for r in results["startup"]
                 if r["cache"] in ("cold", "warm") and "error" not in r}
+    # One node, warm: today's launcher defaults (Triton's cache carried, engine core forked), `bench/run.py levers`.
+    today = [r["seconds_to_health"] - r["phases"]["weights_read_reported"] for run in results["startup_levers"]["runs"]
+             for r in run["rows"] if r["lever"] == "fork-engine" and r["phase"] == "warm" and "error" not in r]
+    assert len(today) >= 2, "the one-node warm figure rests on at least two starts"
+    measured[(False, True)] = sum(today) / len(today)
     assert set(measured) == set(ENGINE_START_SECONDS)
     for key, seconds in measured.items():
-        assert abs(seconds - 2 - ENGINE_START_SECONDS[key]) <= 1, (key, seconds)
+        assert abs(seconds - ENGINE_START_SECONDS[key]) <= 1, (key, seconds)
