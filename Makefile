@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 STACK ?= dev
+SET ?=
 
 .PHONY: host-tools test test-fast lint lock plan plan-json docs loadtest bench bench-pods bench-report chat-ui-image clean
 
@@ -86,7 +87,7 @@ chat-ui-image:
 	    gcloud builds submit images/chat-ui --tag $$IMAGE --project $$PROJECT )
 
 plan: $(STAMP)
-	$(PY) -m tools.plan --stack $(STACK) --out build/k8s/$(STACK)
+	$(PY) -m tools.plan --stack $(STACK) --out build/k8s/$(STACK) $(foreach s,$(SET),--set $(s))
 
 # Regenerate README.md's config reference (from Pulumi.yaml) and sizing examples (from the planner).
 docs: $(STAMP)

@@ -8,6 +8,7 @@ from components.chat_ui import ChatUi, ChatUiArgs
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.headroom import Headroom, HeadroomArgs
 from components.image_mirror import serving_image
 from components.lws_controller import LwsController, LwsControllerArgs
 from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
@@ -42,6 +43,9 @@ server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
     weights_mount=SERVING_MOUNT, image=image, compile_cache_bucket=cache and cache.bucket_name),
     opts=in_cluster(*lws.ready, gpu_pool))
+if sizing.headroom_nodes:  # autoscaling.headroom: spare serving-shaped slots
+    Headroom("vllm", HeadroomArgs.from_plan(stack, sizing, ns, image, server, weights.claim_name, SERVING_MOUNT),
+             opts=in_cluster(server))
 autoscaling = Autoscaling("vllm", AutoscalingArgs.from_plan(stack, sizing, namespace=ns, lws_name=server.lws_name),
                           opts=in_cluster(server))
 Monitoring("vllm", MonitoringArgs.from_plan(stack, leader_selector=server.leader_selector,

@@ -133,6 +133,10 @@ class RayVllmServer(pulumi.ComponentResource):
 
     lws_name: str
     service_name: str
+    launcher_name: str
+    """The launcher ConfigMap (placeholders run its `placeholder` role)."""
+    pod_shape: dict[str, Any]
+    """What a serving pod asks the scheduler for: resources, nodeSelector, tolerations (headroom copies it)."""
     api_key_secret: str | None
     leader_selector: dict[str, str]
 
@@ -150,8 +154,9 @@ class RayVllmServer(pulumi.ComponentResource):
         self.leader_selector = {LWS_NAME_LABEL: lws_name, LWS_WORKER_INDEX_LABEL: "0"}
         spec = args.spec
 
+        self.launcher_name = f"{name}-launcher"
         launcher = k8s.core.v1.ConfigMap(
-            f"{name}-launcher", metadata={"name": f"{name}-launcher", "namespace": args.namespace, "labels": labels},
+            f"{name}-launcher", metadata={"name": self.launcher_name, "namespace": args.namespace, "labels": labels},
             data={"launcher.py": LAUNCHER.read_text()}, opts=child)
         env: list[dict[str, Any]] = [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -184,6 +189,8 @@ class RayVllmServer(pulumi.ComponentResource):
         node_selector = {ACCELERATOR_LABEL: args.accelerator_type}
         if args.spot:
             node_selector[SPOT_LABEL] = "true"
+        tolerations = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+        self.pod_shape = {"resources": resources, "nodeSelector": node_selector, "tolerations": tolerations}
         volumes = [
             {"name": "weights", "persistentVolumeClaim": {"claimName": args.weights_claim, "readOnly": True}},
             {"name": "launcher", "configMap": {"name": f"{name}-launcher", "defaultMode": 0o555}},
@@ -206,6 +213,7 @@ class RayVllmServer(pulumi.ComponentResource):
             mounts.append({"name": "compile-cache", "mountPath": spec.compile_cache_store})
             pod_extra["serviceAccountName"] = SERVING_ACCOUNT
             template_annotations.update(GCSFUSE_ANNOTATIONS)
+        self.pod_shape["annotations"] = dict(template_annotations)  # the sidecar webhook's requests, if any
         # HOME, caches (Hugging Face, Triton, torch.compile), Ray and NCCL all write under /tmp and /dev/shm,
         # both emptyDirs: the root filesystem stays read-only.
         security = container_security_context()
@@ -228,8 +236,7 @@ class RayVllmServer(pulumi.ComponentResource):
             return {"metadata": template_meta, "spec": {
                 **pod_extra, "automountServiceAccountToken": False, "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": GRACE_SECONDS, "nodeSelector": node_selector,
-                "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-                "securityContext": pod_security_context(fs_group=True),
+                "tolerations": tolerations, "securityContext": pod_security_context(fs_group=True),
                 "containers": [container], "volumes": volumes}}
 
         leader_container = {

@@ -234,6 +234,75 @@ def scheduling(objects: Iterable[dict[str, Any]], pools: list[NodePool]) -> list
     return problems
 
 
+def _requests(pod: dict[str, Any], injected: list[dict[str, Any]] = ()) -> dict[str, float]:
+    """CPU, memory and GPUs a pod asks the scheduler for (requests, else limits), sidecars included."""
+    total = {"cpu": 0.0, "memory": 0.0, "nvidia.com/gpu": 0.0}
+    for container in [*(pod.get("containers") or []), *injected]:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        for key in total:
+            total[key] += quantity(requests.get(key, limits.get(key, 0)))
+    return total
+
+
+PAGE_CACHE_LIMIT = "vllm-gke/memory-limit-is-page-cache"
+"""Annotation of a pod template whose memory limit is there for page cache it reads (charged to its cgroup,
+Linux memory cgroup accounting) rather than for memory it allocates."""
+
+
+def headroom(objects: list[dict[str, Any]], pools: list[NodePool]) -> list[str]:
+    """Spare capacity works only if a serving pod always fits where a placeholder was: placeholders (pods of a
+    negative PriorityClass) never preempt (preemptionPolicy Never), select and tolerate exactly what the serving
+    pods do, and request at least what a serving pod and its injected sidecars request. kube-scheduler's
+    DefaultPreemption then frees a placeholder's node for a serving pod (it evicts only lower-priority pods, and
+    only where the preemptor fits once they are gone: kubernetes/kubernetes pkg/scheduler/framework/plugins/
+    defaultpreemption). DaemonSet pods run beside the serving pod on every node they select, so serving pod plus
+    DaemonSet pods must fit one node."""
+    problems = []
+    classes = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "PriorityClass"}
+    templates = list(pod_templates(objects))
+    serving = [t for t in templates if t.owner.get("kind") == "LeaderWorkerSet"]
+    for t in templates:
+        klass = classes.get(t.spec.get("priorityClassName", ""))
+        if klass is None or int(klass.get("value", 0)) >= 0:
+            continue
+        if klass.get("preemptionPolicy") != "Never":
+            problems.append(f"headroom: PriorityClass {klass['metadata']['name']} of {t.where} may preempt other "
+                            "pods; set preemptionPolicy: Never")
+        held = _requests(t.spec)
+        for s in serving:
+            if t.owner["metadata"].get("namespace") != s.owner["metadata"].get("namespace"):
+                continue
+            for key in ("nodeSelector", "tolerations"):
+                if (t.spec.get(key) or None) != (s.spec.get(key) or None):
+                    problems.append(f"headroom: {t.where} has another {key} than {s.where}: it may hold a node the "
+                                    "serving pod cannot use")
+            need = _requests(s.spec, injected_containers(s.annotations))
+            short = [k for k in need if need[k] > held[k] + 1e-9]
+            if short:
+                problems.append(f"headroom: {t.where} requests less {', '.join(short)} than {s.where} with its "
+                                "sidecars: preempting it may not free enough for the serving pod")
+            for pool in pools:
+                if _misfit(t.spec, pool) is None and (why := _misfit(s.spec, pool, injected_containers(s.annotations))):
+                    problems.append(f"headroom: {t.where} fits {pool.name} where {s.where} does not ({why})")
+    for d in (t for t in templates if t.owner.get("kind") == "DaemonSet"):
+        for s in serving:
+            for pool in pools:
+                if _misfit(d.spec, pool) or _misfit(s.spec, pool, injected_containers(s.annotations)):
+                    continue
+                beside = d.spec.get("containers") or []
+                if d.annotations.get(PAGE_CACHE_LIMIT) == "true":
+                    # its limit holds clean page cache, which the kernel reclaims before it kills anything: what
+                    # the node must hold for it is its request
+                    beside = [{**c, "resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                              for c in beside]
+                both = {"containers": [*(s.spec.get("containers") or []), *beside],
+                        "nodeSelector": s.spec.get("nodeSelector"), "tolerations": s.spec.get("tolerations")}
+                if why := _misfit(both, pool, injected_containers(s.annotations)):
+                    problems.append(f"headroom: {d.where} beside {s.where} on {pool.name}: {why}")
+    return problems
+
+
 # ---------------------------------------------------------------------------------------------- names
 
 def implicit_services(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -500,5 +569,6 @@ def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budg
               server_env: set[str] | frozenset[str] = frozenset(), own_images: Iterable[str] = (),
               gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
     """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules)."""
-    return [*names(objects, server_env), *scheduling(objects, pools), *budgets(objects, budget),
+    return [*names(objects, server_env), *scheduling(objects, pools), *headroom(objects, pools),
+            *budgets(objects, budget),
             *images(objects, own_images), *runtime(objects), *gce(gcp_resources)]

@@ -118,6 +118,8 @@ class AutoscalingSettings:
     max_replicas: int
     metric: str
     target: float | None
+    headroom: int = 0
+    """Spare serving-shaped slots held by placeholder pods (autoscaling.headroom)."""
 
 
 @dataclass(frozen=True)
@@ -333,7 +335,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     weights = WeightsSettings(w.disk_type, w.size_gib, w.load_seconds, types)
 
     a = cfg["autoscaling"]
-    autoscaling = AutoscalingSettings(a.min_replicas, a.max_replicas, a.metric, a.target)
+    autoscaling = AutoscalingSettings(a.min_replicas, a.max_replicas, a.metric, a.target, a.headroom)
     if autoscaling.min_replicas > autoscaling.max_replicas:
         raise ConfigError("autoscaling.minReplicas", autoscaling.min_replicas,
                           f"must not exceed autoscaling.maxReplicas ({autoscaling.max_replicas})")

@@ -24,6 +24,7 @@ from planner.catalog import (
     MIB,
     Accelerator,
     MachineType,
+    machine_usd_hour,
     readonly_attach_limit,
 )
 from planner.commands import RAY_JOIN_TIMEOUT
@@ -108,6 +109,15 @@ def default_target(metric: str, max_concurrent_sequences: int) -> float:
     return float(max(1, int(capacity * 0.9)))
 
 
+PAGE_CACHE_GIB_S = 6.0
+"""Weights read from the node's page cache: 14.96 GiB in 1.80-2.60 s ("Loading weights took", 9 warm starts on an
+H200 host, docs/benchmarks.md "Engine start levers"), rounded down."""
+PLACEHOLDER_GRACE_SECONDS = 5
+"""terminationGracePeriodSeconds of a headroom placeholder: it exits at once on SIGTERM (launcher.py placeholder)."""
+HANDOVER_SECONDS = 10
+"""A new serving pod on a placeholder's node: kube-scheduler preempts the placeholder (DefaultPreemption) and binds
+once it is gone (at most its grace period), then the container starts from an image already on the node. An
+allowance (no cluster here to time it), not a measurement."""
 NODE_PROVISIONING_SECONDS = 900
 """The worst case for a new GPU node until its GPUs are allocatable: "up to 15 minutes" (kubernetes/autoscaler,
 cluster-autoscaler/utils/gpu/gpu.go). The smoke Job's wait adds it and an image pull without streaming to the
@@ -179,6 +189,15 @@ class Sizing:
     time_to_ready_cold_seconds: int
     """A new replica on a new node: provisioning + image pull + weights + engine start, empty compile cache."""
     time_to_ready_warm_seconds: int
+    headroom_slots: int
+    """autoscaling.headroom: spare serving-shaped slots held by placeholder pods."""
+    headroom_nodes: int
+    """Nodes those slots keep (a multi-node group needs a placeholder per node)."""
+    headroom_usd_hour: float | None
+    """The spare nodes' on-demand list price per hour (None: the catalog has no price for the machine type)."""
+    time_to_ready_headroom_seconds: int
+    """A new replica on a spare slot: handover + weights from the page cache + engine start (warm when the compile
+    cache is on)."""
     startup_probe_seconds: int
     download_deadline_seconds: int
     weights_disk_gib: int
@@ -547,6 +566,9 @@ def plan(settings: Settings) -> Sizing:
     probe = int(math.ceil((join_wait + 2 * load + 60) / PROBE_PERIOD_SECONDS) * PROBE_PERIOD_SECONDS)
     download = max(3600, math.ceil(weights_bytes / MIB / DOWNLOAD_FLOOR_MIB_S) + DOWNLOAD_SLACK_SECONDS)
 
+    spare_nodes = settings.autoscaling.headroom * layout.nodes
+    price = machine_usd_hour(accs.machine)
+    cached = weights_bytes / layout.nodes / GIB / PAGE_CACHE_GIB_S
     gpus_per_pod = layout.gpus if layout.nodes == 1 else accs.gpus_per_node
     pod_cpu, pod_memory, pod_shm = pod_resources(accs.machine, gpus_per_pod)
     hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, concurrency)
@@ -566,6 +588,9 @@ def plan(settings: Settings) -> Sizing:
         engine_start_warm_seconds=warm, engine_start_source=engine_source,
         time_to_ready_cold_seconds=round(NODE_PROVISIONING_TYPICAL_SECONDS + pull + weights_load + cold),
         time_to_ready_warm_seconds=round(NODE_PROVISIONING_TYPICAL_SECONDS + pull + weights_load + warm),
+        headroom_slots=settings.autoscaling.headroom, headroom_nodes=spare_nodes,
+        headroom_usd_hour=None if price is None else round(spare_nodes * price, 2),
+        time_to_ready_headroom_seconds=round(HANDOVER_SECONDS + cached + warm),
         startup_probe_seconds=probe, download_deadline_seconds=download, weights_disk_gib=disk_gib,
         weights_disk_type=disk.disk_type, provisioning=accs.provisioning,
         disk_read_mib_s=int(read_mib_s), disk_provisioned_mib_s=disk.provisioned_mib_s,

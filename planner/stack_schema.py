@@ -262,6 +262,10 @@ class AutoscalingConfig(Section):
         "queue", description="queue = vllm:num_requests_waiting, batch = vllm:num_requests_running.")
     target: Float | None = Field(None, gt=0, le=10_000, description="Per-replica average (default: GKE's guidance "
                                                                     "for the metric).")
+    headroom: Int = Field(0, ge=0, le=16, description="Spare serving-shaped slots kept warm by placeholder pods at a "
+                                                      "negative priority (vLLM image pulled, weights in the page "
+                                                      "cache); a new replica preempts one instead of waiting for a "
+                                                      "node. Each costs its nodes' price while idle; 0 = none.")
 
 
 class ServingConfig(Section):

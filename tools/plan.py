@@ -102,7 +102,19 @@ def time_to_ready(s: Sizing) -> str:
             ("engine start", f"{s.engine_start_cold_seconds} s / {s.engine_start_warm_seconds} s",
              f"cold / warm compile cache; {s.engine_start_source}"),
             ("total", f"{s.time_to_ready_cold_seconds} s / {s.time_to_ready_warm_seconds} s", "cold / warm")]
+    rows.append(("on a spare slot", f"{s.time_to_ready_headroom_seconds} s", spare_slots(s)))
     return "\n".join(f"  {step.ljust(18)} {value.ljust(14)} {note}" for step, value, note in rows)
+
+
+def spare_slots(s: Sizing) -> str:
+    """What autoscaling.headroom holds and costs, or what it would give."""
+    if not s.headroom_slots:
+        return ("with autoscaling.headroom >= 1: no node provisioning, image and weights already on the node "
+                "(none kept now)")
+    price = ("no list price in the catalog for this machine type" if s.headroom_usd_hour is None else
+             f"${s.headroom_usd_hour:,.2f}/hour on-demand list price")
+    return (f"autoscaling.headroom = {s.headroom_slots}: {s.headroom_nodes} spare node(s) of {s.machine_type} held "
+            f"by placeholder pods, {price}")
 
 
 def resource_tree(resources: list[Any]) -> str:
@@ -135,6 +147,26 @@ def write_objects(objects: list[dict[str, Any]], out: Path) -> list[Path]:
     return written
 
 
+def overridden(config: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
+    """The stack file's config with `section.key=value` overrides applied (vllm-gke:section objects)."""
+    config = dict(config)
+    for assignment in assignments:
+        target, sep, raw = assignment.partition("=")
+        section, dot, key = target.partition(".")
+        if not sep or not dot or not section or not key:
+            raise PlanInputError(f"--set {assignment!r}: write SECTION.KEY=VALUE, e.g. autoscaling.headroom=1")
+        name = f"vllm-gke:{section}"
+        current = config.get(name) or {}
+        if not isinstance(current, dict):
+            raise PlanInputError(f"--set {assignment!r}: {name} is not a section of key/value pairs")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise PlanInputError(f"--set {assignment!r}: {raw!r} is not a YAML value") from None
+        config[name] = {**current, key: value}
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -142,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--config", type=Path, help="any stack file (Pulumi.<stack>.yaml layout)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--out", type=Path, help="write every Kubernetes object as YAML into this directory")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one stack-config value for this plan, e.g. autoscaling.headroom=1 "
+                             "(VALUE read as YAML; repeatable)")
     parser.add_argument("--chat-ui-image", action="store_true",
                         help="print the chat page image the stack pulls (make chat-ui-image pushes it) and exit")
     args = parser.parse_args(argv)
@@ -149,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = args.config if args.config else PROJECT_DIR / f"Pulumi.{args.stack}.yaml"
         stack = args.stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
-        config = read_stack_file(path)
+        config = overridden(read_stack_file(path), args.set)
         settings = build_settings(namespaced(config), PROJECT_DIR)
         project = str(config.get("gcp:project", ""))
         if args.chat_ui_image:

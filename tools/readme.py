@@ -185,16 +185,27 @@ def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _spare_price(s: Any) -> str:
+    """One spare slot's nodes at the on-demand list price (planner/catalog.py MACHINE_USD_HOUR)."""
+    from planner.catalog import ACCELERATORS, machine_usd_hour
+
+    machine = next(m for m in ACCELERATORS[s.accelerator].machines if m.name == s.machine_type)
+    price = machine_usd_hour(machine)
+    return "not in the catalog" if price is None else f"{price * s.nodes_per_replica:,.2f}"
+
+
 def time_to_ready_table(project_dir: Path = PROJECT_DIR) -> str:
     """The example stacks' time to ready per new replica (planner/sizing.py, as `make plan` shows it)."""
     rows = ["| stack | node provisioning s | image pull s (streaming / without) | weights load s | "
-            "engine start s (cold / warm cache) | total s (cold / warm) |", "|---|---|---|---|---|---|"]
+            "engine start s (cold / warm cache) | total s (cold / warm) | on a spare slot s (autoscaling.headroom) | "
+            "spare slot $/hour |", "|---|---|---|---|---|---|---|---|"]
     for stack in ("dev", "prod"):
         s = _plan_stack(stack, project_dir)
         rows.append(f"| {stack} ({s.nodes_per_replica} x {s.machine_type}) | {s.node_provisioning_seconds} | "
                     f"{s.image_pull_seconds} / {s.image_pull_seconds_without_streaming} | {s.weights_load_seconds} "
                     f"({s.weights_disk_type}) | {s.engine_start_cold_seconds} / {s.engine_start_warm_seconds} | "
-                    f"{s.time_to_ready_cold_seconds} / {s.time_to_ready_warm_seconds} |")
+                    f"{s.time_to_ready_cold_seconds} / {s.time_to_ready_warm_seconds} | "
+                    f"{s.time_to_ready_headroom_seconds} | {_spare_price(s)} |")
     return "\n".join(rows) + "\n"
 
 

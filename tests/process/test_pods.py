@@ -381,3 +381,40 @@ def test_a_second_leader_pod_starts_from_the_compile_cache_the_first_published(t
     assert len(archives) == 1 and archives[0].stat().st_uid == 10001, archives
     assert "compile cache: published" in logs[0], logs[0][-3000:]
     assert "compile cache: restored" in logs[1] and "exists; not published again" in logs[1], logs[1][-3000:]
+
+
+def test_the_headroom_placeholder_and_weights_cache_pods_run_as_declared_and_leave_at_once_on_sigterm(
+        tiny_model, tmp_path):
+    """autoscaling.headroom's pods (components/headroom.py): the placeholder holds its slot doing nothing; the
+    weights cache reads every file of the read-only weights claim once. Both under UID 10001 with a read-only root,
+    both exit 0 on SIGTERM well inside their grace period (preemption must not wait on them)."""
+    objects = objects_for(tiny_model, autoscaling={"minReplicas": 1, "maxReplicas": 2, "headroom": 1})
+    disk = weights_claim(tmp_path, tiny_model)
+    size = sum(p.stat().st_size for p in disk.rglob("*") if p.is_file())
+    with PodNetwork() as net:
+        for kind, name in (("Deployment", "-headroom"), ("DaemonSet", "weights-cache")):
+            spec = find(objects, kind, name)["spec"]["template"]["spec"]
+            claims = {v["persistentVolumeClaim"]["claimName"]: disk for v in spec["volumes"]
+                      if "persistentVolumeClaim" in v}
+            log = tmp_path / f"{kind}.log"
+            pod = Pod(spec, objects, "vllm", kind.lower(), net, claims=claims, image_env=CPU_IMAGE_ENV,
+                      image_paths=IMAGE, log=log)
+            try:
+                pod.start()
+                deadline = time.monotonic() + 60
+                while "holding the slot" not in log.read_text() and time.monotonic() < deadline:
+                    assert pod.alive(), log.read_text()[-2000:]
+                    time.sleep(0.2)
+                text = log.read_text()
+                assert "holding the slot until SIGTERM" in text, text[-2000:]
+                if claims:
+                    assert f"read {size / 2**30:.2f} GiB under /models" in text, text
+                who = pod.exec(["python3", "-c", "import os; print(os.getuid())"])
+                assert who.stdout.strip() == "10001"
+                assert pod.exec(["python3", "-c", "open('/opt/x', 'w')"]).returncode != 0, "read-only root"
+                code, seconds, killed = pod.stop()
+                grace = spec["terminationGracePeriodSeconds"]
+                assert code == 0 and not killed and seconds < grace, (kind, code, seconds, killed)
+                assert "SIGTERM: giving the slot up" in log.read_text()
+            finally:
+                pod.close()
