@@ -8,7 +8,9 @@ lever's flags appended as `vllm.extraArgs` would append them. A lever's compile 
 (it publishes the compile cache the way a pod does), then the measured warm start; the log lines are stamped with
 seconds since the launcher started, and breakdown() cuts them into phases at vLLM 0.25.1's own log lines.
 Levers marked cold_page_cache start after the model's files were evicted from the page cache, so the weights come
-from the disk as on a node that has not read them.
+from the disk as on a node that has not read them. Each run records what its launcher does to a one-node start
+(launcher_defaults(), probed by running it), so bench/levers_report.py compares rows by what ran; start logs are
+kept per row (runN-MM-lever-NAME-PHASE.log).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from bench.run import (
     API_PORT,
+    LAUNCHER,
     LAYOUTS,
     SAFE_ENV,
     Bench,
@@ -91,6 +94,9 @@ LEVERS = {lever.name: lever for lever in (
     Lever("fork-engine", "engine core forked from the API server (VLLM_WORKER_MULTIPROC_METHOD=fork) instead of "
           "spawned: the CLI entrypoint sets spawn (vllm/entrypoints/serve/utils/api_utils.py), so the engine core "
           "imports torch and vLLM a second time", env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
+    Lever("spawn-engine", "engine core spawned, as vLLM's CLI chooses (the launcher's default before it forked "
+          "one-node engine cores): interleaved with `default` on one host, the paired throughput check of fork",
+          env={"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}),
     Lever("in-process-engine", "engine core in the API server's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): "
           "no second process, no ZMQ hop", env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
     Lever("enforce-eager", "no torch.compile, no CUDA graphs (--enforce-eager)", args=("--enforce-eager",),
@@ -221,6 +227,31 @@ def import_seconds(python: str, env: dict[str, str], runs: int = 2) -> list[floa
     return out
 
 
+def launcher_defaults(env: dict[str, str], work: Path) -> dict[str, str]:
+    """What the launcher being measured does to a one-node leader's engine start when no key says otherwise: it
+    is run with a command that prints the two settings (bench/levers_report.py groups rows by what ran, so a run
+    of a later launcher is compared with the right rows of an earlier one)."""
+    show = ("import os; print(os.environ.get('VLLM_WORKER_MULTIPROC_METHOD') or 'spawn', "
+            "os.environ.get('TRITON_CACHE_DIR') or '-')")
+    env = {k: v for k, v in env.items() if k not in ("VLLM_WORKER_MULTIPROC_METHOD", "TRITON_CACHE_DIR")}
+    root = work / "defaults-probe"
+    shutil.rmtree(root, ignore_errors=True)
+    env |= {"VLLM_CACHE_ROOT": str(root / "cache"), "VLLM_GKE_STATE_DIR": str(root / "state"),
+            "HOME": str(root / "home")}
+    cmd = [sys.executable, str(LAUNCHER), "leader", "--group-size", "1", "--gpus-per-node", "0",
+           "--compile-cache-store", str(root / "store"), "--compile-cache-key", "probe",
+           "--compile-cache-timeout", "1", "--", sys.executable, "-c", show]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    words = done.stdout.split()
+    if done.returncode or len(words) < 2:
+        raise BenchError(f"the launcher's defaults probe failed (exit {done.returncode}): "
+                         f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+    method, triton = words[-2:]
+    shutil.rmtree(root, ignore_errors=True)
+    return {"engine_core": method,
+            "triton_cache": "carried" if triton.startswith(str(root / "cache")) else "home"}
+
+
 class StampedGroup(Group):
     """A bench Group whose processes' lines carry seconds since their start."""
 
@@ -236,8 +267,10 @@ class StampedGroup(Group):
         return proc
 
 
-def start_once(bench: Bench, lever: Lever, args: tuple[str, ...], store: Path, phase: str) -> dict[str, Any]:
-    """One start of tp1 with the lever; returns its row (the group is stopped unless the row asks for load)."""
+def start_once(bench: Bench, lever: Lever, args: tuple[str, ...], store: Path, phase: str,
+               tag: str = "") -> dict[str, Any]:
+    """One start of tp1 with the lever; returns its row (the group is stopped unless the row asks for load). The
+    start's log is kept as startup-logs/levers/{tag}lever-NAME-PHASE.log: `tag` keeps repeats apart."""
     layout = LAYOUTS["tp1"]
     for old in (bench.work / "cache").glob("tp1-*"):
         shutil.rmtree(old, ignore_errors=True)
@@ -264,7 +297,7 @@ def start_once(bench: Bench, lever: Lever, args: tuple[str, ...], store: Path, p
         time.sleep(2)
         text = group.procs[0].log.read_text(errors="replace")
         row["phases"] = breakdown(text)
-        kept = bench.args.out / "startup-logs" / "levers" / f"lever-{lever.name}-{phase}.log"
+        kept = bench.args.out / "startup-logs" / "levers" / f"{tag}lever-{lever.name}-{phase}.log"
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(group.procs[0].log, kept)
         row["log"] = f"startup-logs/levers/{kept.name}"
@@ -298,14 +331,19 @@ def run_levers(bench: Bench, names: list[str], results: dict[str, Any], save) ->
                      "host": host_info(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                      "matched_concurrency": matched, "rows": []})
     run = runs[-1]
+    if "defaults" not in run:
+        run["defaults"] = launcher_defaults({**os.environ, **SAFE_ENV}, bench.work)
+    log(f"levers: the launcher's defaults: {run['defaults']}")
     if "import_seconds" not in run:
         run["import_seconds"] = import_seconds(sys.executable, {**os.environ, **SAFE_ENV})
     log(f"levers: importing the API server took {run['import_seconds']} s")
     for name in names:
         lever = LEVERS[name]
         args = lever_args(lever, matched)
+        phases = ["warm"]
         if not (store / f"bench-tp1-{lever.compile_group}" / "pod-0.tar").exists():
-            run["rows"].append(start_once(bench, lever, args, store, "cold"))
+            phases.insert(0, "cold")
+        for phase in phases:
+            tag = f"run{len(runs)}-{len(run['rows']) + 1:02d}-"
+            run["rows"].append(start_once(bench, lever, args, store, phase, tag))
             save()
-        run["rows"].append(start_once(bench, lever, args, store, "warm"))
-        save()

@@ -1,4 +1,9 @@
-"""docs/benchmarks.md's "Engine start levers" section, from results.json's startup_levers (bench/levers.py)."""
+"""docs/benchmarks.md's "Engine start levers" section, from results.json's startup_levers (bench/levers.py).
+
+Runs were made with different launchers (each run's `defaults` says what its launcher did to a one-node start), so
+the summary groups rows by what actually ran (configuration()), not by lever name: `default` on a host whose
+launcher spawned the engine core is the same start as `spawn-engine` on a host whose launcher forks it.
+"""
 
 from __future__ import annotations
 
@@ -9,38 +14,123 @@ PHASE_COLUMNS = (("api_server_imports", "API imports"), ("config_and_engine_spaw
                  ("engine_core_to_load", "to load"), ("weights", "weights"), ("torch_compile", "compile"),
                  ("profile_and_kv_cache", "profile + KV"), ("cuda_graphs", "CUDA graphs"),
                  ("engine_ready", "after graphs"), ("api_routes", "API up"))
-OUTCOME = {
-    "default": "reference",
-    "default-debug": "diagnosis only (DEBUG log placed the engine core's second import)",
-    "triton-cache-in-home": "the old behaviour: the launcher now carries Triton's cache (default)",
-    "fork-engine": "default for one-node groups (launcher sets VLLM_WORKER_MULTIPROC_METHOD=fork)",
-    "in-process-engine": "not adopted: no start-up saving",
-    "capture-matched": "not a default (throughput); available as vllm.extraArgs "
-                       "[--max-cudagraph-capture-size, N]",
-    "default-loader-disk": "reference for the loaders, weights evicted from the page cache",
-    "runai-streamer-disk": "not adopted: one start each from this host's local disk, its weights phase within the "
-                           "run-to-run noise of the default loader's (host 1 table); its concurrent reads pay on "
-                           "network storage, which this host cannot show",
-}
 BEFORE_SECONDS = 76.4
 """The tp1 warm start before this work: docs/benchmarks/results.json startup row (2026-11-22, H200)."""
+CRITERION = 0.02
+"""A lever becomes a default only if it costs at most this share of output tokens/s (issue 25)."""
+TODAY = "engine core fork, Triton cache carried"
+
+
+def configuration(run: dict[str, Any], row: dict[str, Any]) -> str:
+    """What a row's start ran: its launcher's defaults with the lever's environment and flags applied."""
+    env = row.get("env") or {}
+    defaults = run.get("defaults") or {}
+    engine = env.get("VLLM_WORKER_MULTIPROC_METHOD") or defaults.get("engine_core", "spawn")
+    if env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+        engine = "in-process"
+    triton = "home" if "TRITON_CACHE_DIR" in env else defaults.get("triton_cache", "home")
+    parts = [f"engine core {engine}", f"Triton cache {triton}"]
+    if row.get("args"):
+        parts.append(" ".join(row["args"]))
+    if row.get("page_cache"):
+        parts.append("weights evicted first")
+    if env.get("VLLM_LOGGING_LEVEL"):
+        parts.append(f"{env['VLLM_LOGGING_LEVEL']} log")
+    return ", ".join(parts)
+
+
+def engine_seconds(row: dict[str, Any]) -> float | None:
+    """Seconds to /health less the weights read that vLLM reports (what ENGINE_START_SECONDS holds); None where the
+    loader does not report it."""
+    read = (row.get("phases") or {}).get("weights_read_reported")
+    return None if read is None else round(row["seconds_to_health"] - read, 1)
+
+
+def rows_of(runs: list[dict[str, Any]], config: str, phase: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(run, row) of every start of `config` in `phase` that reached /health."""
+    return [(run, row) for run in runs for row in run["rows"]
+            if row["phase"] == phase and "error" not in row and configuration(run, row) == config]
+
+
+def outcome(config: str) -> str:
+    if config == TODAY:
+        return "**today's default** for one-node groups (the launcher forks the engine core and carries Triton's cache)"
+    if "log" in config.split(", ")[-1]:
+        return "diagnosis only (the DEBUG log placed the engine core's second import)"
+    if "runai_streamer" in config:
+        return ("not adopted: one start from this host's local disk, weights phase within the default loader's "
+                "run-to-run noise; its concurrent reads pay on network storage, which this host cannot show")
+    if "fastsafetensors" in config:
+        return ("not adopted: without GPUDirect Storage (no /dev/nvidia-fs on the host; its log shows the nogds "
+                "copier) it read around the page cache: the next start on that host read the weights from disk "
+                "again (its weights read s), which would defeat autoscaling.headroom's cached weights")
+    if "weights evicted" in config:
+        return "reference for the loaders: the default loader with the weights evicted from the page cache"
+    if "--max-cudagraph-capture-size" in config:
+        return ("not a default (throughput: batches above the captured size run without CUDA graphs); available "
+                "as vllm.extraArgs [--max-cudagraph-capture-size, N]")
+    if "--enforce-eager" in config:
+        return ("not a default: no CUDA graphs and no torch.compile, one run below today's mean by more than "
+                "the 2% criterion; this load (rate inf, large batches) is where graphs matter least, decode at small "
+                "batches loses the most. A key where start time comes first: vllm.extraArgs [--enforce-eager]")
+    if "PIECEWISE" in config:
+        return ("not adopted: ~1.5 s less graph capture, inside the start's run-to-run noise; full decode graphs "
+                "serve small batches, which this load (rate inf) does not exercise")
+    if "in-process" in config:
+        return "not adopted: no start-up saving"
+    if config == "engine core spawn, Triton cache carried":
+        return "the launcher before the fork default (vLLM's CLI spawns); `spawn-engine` keeps it measurable"
+    if config == "engine core spawn, Triton cache home":
+        return "the launcher before both defaults"
+    return "-"
 
 
 def _f(value: Any, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per lever: warm starts, mean seconds to /health and mean output tokens/s over every host."""
+def _list(values: list[float | None], digits: int = 1) -> str:
+    return ", ".join(_f(v, digits) for v in values) or "-"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return mean(known) if known else None
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per configuration, in first-seen order: the levers and hosts it was measured as, warm seconds to /health,
+    the same less the weights read, and output tokens/s."""
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
         for row in run["rows"]:
             if row["phase"] != "warm" or "error" in row:
                 continue
-            entry = out.setdefault(row["lever"], {"seconds": [], "tokens": []})
+            entry = out.setdefault(configuration(run, row),
+                                   {"as": [], "seconds": [], "engine": [], "tokens": []})
+            label = f"`{row['lever']}` ({run['machine'].split(' (')[0]})"
+            if label not in entry["as"]:
+                entry["as"].append(label)
             entry["seconds"].append(row["seconds_to_health"])
+            entry["engine"].append(engine_seconds(row))
             if row.get("output_tokens_per_s"):
                 entry["tokens"].append(row["output_tokens_per_s"])
+    return out
+
+
+def paired(runs: list[dict[str, Any]]) -> list[tuple[str, list[float], list[float], list[float], list[float]]]:
+    """Hosts whose launcher forks and that also ran `spawn-engine`, interleaved with `default`: per host the engine
+    seconds and tokens/s of fork and of spawn."""
+    out = []
+    for run in runs:
+        fork = [r for _, r in rows_of([run], TODAY, "warm")]
+        spawn = [r for _, r in rows_of([run], "engine core spawn, Triton cache carried", "warm")
+                 if r["lever"] == "spawn-engine"]
+        if fork and spawn:
+            out.append((run["machine"].split(" (")[0], [engine_seconds(r) for r in fork],
+                        [engine_seconds(r) for r in spawn],
+                        [r["output_tokens_per_s"] for r in fork if r.get("output_tokens_per_s")],
+                        [r["output_tokens_per_s"] for r in spawn if r.get("output_tokens_per_s")]))
     return out
 
 
@@ -52,20 +142,22 @@ def levers_section(section: dict[str, Any]) -> list[str]:
     host = runs[0]["host"]
     lines += [
         f"`bench/run.py levers` on {(host.get('gpus') or ['?'])[0]} (vLLM {host.get('vllm')}, torch "
-        f"{host.get('torch')}), two hosts of that kind one after the other: the `{section['layout']}` layout of "
-        f"{section['model']}, --max-model-len {section['max_model_len']}, started through the launcher and the "
+        f"{host.get('torch')}), {len(runs)} hosts of that kind one after the other: the `{section['layout']}` layout "
+        f"of {section['model']}, --max-model-len {section['max_model_len']}, started through the launcher and the "
         "rendered leader command with each lever's flags or environment added, weights in the page cache unless the "
         "lever says otherwise (evicted with drop_caches and checked with mincore: 0% resident). Every start gets "
         "a fresh cache root, HOME and Inductor directory as a new pod does; a lever that changes what vLLM compiles "
         "publishes its own compile cache in a cold start first. Output lines are stamped on arrival, and the "
         "phases end at vLLM's own log lines (bench/levers.py PHASES). Throughput: the same load as above "
-        f"({section['prompts']} prompts, rate inf) right after the start.", ""]
+        f"({section['prompts']} prompts, rate inf) right after the start. Each run records what its launcher did "
+        "to a one-node start (`defaults`, probed by running it); the summary groups starts by what ran.", ""]
     for run in runs:
+        defaults = run.get("defaults") or {}
         lines += [f"### {run['machine']}", "",
-                  f"Launcher: {run['launcher']}. Importing `vllm.entrypoints.openai.api_server` in a fresh "
-                  f"interpreter: {', '.join(f'{s:.1f}' for s in run.get('import_seconds', []))} s. The plan's "
-                  f"max concurrent sequences for this layout (capture-matched): {run.get('matched_concurrency')}.",
-                  ""]
+                  f"Launcher: {run['launcher']} (engine core {defaults.get('engine_core', '?')}, Triton cache "
+                  f"{defaults.get('triton_cache', '?')}). Importing `vllm.entrypoints.openai.api_server` in a fresh "
+                  f"interpreter: {_list(run.get('import_seconds', []))} s. The plan's max concurrent sequences for "
+                  f"this layout (capture-matched): {run.get('matched_concurrency')}.", ""]
         header = ["lever", "start", "s to /health", *[label for _, label in PHASE_COLUMNS], "weights read s",
                   "graphs GiB", "output tok/s", "mean TPOT ms"]
         table = []
@@ -78,42 +170,80 @@ def levers_section(section: dict[str, Any]) -> list[str]:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                   *["| " + " | ".join(r) + " |" for r in table], ""]
     stats = summary(runs)
-    ref = stats.get("default", {})
+    ref = stats.get(TODAY, {})
     ref_tokens = mean(ref["tokens"]) if ref.get("tokens") else None
-    lines += ["### What each lever did (warm starts, both hosts)", "",
-              "| lever | warm starts | s to /health (each) | mean s | output tok/s (each) | mean tok/s vs default "
-              "| outcome |", "|---|---|---|---|---|---|---|"]
-    for lever, entry in stats.items():
+    lines += ["### What ran, all hosts (warm starts)", "",
+              "Engine s = seconds to /health less the weights read vLLM reports. Tokens/s against today's default "
+              "configuration's mean.", "",
+              "| configuration | measured as | warm starts | s to /health (each) | engine s (each) | mean engine s | "
+              "output tok/s (each) | mean tok/s vs today's default | outcome |", "|" + "---|" * 9]
+    for config, entry in stats.items():
         tokens = entry["tokens"]
         versus = (f"{mean(tokens):,.0f} ({(mean(tokens) / ref_tokens - 1):+.1%})" if tokens and ref_tokens else "-")
-        lines.append(f"| `{lever}` | {len(entry['seconds'])} | {', '.join(f'{s:.1f}' for s in entry['seconds'])} | "
-                     f"{mean(entry['seconds']):.1f} | {', '.join(f'{t:,.0f}' for t in tokens) or '-'} | {versus} | "
-                     f"{OUTCOME.get(lever, '-')} |")
-    final = stats.get("fork-engine")
-    if final and ref_tokens:
-        spread = (min(ref["tokens"]) / ref_tokens - 1, max(ref["tokens"]) / ref_tokens - 1)
-        now = mean(final["seconds"])
-        beaten = max(final["seconds"]) < min(ref["seconds"])
-        lines += ["",
-                  f"- With today's defaults (Triton's cache carried and the engine core forked: the `fork-engine` "
-                  f"rows) the tp1 warm start reached /health in {', '.join(f'{s:.1f}' for s in final['seconds'])} "
-                  f"s, mean {now:.1f} s: {1 - now / BEFORE_SECONDS:.0%} shorter than the {BEFORE_SECONDS} s measured "
-                  "before (section above)" + (f"; every `default` start on the same hosts took longer (at least "
-                                             f"{min(ref['seconds']):.1f} s)." if beaten else "."),
-                  f"- Run-to-run spread of throughput with unchanged keys: {spread[0]:+.1%} to {spread[1]:+.1%} around "
-                  f"the default's mean ({len(ref['tokens'])} runs), wider than the 2% a lever may cost. The two "
-                  "defaults change how the engine starts, not what it runs (the same kernels, found in a carried "
-                  "cache; the same engine loop in a forked rather than spawned process), and their throughput "
-                  "falls inside that spread. capture-matched changes the serving path: batches above the captured "
-                  "size run without CUDA graphs, and its TPOT was the highest of all rows; it stays a key "
-                  "(vllm.extraArgs).",
-                  "- Where the rest goes: the API server's imports (~15-20 s; importing the module alone takes as "
-                  "long) and, before the fork default, the engine core importing everything again (DEBUG log: the "
-                  "spawned process runs vLLM's platform detection 4 s after the API server hands over, and says "
-                  "HELLO 15 s later). Weights from the page cache take ~2 s, the compile cache ~4-5 s, profiling "
-                  "~1-2 s, CUDA graph capture ~4 s (51 sizes; 2 s for 17 with capture-matched). GPU process "
-                  "snapshots (cuda-checkpoint + CRIU) would skip the imports and the engine set-up altogether; "
-                  "not tried here.",
-                  "- Not measured this round: multi-node groups with the fork default (they keep spawn), "
-                  "piecewise-only CUDA graphs, --enforce-eager, fastsafetensors (the GPU time ran out)."]
+        lines.append(f"| {config} | {', '.join(entry['as'])} | {len(entry['seconds'])} | {_list(entry['seconds'])} | "
+                     f"{_list(entry['engine'])} | {_f(_mean(entry['engine']))} | {_list(tokens, 0)} | {versus} | "
+                     f"{outcome(config)} |")
+    pairs = paired(runs)
+    if pairs:
+        lines += ["", "### Fork against spawn, interleaved on the same hosts", "",
+                  "| host | fork engine s | spawn engine s | fork tok/s | spawn tok/s | fork tok/s vs spawn |",
+                  "|---|---|---|---|---|---|"]
+        all_fork, all_spawn = [], []
+        for name, fork_s, spawn_s, fork_t, spawn_t in pairs:
+            all_fork += fork_t
+            all_spawn += spawn_t
+            lines.append(f"| {name} | {_list(fork_s)} (mean {_f(_mean(fork_s))}) | {_list(spawn_s)} (mean "
+                         f"{_f(_mean(spawn_s))}) | {_list(fork_t, 0)} | {_list(spawn_t, 0)} | "
+                         f"{mean(fork_t) / mean(spawn_t) - 1:+.1%} |")
+        lines.append(f"| all | | | mean {mean(all_fork):,.0f} | mean {mean(all_spawn):,.0f} | "
+                     f"{mean(all_fork) / mean(all_spawn) - 1:+.1%} |")
+    lines += conclusions(runs, stats, pairs)
+    return lines
+
+
+def conclusions(runs: list[dict[str, Any]], stats: dict[str, dict[str, Any]], pairs: list) -> list[str]:
+    today = stats.get(TODAY)
+    if not today:
+        return []
+    lines = [""]
+    now = mean(today["seconds"])
+    lines.append(f"- With today's defaults the tp1 warm start reached /health in {_list(today['seconds'])} s "
+                 f"({len(today['seconds'])} starts on {len({a.split('(')[-1] for a in today['as']})} hosts), mean "
+                 f"{now:.1f} s: {1 - now / BEFORE_SECONDS:.0%} shorter than the {BEFORE_SECONDS} s measured before "
+                 "(section above).")
+    cold = rows_of(runs, TODAY, "cold")
+    spawned = [(run, row) for run, row in sorted(
+        rows_of(runs, "engine core spawn, Triton cache carried", "cold")
+        + rows_of(runs, "engine core spawn, Triton cache home", "cold"), key=lambda p: runs.index(p[0]))]
+    if cold:
+        engine = [engine_seconds(r) for _, r in cold]
+        before = "; ".join(f"{_f(row['seconds_to_health'])} s ({run['machine'].split(' (')[0]}, `{row['lever']}`)"
+                           for run, row in spawned)
+        lines.append(f"- Cold (empty compile cache, as the first pod of a layout) with today's defaults: "
+                     f"{_list([r['seconds_to_health'] for _, r in cold])} s to /health, engine {_list(engine)} s, "
+                     f"mean {_f(_mean(engine))} s (the plan's cold figure and the startup probe's basis). With the "
+                     f"engine core spawned: {before}.")
+    if pairs:
+        fork_t = [t for p in pairs for t in p[3]]
+        spawn_t = [t for p in pairs for t in p[4]]
+        change = mean(fork_t) / mean(spawn_t) - 1
+        verdict = "within" if change >= -CRITERION else "outside"
+        signs = {mean(p[3]) >= mean(p[4]) for p in pairs}
+        lines.append(f"- Fork against spawn on the same hosts, interleaved: {mean(fork_t):,.0f} against "
+                     f"{mean(spawn_t):,.0f} output tok/s ({change:+.1%}, {len(fork_t)} and {len(spawn_t)} runs), "
+                     f"{verdict} the {CRITERION:.0%} a default may cost"
+                     f"{'; the sign differs by host' if len(signs) > 1 else ''}, and single runs of "
+                     f"one configuration spread {min(fork_t + spawn_t) / mean(fork_t + spawn_t) - 1:+.1%} to "
+                     f"{max(fork_t + spawn_t) / mean(fork_t + spawn_t) - 1:+.1%} around their joint mean. The fork "
+                     "changes how the engine process starts, not the kernels or the engine loop it then runs.")
+    lines += [
+        "- Where the rest goes: the API server's imports (~14-20 s; importing the module alone takes as long) are "
+        "now the largest phase. Before the fork default the engine core imported everything again (DEBUG log: the "
+        "spawned process runs vLLM's platform detection 4 s after the API server hands over, and says HELLO 15 s "
+        "later). Weights from the page cache take ~2 s, the compile cache ~4-5 s, profiling ~1-2 s, CUDA graph "
+        "capture ~4-5 s (51 sizes). GPU process snapshots (cuda-checkpoint + CRIU) would skip the imports and the "
+        "engine set-up altogether; not tried here.",
+        "- Not measured: multi-node groups with the fork default (they keep spawn) or with Triton's cache carried "
+        "(the plan keeps their earlier figures); the loaders from network storage (a persistent disk), where "
+        "concurrent readers matter."]
     return lines

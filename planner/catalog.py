@@ -283,12 +283,12 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
 MEASURED_ENGINE_START = "nvidia-h200-141gb"
 ENGINE_START_SECONDS: dict[tuple[bool, bool], int] = {
     # (multi-node, warm compile cache) -> seconds from container start to /health, less the weights read, measured
-    # on H200s (vLLM 0.25.1). Cold, and multi-node warm: `bench/run.py startup` (docs/benchmarks.md "Start-up:
-    # compile cache reuse"): one node 107.7 s cold, two Ray nodes 128.5 / 100.3, each with ~2 s of weights from the
-    # page cache. One node warm: `bench/run.py levers` with today's launcher (Triton's cache carried, engine core
-    # forked; docs/benchmarks.md "Engine start levers"): 41.6 and 42.1 s to /health, of which 2.4 and 2.6 s
-    # weights read; it was 76.4 s before those two defaults.
-    (False, False): 106, (False, True): 39, (True, False): 127, (True, True): 98,
+    # on H200s (vLLM 0.25.1). One node: `bench/run.py levers` with today's launcher (Triton's cache carried, engine
+    # core forked; docs/benchmarks.md "Engine start levers"): cold 77.7 and 89.7 s to /health (2.0 s of weights
+    # each), warm 34.1-42.1 s over 8 starts on 3 hosts (~2.2 s of weights); before those two defaults it was 76.4 s
+    # warm and 107.7-128.1 s cold. Two Ray nodes: `bench/run.py startup` ("Start-up: compile cache reuse"), 128.5 /
+    # 100.3 s, with the engine core spawned and Triton's cache not carried (not re-measured).
+    (False, False): 82, (False, True): 37, (True, False): 127, (True, True): 98,
 }
 """Process start, imports, (Ray group,) torch.compile, profiling, KV allocation, CUDA graphs. Other GPU types use
 the H200 figures until measured; the plan says so."""

@@ -63,3 +63,52 @@ def test_an_unknown_lever_is_refused_in_one_line():
     done = subprocess.run([sys.executable, "bench/run.py", "levers", "--levers", "default,warp-drive"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "--levers 'default,warp-drive': accepted: default" in done.stderr
+
+
+def test_the_launcher_defaults_probe_reports_what_the_latest_measured_runs_assumed(tmp_path):
+    """bench/levers.py probes the launcher for what it does to a one-node start; the committed launcher does what
+    the latest runs in results.json recorded, so the plan's figures describe today's launcher (re-measure if not)."""
+    from bench.levers import launcher_defaults
+
+    env = {**os.environ, "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}  # an operator's setting is not the launcher's
+    probed = launcher_defaults(env, tmp_path)
+    assert probed == {"engine_core": "fork", "triton_cache": "carried"}
+    assert RESULTS["startup_levers"]["runs"][-1]["defaults"] == probed
+
+
+def test_rows_are_grouped_by_what_ran_not_by_lever_name():
+    from bench.levers_report import TODAY, configuration
+
+    spawning = {"defaults": {"engine_core": "spawn", "triton_cache": "carried"}}
+    forking = {"defaults": {"engine_core": "fork", "triton_cache": "carried"}}
+    fork_env = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+    assert configuration(spawning, {"lever": "fork-engine", "env": fork_env}) == TODAY
+    assert configuration(forking, {"lever": "default", "env": {}}) == TODAY
+    assert configuration(forking, {"lever": "spawn-engine", "env": {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}}) == \
+        configuration(spawning, {"lever": "default", "env": {}})
+    assert configuration(forking, {"env": {"TRITON_CACHE_DIR": "{home}/.triton/cache"}}).endswith("Triton cache home")
+    assert configuration(forking, {"env": {}, "args": ["--enforce-eager"], "page_cache": {"method": "x"}}) == \
+        f"{TODAY}, --enforce-eager, weights evicted first"
+
+
+def test_fork_is_compared_with_spawn_only_on_hosts_that_ran_both():
+    from bench.levers_report import paired
+
+    def row(lever, env, seconds, tokens):
+        return {"lever": lever, "phase": "warm", "env": env, "seconds_to_health": seconds,
+                "phases": {"weights_read_reported": 2.0}, "output_tokens_per_s": tokens}
+
+    spawn = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    runs = [{"machine": "old (x)", "defaults": {"engine_core": "spawn", "triton_cache": "carried"},
+             "rows": [row("default", {}, 60, 100),
+                      row("fork-engine", {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, 40, 1)]},
+            {"machine": "new (y)", "defaults": {"engine_core": "fork", "triton_cache": "carried"},
+             "rows": [row("default", {}, 40, 99), row("spawn-engine", spawn, 55, 101), row("default", {}, 42, 97)]}]
+    assert paired(runs) == [("new", [38.0, 40.0], [53.0], [99, 97], [101])]
+
+
+def test_every_kept_start_log_belongs_to_one_row_and_exists():
+    logs = [row["log"] for run in RESULTS["startup_levers"]["runs"] for row in run["rows"] if "log" in row]
+    assert len(logs) == len(set(logs)), "a repeated lever must not overwrite another row's log"
+    for log in logs:
+        assert (ROOT / "docs" / "benchmarks" / log).is_file(), log
