@@ -10,6 +10,8 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
+from bench.report import _table
+
 PHASE_COLUMNS = (("api_server_imports", "API imports"), ("config_and_engine_spawn", "config + engine core up"),
                  ("engine_core_to_load", "to load"), ("weights", "weights"), ("torch_compile", "compile"),
                  ("profile_and_kv_cache", "profile + KV"), ("cuda_graphs", "CUDA graphs"),
@@ -19,6 +21,10 @@ BEFORE_SECONDS = 76.4
 CRITERION = 0.02
 """A lever becomes a default only if it costs at most this share of output tokens/s (issue 25)."""
 TODAY = "engine core fork, Triton cache carried"
+SPAWNED = "engine core spawn, Triton cache carried"
+"""The launcher before the fork default."""
+BEFORE_BOTH = "engine core spawn, Triton cache home"
+"""The launcher before both start-up defaults."""
 
 
 def configuration(run: dict[str, Any], row: dict[str, Any]) -> str:
@@ -78,9 +84,9 @@ def outcome(config: str) -> str:
                 "serve small batches, which this load (rate inf) does not exercise")
     if "in-process" in config:
         return "not adopted: no start-up saving"
-    if config == "engine core spawn, Triton cache carried":
+    if config == SPAWNED:
         return "the launcher before the fork default (vLLM's CLI spawns); `spawn-engine` keeps it measurable"
-    if config == "engine core spawn, Triton cache home":
+    if config == BEFORE_BOTH:
         return "the launcher before both defaults"
     return "-"
 
@@ -124,7 +130,7 @@ def paired(runs: list[dict[str, Any]]) -> list[tuple[str, list[float], list[floa
     out = []
     for run in runs:
         fork = [r for _, r in rows_of([run], TODAY, "warm")]
-        spawn = [r for _, r in rows_of([run], "engine core spawn, Triton cache carried", "warm")
+        spawn = [r for _, r in rows_of([run], SPAWNED, "warm")
                  if r["lever"] == "spawn-engine"]
         if fork and spawn:
             out.append((run["machine"].split(" (")[0], [engine_seconds(r) for r in fork],
@@ -167,36 +173,35 @@ def levers_section(section: dict[str, Any]) -> list[str]:
                           *[_f(p.get(key)) for key, _ in PHASE_COLUMNS], _f(p.get("weights_read_reported"), 2),
                           _f(p.get("cuda_graphs_gib"), 2), _f(row.get("output_tokens_per_s")),
                           _f(row.get("mean_tpot_ms"), 2) + (f" ({row['error']})" if "error" in row else "")])
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                  *["| " + " | ".join(r) + " |" for r in table], ""]
+        lines += [*_table(header, table), ""]
     stats = summary(runs)
     ref = stats.get(TODAY, {})
     ref_tokens = mean(ref["tokens"]) if ref.get("tokens") else None
     lines += ["### What ran, all hosts (warm starts)", "",
               "Engine s = seconds to /health less the weights read vLLM reports. Tokens/s against today's default "
-              "configuration's mean.", "",
-              "| configuration | measured as | warm starts | s to /health (each) | engine s (each) | mean engine s | "
-              "output tok/s (each) | mean tok/s vs today's default | outcome |", "|" + "---|" * 9]
+              "configuration's mean.", ""]
+    table = []
     for config, entry in stats.items():
         tokens = entry["tokens"]
         versus = (f"{mean(tokens):,.0f} ({(mean(tokens) / ref_tokens - 1):+.1%})" if tokens and ref_tokens else "-")
-        lines.append(f"| {config} | {', '.join(entry['as'])} | {len(entry['seconds'])} | {_list(entry['seconds'])} | "
-                     f"{_list(entry['engine'])} | {_f(_mean(entry['engine']))} | {_list(tokens, 0)} | {versus} | "
-                     f"{outcome(config)} |")
+        table.append([config, ", ".join(entry["as"]), str(len(entry["seconds"])), _list(entry["seconds"]),
+                      _list(entry["engine"]), _f(_mean(entry["engine"])), _list(tokens, 0), versus, outcome(config)])
+    lines += _table(["configuration", "measured as", "warm starts", "s to /health (each)", "engine s (each)",
+                     "mean engine s", "output tok/s (each)", "mean tok/s vs today's default", "outcome"], table)
     pairs = paired(runs)
     if pairs:
-        lines += ["", "### Fork against spawn, interleaved on the same hosts", "",
-                  "| host | fork engine s | spawn engine s | fork tok/s | spawn tok/s | fork tok/s vs spawn |",
-                  "|---|---|---|---|---|---|"]
-        all_fork, all_spawn = [], []
+        table, all_fork, all_spawn = [], [], []
         for name, fork_s, spawn_s, fork_t, spawn_t in pairs:
             all_fork += fork_t
             all_spawn += spawn_t
-            lines.append(f"| {name} | {_list(fork_s)} (mean {_f(_mean(fork_s))}) | {_list(spawn_s)} (mean "
-                         f"{_f(_mean(spawn_s))}) | {_list(fork_t, 0)} | {_list(spawn_t, 0)} | "
-                         f"{mean(fork_t) / mean(spawn_t) - 1:+.1%} |")
-        lines.append(f"| all | | | mean {mean(all_fork):,.0f} | mean {mean(all_spawn):,.0f} | "
-                     f"{mean(all_fork) / mean(all_spawn) - 1:+.1%} |")
+            table.append([name, f"{_list(fork_s)} (mean {_f(_mean(fork_s))})",
+                          f"{_list(spawn_s)} (mean {_f(_mean(spawn_s))})", _list(fork_t, 0), _list(spawn_t, 0),
+                          f"{mean(fork_t) / mean(spawn_t) - 1:+.1%}"])
+        table.append(["all", "", "", f"mean {mean(all_fork):,.0f}", f"mean {mean(all_spawn):,.0f}",
+                      f"{mean(all_fork) / mean(all_spawn) - 1:+.1%}"])
+        lines += ["", "### Fork against spawn, interleaved on the same hosts", "",
+                  *_table(["host", "fork engine s", "spawn engine s", "fork tok/s", "spawn tok/s",
+                           "fork tok/s vs spawn"], table)]
     lines += conclusions(runs, stats, pairs)
     return lines
 
@@ -213,8 +218,7 @@ def conclusions(runs: list[dict[str, Any]], stats: dict[str, dict[str, Any]], pa
                  "(section above).")
     cold = rows_of(runs, TODAY, "cold")
     spawned = [(run, row) for run, row in sorted(
-        rows_of(runs, "engine core spawn, Triton cache carried", "cold")
-        + rows_of(runs, "engine core spawn, Triton cache home", "cold"), key=lambda p: runs.index(p[0]))]
+        rows_of(runs, SPAWNED, "cold") + rows_of(runs, BEFORE_BOTH, "cold"), key=lambda p: runs.index(p[0]))]
     if cold:
         engine = [engine_seconds(r) for _, r in cold]
         before = "; ".join(f"{_f(row['seconds_to_health'])} s ({run['machine'].split(' (')[0]}, `{row['lever']}`)"

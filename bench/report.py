@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.levers_report import levers_section
 from planner.sizing import RESERVE_GIB
 from planner.stack_schema import VllmConfig
 
@@ -333,6 +332,8 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     else:
         lines.append("Not measured in this run.")
     lines += startup_section(results)
+    from bench.levers_report import levers_section  # here, not at the top: that module uses this one's _table
+
     lines += levers_section(results.get("startup_levers") or {})
     lines += ["", "## Caveats", "",
               "- Loopback TCP is faster than a real data-centre network (no wire latency, memory-speed "
