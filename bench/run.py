@@ -468,7 +468,7 @@ def predicted_kv(config_json: Path, args: argparse.Namespace, tp: int, pp: int, 
     weights = sizing.model_weight_bytes(arch, args.dtype)
     kv_bytes = sizing.kv_dtype_bytes(args.kv_cache_dtype, args.dtype)
     return sizing.fit(arch, acc, sizing.Layout(tp, pp, nodes), args.gpu_memory_utilization, weights, kv_bytes,
-                      args.max_model_len).kv_tokens
+                      args.max_model_len, sizing.default_engine(acc, "0.25.1")).kv_tokens
 
 
 def planner_layout(config_json: Path, args: argparse.Namespace) -> str | None:

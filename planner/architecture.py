@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.layers import layer_kinds, moe_layer_count, read_quantization, refuse_unsized, vision_parameters
+from planner.layers import (
+    layer_kinds,
+    moe_layer_indices,
+    part_layers,
+    read_quantization,
+    refuse_unsized,
+    vision_parameters,
+)
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
@@ -46,9 +54,10 @@ class ModelArchitecture:
     weight_bytes_per_param: float = 2.0
     """Bytes per parameter of the quantized linear layers (1.0 FP8/INT8, ~0.52 4-bit with group scales, ~0.54
     MXFP4); the bytes of torch_dtype when the checkpoint is not quantized."""
-    quantized_parts: frozenset[str] = frozenset()
-    """Which of attention / mlp / experts the quantization covers; embeddings, lm_head, routers, norms and vision
-    towers stay in 16 bits in vLLM for every method read here."""
+    quantized_share: tuple[tuple[str, float], ...] = ()
+    """(part, share of its layers quantized) for the linear parts the checkpoint's quantization scope covers
+    (attention, linear, mlp, experts, shared); embeddings, lm_head, routers, norms and vision towers stay in 16 bits
+    in vLLM for every method read here."""
     quant_method: str = ""
     layer_kinds: tuple[str, ...] = ()
     """Per decoder layer: full, sliding, chunked or linear (planner/layers.py); empty means all full attention."""
@@ -66,6 +75,10 @@ class ModelArchitecture:
     """Gated DeltaNet layers: key heads, value heads, key head dim, value head dim, conv kernel."""
     vision_parameters: int = 0
     """The vision tower and its projector (multimodal wrappers), loaded beside the decoder."""
+
+    @property
+    def quantized_parts(self) -> frozenset[str]:
+        return frozenset(part for part, share in self.quantized_share if share > 0)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -109,7 +122,8 @@ class ModelArchitecture:
             "attention": attention_layers * attention,
             "linear": (len(kinds) - attention_layers) * linear,
             "mlp": dense_layers * 3 * h * self.intermediate_size,
-            "experts": moe_layers * (self.num_experts * 3 * h * expert_inter + shared),
+            "experts": moe_layers * self.num_experts * 3 * h * expert_inter,
+            "shared": moe_layers * shared,
             "router": moe_layers * h * self.num_experts,
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
@@ -118,7 +132,9 @@ class ModelArchitecture:
 
     def weight_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of all weights: the quantized parts at the checkpoint's rate, the rest at `unquantized_bytes`."""
-        return sum(count * (self.weight_bytes_per_param if part in self.quantized_parts else unquantized_bytes)
+        share = dict(self.quantized_share)
+        return sum(count * (share.get(part, 0.0) * self.weight_bytes_per_param
+                            + (1 - share.get(part, 0.0)) * unquantized_bytes)
                    for part, count in self.parameter_parts().items())
 
     def parameter_count(self) -> int:
@@ -180,6 +196,69 @@ class ModelArchitecture:
                     "linear": 1}
         per_request = sum(math.ceil(count / group) * per_kind[kind] for kind, count in counts.items())
         return int(blocks / per_request * max_len)
+
+    def attention_block_tokens(self, tp: int, kv_dtype_bytes: float, state_bytes: float = 2.0) -> int:
+        """Tokens per KV block: 16, or with linear-attention layers the smallest multiple of 16 whose attention page
+        holds one layer's state (vllm/platforms/interface.py, _align_hybrid_block_size; FlashAttention's kernel
+        blocks are multiples of 16)."""
+        if "linear" not in self.kinds:
+            return 16
+        per_token = self.attention_bytes_per_token(tp, kv_dtype_bytes)
+        return 16 * math.ceil(self.linear_state_bytes(tp, state_bytes) / (16 * per_token))
+
+    def kv_tokens_grouped(self, tp: int, pp: int, kv_dtype_bytes: float, available: float, max_len: int,
+                          in_flight_tokens: int, state_blocks: int, state_bytes: float = 2.0) -> int:
+        """`GPU KV cache size: N tokens` as vLLM 0.32.0 computes it (vllm/v1/core/kv_cache_utils.py,
+        get_kv_cache_configs): the whole model's layers of one kind form groups of `group_size` layers (the smallest
+        kind's count, or the largest when under 1.5 x the smallest; a kind's layers dealt round-robin into
+        cdiv(count, group_size) groups: _get_kv_cache_groups_uniform_page_size; one group when every layer is of one
+        kind); each pipeline stage (vllm/distributed/utils.py, get_pp_indices) needs page x its largest group's
+        layers per block, and the stage with the fewest blocks sets the pool; the size reported is
+        num_blocks / blocks per request x max_model_len (get_kv_cache_capacity), a request holding per group: full
+        cdiv(len, block); sliding cdiv(min(window - 1 + in-flight tokens, len), block) + 1; chunked
+        cdiv(min(chunk + in-flight tokens, len), block); linear `state_blocks` (vllm/v1/kv_cache_interface.py,
+        max_admission_blocks_per_request / MambaSpec.max_memory_usage_bytes)."""
+        if available <= 0:
+            return 0
+        kinds = self.kinds
+        block = self.attention_block_tokens(tp, kv_dtype_bytes, state_bytes)
+        page = block * self.attention_bytes_per_token(tp, kv_dtype_bytes)
+        by_kind: dict[str, list[int]] = {}
+        for index, kind in enumerate(kinds):
+            by_kind.setdefault(kind, []).append(index)
+        if len(by_kind) == 1:
+            groups = [list(range(len(kinds)))]
+            group_kinds = [kinds[0]]
+        else:
+            counts = [len(v) for v in by_kind.values()]
+            size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
+            groups, group_kinds = [], []
+            for kind, layers in by_kind.items():
+                n = math.ceil(len(layers) / size)
+                for i in range(n):
+                    groups.append(layers[i::n])
+                    group_kinds.append(kind)
+        blocks = min(int(available // (page * max(sum(1 for layer in g if start <= layer < stop) for g in groups)))
+                     for start, stop in pp_stages(len(kinds), pp))
+        per_kind = {"full": math.ceil(max_len / block),
+                    "sliding": math.ceil(min(self.window - 1 + in_flight_tokens, max_len) / block) + 1,
+                    "chunked": math.ceil(min(self.window + in_flight_tokens, max_len) / block),
+                    "linear": state_blocks}
+        per_request = sum(per_kind[kind] for kind in group_kinds)
+        return int(blocks / per_request * max_len)
+
+
+def pp_stages(layers: int, pp: int) -> list[tuple[int, int]]:
+    """[start, stop) of each pipeline stage's layers: an even split with the remainder on the stages before the last
+    (vllm/distributed/utils.py, get_pp_indices)."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    bounds, start = [], 0
+    for part in parts:
+        bounds.append((start, start + part))
+        start += part
+    return bounds
 
 
 def _count(cfg: Mapping[str, Any], source: str, names: tuple[str, ...], minimum: int = 1,
@@ -252,6 +331,50 @@ def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str)
     return value
 
 
+WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
+"""What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
+
+
+def _config_classes() -> Mapping[str, Any]:
+    """transformers' registry of built-in config classes by model_type (no remote code is ever run). The Pulumi
+    program's environment has transformers without torch, which is enough for configs; its import-time notice
+    about the missing torch is kept off the plan's output."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import CONFIG_MAPPING
+
+    return CONFIG_MAPPING
+
+
+def _filled(cls: Any, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """config.json through its transformers class: every default and derived field (vocab_size,
+    tie_word_embeddings, layer_types, head_dim, rope_parameters) as vLLM's config object has it. None when the class
+    refuses the values; the planner's own checks then name the key."""
+    try:
+        return dict(cls(**{k: v for k, v in cfg.items() if k != "auto_map"}).to_dict())
+    except Exception:  # transformers raises many kinds on bad values; our checks below give the one line
+        return None
+
+
+def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The config as vLLM reads it: vLLM loads config.json through transformers' config class for its model_type
+    (vllm/transformers_utils/config.py, get_config), so fields a published config.json leaves out take that class's
+    defaults. A model_type transformers has no class for is read through its text_config's class when that one is
+    known (a wrapper around a known decoder); with auto_map alone (remote code) it is refused."""
+    model_type = cfg.get("model_type")
+    classes = _config_classes()
+    if isinstance(model_type, str) and model_type in classes:
+        return _filled(classes[model_type], cfg) or dict(cfg)
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
+        return {**cfg, "text_config": _filled(classes[text["model_type"]], text) or dict(text)}
+    if cfg.get("auto_map"):
+        raise ConfigError(source, model_type, "this config needs remote code (auto_map) and transformers has no "
+                                              f"config class for model_type {model_type!r}; set model.architecture "
+                                              "to the config of the architecture it implements (a model_type "
+                                              "transformers knows), or model.weightsGib with parallelism.tensor")
+    return dict(cfg)
+
+
 def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArchitecture:
     """Build a ModelArchitecture from a Hugging Face config.json mapping.
 
@@ -259,9 +382,14 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     """
     if not isinstance(cfg, Mapping):
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
+    raw_text = cfg.get("text_config")
+    refuse_unsized(raw_text if isinstance(raw_text, Mapping) else cfg, source)  # before transformers rewrites them
+    cfg = as_vllm_reads(cfg, source)
     vision = cfg.get("vision_config")
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
-        cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "quantization_config"}}
+        text = cfg["text_config"]
+        outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
+        cfg = {**text, **outer}
     refuse_unsized(cfg, source)
     layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"))
     hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
@@ -294,8 +422,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
-    method, weight_bytes, parts = read_quantization(cfg, DTYPE_BYTES[dtype], source)
     kinds, window = layer_kinds(cfg, layers, source)
+    moe = moe_layer_indices(cfg, layers, experts, counts["first_k_dense_replace"])
+    method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source, part_layers(kinds, set(moe)))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel_dim"))
@@ -311,9 +440,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         moe_intermediate_size=counts["moe_intermediate_size"], num_shared_experts=counts["n_shared_experts"],
         first_dense_layers=counts["first_k_dense_replace"], kv_lora_rank=counts["kv_lora_rank"],
         qk_rope_head_dim=counts["qk_rope_head_dim"],
-        torch_dtype=dtype, weight_bytes_per_param=weight_bytes, quantized_parts=parts, quant_method=method,
+        torch_dtype=dtype, weight_bytes_per_param=weight_bytes, quantized_share=tuple(sorted(share.items())),
+        quant_method=method,
         layer_kinds=kinds if set(kinds) != {"full"} else (), window=window,
-        moe_layer_count=moe_layer_count(cfg, layers, experts), q_lora_rank=counts["q_lora_rank"],
+        moe_layer_count=len(moe), q_lora_rank=counts["q_lora_rank"],
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
         gated_attention=str(cfg.get("model_type")) == "qwen3_next", linear_attention=linear,  # type: ignore[arg-type]

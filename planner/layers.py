@@ -6,6 +6,7 @@ local attention, MLA, Mamba / linear-attention state); the planner reads the sam
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,6 +79,9 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         if len(types) < layers:
             raise ConfigError(source, len(types), f"layer_types has {len(types)} entries for {layers} layers")
         kinds = tuple(KIND_NAMES[t] for t in types[:layers])
+        chunk = cfg.get("attention_chunk_size")
+        if "chunked" in kinds and isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+            return kinds, chunk  # transformers' Llama4TextConfig writes layer_types; the window is the chunk
         if "sliding" in kinds and not window:
             raise ConfigError(source, cfg.get("sliding_window"), "layer_types has sliding_attention layers but "
                                                                  "sliding_window is not a positive integer")
@@ -102,25 +106,25 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
     return ("full",) * layers, 0
 
 
-def moe_layer_count(cfg: Mapping[str, Any], layers: int, experts: int) -> int:
-    """Decoder layers with routed experts (-1: every layer after first_k_dense_replace)."""
+def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_dense: int) -> list[int]:
+    """Decoder layers with routed experts."""
     if not experts:
-        return 0
+        return []
     moe = cfg.get("moe_layers")
     if isinstance(moe, list):
-        return sum(1 for i in moe if isinstance(i, int) and 0 <= i < layers)
+        return sorted({i for i in moe if isinstance(i, int) and 0 <= i < layers})
     step = cfg.get("interleave_moe_layer_step")
     if isinstance(step, int) and step > 1:  # vllm/model_executor/models/llama4.py: (i + 1) % step == 0
-        return sum(1 for i in range(layers) if (i + 1) % step == 0)
+        return [i for i in range(layers) if (i + 1) % step == 0]
     sparse = cfg.get("decoder_sparse_step")
     only = cfg.get("mlp_only_layers")
-    if (isinstance(sparse, int) and sparse > 0) or isinstance(only, list):
+    if (isinstance(sparse, int) and sparse > 0) or (isinstance(only, list) and only):
         # vllm/model_executor/models/qwen3_moe.py / qwen2_moe.py / qwen3_next.py: a layer is sparse when it is not
         # in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
         dense = {i for i in (only or []) if isinstance(i, int)}
         step_n = sparse if isinstance(sparse, int) and sparse > 0 else 1
-        return sum(1 for i in range(layers) if i not in dense and (i + 1) % step_n == 0)
-    return -1
+        return [i for i in range(layers) if i not in dense and (i + 1) % step_n == 0]
+    return list(range(min(first_dense, layers), layers))
 
 
 # ----------------------------------------------------------------------------------------- weights
@@ -129,9 +133,6 @@ MXFP4_BYTES_PER_PARAM = 0.5359
 """MXFP4 experts as vLLM 0.25.1 holds them on an H200: 4-bit values with an 8-bit scale per 32 (0.53125 bytes),
 plus the scale layout of its Hopper MoE kernel; fitted to `Model loading took` of gpt-oss-20b and -120b
 (docs/benchmarks.md "Planner calibration"), +0.9% over the format's own size."""
-LINEAR_PARTS = frozenset({"attention", "linear", "mlp", "experts"})
-
-
 def _group_overhead(bits: float, group: Any, symmetric: bool) -> float:
     """Bytes per parameter of a group's 16-bit scale (and `bits`-wide zero point when asymmetric)."""
     if not isinstance(group, int) or group <= 0:
@@ -139,37 +140,97 @@ def _group_overhead(bits: float, group: Any, symmetric: bool) -> float:
     return (16 + (0 if symmetric else bits)) / 8 / group
 
 
-def _excluded(patterns: Any) -> frozenset[str]:
-    """Linear parts a quantization's ignore / modules_to_not_convert list leaves in 16 bits."""
-    text = " ".join(str(p) for p in patterns) if isinstance(patterns, list) else ""
-    out = set()
-    if "attn" in text:
-        out |= {"attention", "linear"}
-    if "experts" in text:
-        out.add("experts")
-    if "mlp.down_proj" in text or "mlp.gate_up" in text or "mlp.up_proj" in text:
-        out.add("mlp")
-    return frozenset(out)
+PART_MODULES = {
+    "attention": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                  "self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.kv_b_proj"),
+    "linear": ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba", "linear_attn.out_proj"),
+    "mlp": ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+    "experts": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.down_proj"),
+    "shared": ("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj",
+               "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj"),
+}
+"""The checkpoint's module names of each linear part within decoder layer i (`model.layers.{i}.` before each):
+what quantization configs name in targets / ignore lists (Hugging Face names; vLLM maps its fused qkv_proj and
+gate_up_proj back to these shards when it matches: compressed_tensors.utils.match.match_name with `fused`)."""
 
 
-def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str) -> tuple[str, float, frozenset[str]]:
-    """(method, bytes per parameter of the quantized parts, which parts) of a checkpoint, as vLLM loads it.
-    An unknown method gives bytes 0: sizing then needs model.weightsGib."""
+def _compressed_tensors_match(name: str, pattern: str) -> bool:
+    """compressed-tensors' rule for one target or ignore entry: `re:` is a regex matched from the start of the module
+    name (re.match), anything else the whole name; `Linear` names the class every part here is."""
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], name) is not None
+    return pattern == name or pattern == "Linear"
+
+
+def _prefix_skipped(name: str, entries: list[str]) -> bool:
+    """vLLM's is_layer_skipped for FP8 / AWQ / GPTQ: an entry names the module or a module it sits in
+    (vllm/model_executor/layers/quantization/utils/quant_utils.py; AWQ's modules_to_not_convert by substring)."""
+    return any(entry and (entry == name or entry in name) for entry in entries)
+
+
+def part_layers(kinds: tuple[str, ...], moe_layers: set[int]) -> dict[str, list[int]]:
+    """The decoder layers that hold each linear part."""
+    return {"attention": [i for i, k in enumerate(kinds) if k != "linear"],
+            "linear": [i for i, k in enumerate(kinds) if k == "linear"],
+            "mlp": [i for i in range(len(kinds)) if i not in moe_layers],
+            "experts": sorted(moe_layers), "shared": sorted(moe_layers)}
+
+
+def quantized_share(quant: Mapping[str, Any], method: str, layers: dict[str, list[int]],
+                    shared: str = "shared_experts") -> dict[str, float]:
+    """The share of each linear part's layers the checkpoint quantizes, by matching the part's module names in
+    every layer against the config's scope: compressed-tensors `targets` less `ignore`, FP8 `ignored_layers`,
+    AWQ / GPTQ `modules_to_not_convert`. A part counts as quantized in a layer when every one of its modules there
+    is (vLLM gives the shards of a fused module one scheme)."""
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        targets = [str(t) for g in (groups.values() if isinstance(groups, Mapping) else ()) if isinstance(g, Mapping)
+                   for t in (g.get("targets") or ["Linear"])]
+        ignore = [str(p) for p in quant.get("ignore") or []]
+
+        def quantized(name: str) -> bool:
+            return (any(_compressed_tensors_match(name, t) for t in targets)
+                    and not any(_compressed_tensors_match(name, p) for p in ignore))
+    else:
+        skip = [str(p) for p in (quant.get("ignored_layers") or quant.get("modules_to_not_convert")
+                                 or quant.get("ignore") or [])]
+
+        def quantized(name: str) -> bool:
+            return not _prefix_skipped(name, skip)
+    share = {}
+    for part, indices in layers.items():
+        if not indices:
+            continue
+        modules = PART_MODULES[part]
+        if part == "shared":  # DeepSeek / Kimi name them mlp.shared_experts, Qwen mlp.shared_expert
+            modules = tuple(m for m in modules if m.split(".")[1] == shared)
+        hits = sum(all(quantized(f"model.layers.{i}.{m}") for m in modules) for i in indices)
+        if hits:
+            share[part] = hits / len(indices)
+    return share
+
+
+def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
+                      layers: dict[str, list[int]]) -> tuple[str, float, dict[str, float]]:
+    """(method, bytes per parameter of the quantized parts, share of each part quantized) of a checkpoint, as vLLM
+    loads it. An unknown method gives bytes 0: sizing then needs model.weightsGib."""
+    shared = "shared_experts" if cfg.get("n_shared_experts") else "shared_expert"
     quant = cfg.get("quantization_config")
+    every = {part: 1.0 for part, indices in layers.items() if indices}
     if not isinstance(quant, Mapping):
         bits = cfg.get("bits")
         if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits < 16:
-            return "bits", bits / 8, LINEAR_PARTS
-        return "", dtype_bytes, frozenset()
+            return "bits", bits / 8, every
+        return "", dtype_bytes, {}
     method = str(quant.get("quant_method", ""))
-    skip = _excluded(quant.get("modules_to_not_convert") or quant.get("ignore"))
     if method in ("fp8", "fbgemm_fp8", "ptpc_fp8") or ("fp8" in str(quant.get("fmt", "")) and not method):
         # vllm/model_executor/layers/quantization/fp8.py: FP8 linear and MoE weights, block or channel scales.
-        return method or "fp8", 1.0, LINEAR_PARTS - skip
+        return method or "fp8", 1.0, quantized_share(quant, method, layers, shared)
     if method == "mxfp4":
         # vllm/model_executor/layers/quantization/mxfp4.py: only FusedMoE layers take the MXFP4 method;
         # every other linear layer is unquantized.
-        return method, MXFP4_BYTES_PER_PARAM, frozenset({"experts"}) - skip
+        share = quantized_share(quant, method, {"experts": layers["experts"]})
+        return method, MXFP4_BYTES_PER_PARAM, share
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
         bits = quant.get("bits") or quant.get("w_bit")
         if not isinstance(bits, int) or isinstance(bits, bool) or bits not in (2, 3, 4, 8):
@@ -177,7 +238,8 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str) -
                                             "or 8")
         group = quant.get("group_size", quant.get("q_group_size", 128))
         symmetric = method.startswith("gptq") and quant.get("sym", True) is not False
-        return method, bits / 8 + _group_overhead(bits, group, symmetric), LINEAR_PARTS - skip
+        share = quantized_share(quant, method, layers, shared)
+        return method, bits / 8 + _group_overhead(bits, group, symmetric), share
     if method == "compressed-tensors":
         groups = quant.get("config_groups")
         weights = next((g.get("weights") for g in groups.values() if isinstance(g, Mapping)
@@ -189,8 +251,8 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str) -
         overhead = 0.0
         if weights.get("strategy") == "group":
             overhead = _group_overhead(bits, weights.get("group_size"), weights.get("symmetric", True) is not False)
-        return method, bits / 8 + overhead, LINEAR_PARTS - skip
-    return method or "unknown", 0.0, LINEAR_PARTS
+        return method, bits / 8 + overhead, quantized_share(quant, method, layers, shared)
+    return method or "unknown", 0.0, every
 
 
 # ----------------------------------------------------------------------------------------- vision towers
@@ -205,17 +267,19 @@ def vision_parameters(vision: Mapping[str, Any], text_hidden: int) -> int:
                 return value
         return default
 
-    h = integer("hidden_size", "embed_dim")
-    depth = integer("depth", "num_hidden_layers")
+    h = integer("hidden_size", "embed_dim", "vt_hidden_size")
+    depth = integer("depth", "num_hidden_layers", "vt_num_hidden_layers")
     if not h or not depth:
         return 0
-    inter = integer("intermediate_size", default=4 * h)
+    inter = integer("intermediate_size", "vt_intermediate_size", default=4 * h)
     gated = str(vision.get("hidden_act", "")) == "silu"
     patch = integer("patch_size", "spatial_patch_size", default=14)
     blocks = depth * (4 * h * h + (3 if gated else 2) * h * inter + 4 * h)
     embed = integer("in_chans", "num_channels", default=3) * integer("temporal_patch_size", default=1) * patch ** 2 * h
-    merge = integer("spatial_merge_size")
-    out = integer("out_hidden_size", default=text_hidden)
+    kernel = vision.get("merge_kernel_size")  # Kimi's MoonViT: a [2, 2] patch merger
+    merge = integer("spatial_merge_size") or (kernel[0] if isinstance(kernel, list) and kernel
+                                              and isinstance(kernel[0], int) else 0)
+    out = integer("out_hidden_size", "text_hidden_size", default=text_hidden)
     if merge:  # Qwen2-VL family: merger MLP over merge x merge patches
         width = h * merge * merge
         projector = width * width + width * out

@@ -29,6 +29,7 @@ from planner.catalog import (
 )
 from planner.commands import RAY_JOIN_TIMEOUT
 from planner.config import Settings
+from planner.engine import PROFILES, EngineChoice, EngineSettings, engine_settings, profile_for_image
 from planner.errors import ConfigError
 from planner.stack_schema import VllmConfig
 
@@ -53,16 +54,44 @@ A100, 2048 elsewhere (vllm/engine/arg_utils.py, _set_default_max_num_seqs_and_ba
 window layer holds window - 1 + this many tokens of a request at most."""
 
 
+CUDAGRAPH_BYTES_PER_TOKEN_LAYER_HIDDEN = 16
+"""CUDA-graph memory of a dense model under Model Runner V2, per captured token, decoder layer and unit of hidden
+width (8 x hidden bf16 values): the graphs of Llama-3.1-8B at capture sizes up to 512 took 0.98 GiB on an H200
+(vLLM 0.25.1, "Graph capturing finished ... took 0.98 GiB", docs/benchmarks.md "Engine start levers"). Fitted on
+that one run; vLLM 0.32.0 measures the same capture before it sizes the KV cache
+(vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory), which 0.25.1's V2 runner did not."""
+MAX_CAPTURE_TOKENS = 512
+"""vLLM's largest CUDA-graph capture size: min(2 x max_num_seqs, 512) (vllm/config/compilation.py)."""
+
+
+def default_engine(acc: Accelerator, version: str = "0.32.0") -> EngineSettings:
+    return engine_settings(PROFILES[version], acc.memory_bytes, acc.type)
+
+
+def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """Memory the engine keeps for CUDA graphs before it sizes the KV cache, beyond the family reserve: only under
+    profiles that measure it (0.32.0) and only for dense models (the MoE, MLA and hybrid reserves were measured
+    with the V1 runner's graph estimate in them); none with --enforce-eager."""
+    if not engine.profile.cudagraph_reserved or not engine.cudagraphs or arch.num_experts or arch.kv_lora_rank \
+            or "linear" in arch.kinds:
+        return 0.0
+    tokens = min(2 * engine.max_num_seqs, MAX_CAPTURE_TOKENS)
+    layers = math.ceil(arch.num_layers / layout.pp)
+    return float(tokens * layers * CUDAGRAPH_BYTES_PER_TOKEN_LAYER_HIDDEN * arch.hidden_size)
+
+
 def reserve_bytes(arch: ModelArchitecture) -> float:
-    """Per-GPU memory outside weights and KV cache for this model's family."""
+    """Per-GPU memory outside weights and KV cache for this model's family (vLLM 0.25.1, measured)."""
     if arch.kv_lora_rank:
         return RESERVE_MLA_GIB * GIB
     return (RESERVE_MOE_GIB if arch.num_experts else RESERVE_GIB) * GIB
 
 
 def batched_tokens(acc: Accelerator) -> int:
-    large = acc.memory_bytes >= 70 * GIB and "a100" not in acc.type
-    return BATCHED_TOKENS_LARGE_GPU if large else BATCHED_TOKENS_SMALL_GPU
+    """vLLM's default --max-num-batched-tokens on this GPU (the default profile's rule)."""
+    return default_engine(acc).max_num_batched_tokens
+
+
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
 """A new GPU node until its GPUs are allocatable, typically: VM create and boot, joining the cluster, and ~30 s of
 driver installation (GoogleCloudPlatform/ai-on-gke best-practices/startup-latency.md). An assumption, not measured
@@ -97,15 +126,12 @@ def pod_resources(machine: MachineType, gpus_per_pod: int) -> tuple[int, int, in
     return cpu, memory, shm
 
 
-VLLM_MAX_NUM_SEQS = 256
-"""vLLM's default --max-num-seqs on GPUs: a replica never runs a larger batch."""
-
-
-def default_target(metric: str, max_concurrent_sequences: int) -> float:
-    """GKE's guidance: queue depth 3-5 per replica; batch size just under what a replica can hold."""
+def default_target(metric: str, max_concurrent_sequences: int, max_num_seqs: int = 256) -> float:
+    """GKE's guidance: queue depth 3-5 per replica; batch size just under what a replica can hold (its KV cache or
+    --max-num-seqs, whichever is smaller: vLLM never runs a larger batch)."""
     if metric == "queue":
         return 3.0
-    capacity = min(VLLM_MAX_NUM_SEQS, max(1, max_concurrent_sequences))
+    capacity = min(max_num_seqs, max(1, max_concurrent_sequences))
     return float(max(1, int(capacity * 0.9)))
 
 
@@ -175,6 +201,14 @@ class Sizing:
     kv_cache_tokens_per_replica: int
     max_model_len: int
     max_concurrent_sequences: int
+    engine_profile: str
+    """The vLLM release whose rules sized the KV cache (planner/engine.py): vllm.image's version, or the profile
+    named in the warnings when none exists for it."""
+    max_num_seqs: int
+    """--max-num-seqs the server runs with (vLLM's default for the GPU unless vllm.extraArgs sets it)."""
+    max_num_batched_tokens: int
+    cudagraph_gib_per_gpu: float
+    """CUDA-graph memory the engine keeps before sizing the KV cache, beyond the family reserve."""
     estimated_load_seconds: int
     weights_load_seconds: int
     """The weights part of estimated_load_seconds: one node's share of the weights at the disk's read rate."""
@@ -248,13 +282,20 @@ def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
 
 
 def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
-        weights_bytes: float, kv_bytes: float, max_len: int = 0) -> Fit:
-    """Weights and KV tokens per GPU; `max_len` (vllm.maxModelLen) matters where layers hold less than the whole
-    sequence (sliding window, chunked, linear attention): vLLM reports those tokens per max_len-long request."""
+        weights_bytes: float, kv_bytes: float, max_len: int = 0, engine: EngineSettings | None = None) -> Fit:
+    """Weights and KV tokens per GPU under `engine` (default: the 0.32.0 profile's settings for this GPU);
+    `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
+    linear attention): vLLM reports those tokens per max_len-long request."""
+    engine = engine or default_engine(acc)
     per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB
-    usable = acc.memory_bytes * utilization - per_gpu - reserve_bytes(arch)
-    tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, max_len or arch.max_position_embeddings,
-                            batched_tokens(acc))
+    usable = (acc.memory_bytes * utilization - per_gpu - reserve_bytes(arch)
+              - cudagraph_bytes(arch, layout, engine))
+    length = max_len or arch.max_position_embeddings
+    if engine.profile.version == "0.25.1":
+        tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, length, engine.max_num_batched_tokens)
+    else:
+        tokens = arch.kv_tokens_grouped(layout.tp, layout.pp, kv_bytes, usable, length,
+                                        engine.in_flight_tokens(layout.pp), engine.state_blocks)
     per_token = usable / tokens if tokens else arch.kv_bytes_per_token(layout.tp, layout.pp, kv_bytes)
     return Fit(per_gpu, usable, per_token, tokens)
 
@@ -283,26 +324,39 @@ def candidate_layouts(arch: ModelArchitecture, gpus_per_node: int) -> list[Layou
 
 
 def smallest_working(arch: ModelArchitecture, acc: Accelerator, gpus_per_node: int, utilization: float,
-                     weights_bytes: float, kv_bytes: float, tokens_needed: int, max_len: int = 0) -> Layout | None:
+                     weights_bytes: float, kv_bytes: float, tokens_needed: int, max_len: int = 0,
+                     engine: EngineSettings | None = None) -> Layout | None:
     for layout in candidate_layouts(arch, gpus_per_node):
-        if fit(arch, acc, layout, utilization, weights_bytes, kv_bytes, max_len).kv_tokens >= tokens_needed:
+        if fit(arch, acc, layout, utilization, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= tokens_needed:
             return layout
     return None
 
 
+def engine_choice(settings: Settings) -> EngineChoice:
+    """The engine profile for the stack's vllm.image (planner/engine.py)."""
+    return profile_for_image(settings.vllm.image)
+
+
+def stack_engine(settings: Settings) -> EngineSettings:
+    """The batch and cache settings the stack's server runs with: its image's profile, its GPU, vllm.extraArgs."""
+    acc = settings.accelerator.catalog
+    return engine_settings(engine_choice(settings).profile, acc.memory_bytes, acc.type, settings.vllm.extra_args)
+
+
 def _suggestion(settings: Settings, weights_bytes: float, kv_bytes: float, tokens_needed: int) -> str:
     arch, accs = settings.model.architecture, settings.accelerator
+    engine = stack_engine(settings)
     util = settings.vllm.gpu_memory_utilization
     options = []
     here = smallest_working(arch, accs.catalog, accs.gpus_per_node, util, weights_bytes, kv_bytes, tokens_needed,
-                            settings.vllm.max_model_len)
+                            settings.vllm.max_model_len, engine)
     if here is not None:
         options.append(here.describe(accs.machine))
     for machine in accs.catalog.machines:
         if machine.gpus <= accs.gpus_per_node or machine is not accs.catalog.default_machine(machine.gpus):
             continue
         other = smallest_working(arch, accs.catalog, machine.gpus, util, weights_bytes, kv_bytes, tokens_needed,
-                                 settings.vllm.max_model_len)
+                                 settings.vllm.max_model_len, engine)
         if other is not None and other.nodes == 1 and (here is None or here.nodes > 1):
             options.append(f"{other.describe(machine)} (accelerator.machineType: {machine.name})")
             break
@@ -345,7 +399,7 @@ def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_
                           f"needs {nodes} nodes per replica; at most {MAX_NODES_PER_REPLICA} are supported")
     layout = Layout(layout_tp, layout_pp, nodes)
     result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
-                 settings.vllm.max_model_len)
+                 settings.vllm.max_model_len, stack_engine(settings))
     max_len = settings.vllm.max_model_len
     if not result.weights_fit:
         budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
@@ -369,25 +423,26 @@ def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
     acc, gpn, util = accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization
     max_len = settings.vllm.max_model_len
+    engine = stack_engine(settings)
     wanted = settings.parallelism.min_concurrent_sequences * max_len
     tps = valid_tensor_sizes(arch, gpn)
     for tp in tps:  # (a) smallest TP on one node that holds the wanted concurrency
         layout = Layout(tp, 1, 1)
-        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len).kv_tokens >= wanted:
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= wanted:
             return layout
     tp_max = tps[-1]
-    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes, max_len).kv_tokens >= max_len:
+    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= max_len:
         return Layout(tp_max, 1, 1)  # (b) the whole node holds at least one full sequence
     for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # (c) fewest nodes, PP across them
         pp = nodes * gpn // tp_max
         if pp > arch.num_layers:
             break
         layout = Layout(tp_max, pp, nodes)
-        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len).kv_tokens >= max_len:
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= max_len:
             return layout
     for higher in (DEFAULT_UTILIZATION,):  # a utilization set below the default may be all that is in the way
         if higher > util:
-            layout = smallest_working(arch, acc, gpn, higher, weights_bytes, kv_bytes, max_len, max_len)
+            layout = smallest_working(arch, acc, gpn, higher, weights_bytes, kv_bytes, max_len, max_len, engine)
             if layout is not None:
                 raise ConfigError("vllm.gpuMemoryUtilization", util,
                                   f"leaves too little GPU memory for {arch.name} ({_gib(weights_bytes)} of weights) "
@@ -519,10 +574,14 @@ def plan(settings: Settings) -> Sizing:
     else:
         layout = _check_explicit(settings, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
         source = "config"
+    choice = engine_choice(settings)
+    engine = stack_engine(settings)
     result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
-                 settings.vllm.max_model_len)
+                 settings.vllm.max_model_len, engine)
 
     warnings = list(settings.warnings)
+    if choice.warning:
+        warnings.append(choice.warning)
     concurrency = result.kv_tokens // settings.vllm.max_model_len
     if concurrency < par.min_concurrent_sequences:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
@@ -571,7 +630,8 @@ def plan(settings: Settings) -> Sizing:
     cached = weights_bytes / layout.nodes / GIB / PAGE_CACHE_GIB_S
     gpus_per_pod = layout.gpus if layout.nodes == 1 else accs.gpus_per_node
     pod_cpu, pod_memory, pod_shm = pod_resources(accs.machine, gpus_per_pod)
-    hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, concurrency)
+    hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, concurrency,
+                                                                 engine.max_num_seqs)
     # Anything that changes what is served: the smoke Job is renamed (so re-run) when this changes.
     served = f"{settings.model.id}@{settings.model.revision}|{settings.vllm.image}|{layout}|{settings.vllm}"
     return Sizing(
@@ -582,7 +642,10 @@ def plan(settings: Settings) -> Sizing:
         weights_gib_per_gpu=round(result.weights_per_gpu / GIB, 2),
         kv_cache_gib_per_gpu=round(result.usable_per_gpu / GIB, 2),
         kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
-        max_concurrent_sequences=concurrency, estimated_load_seconds=round(load),
+        max_concurrent_sequences=concurrency, engine_profile=engine.profile.version,
+        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+        cudagraph_gib_per_gpu=round(cudagraph_bytes(arch, layout, engine) / GIB, 2),
+        estimated_load_seconds=round(load),
         weights_load_seconds=round(weights_load), node_provisioning_seconds=NODE_PROVISIONING_TYPICAL_SECONDS,
         image_pull_seconds=pull, image_pull_seconds_without_streaming=pull_plain, engine_start_cold_seconds=cold,
         engine_start_warm_seconds=warm, engine_start_source=engine_source,
@@ -619,9 +682,11 @@ def families(arch: ModelArchitecture) -> list[str]:
 
 
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
-                   dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1) -> Fit:
-    """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM."""
+                   dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1,
+                   version: str = "0.25.1") -> Fit:
+    """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM (the
+    GPU hosts run 0.25.1, so that profile by default)."""
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
-               kv_dtype_bytes(kv_cache_dtype, dtype), max_len)
+               kv_dtype_bytes(kv_cache_dtype, dtype), max_len, default_engine(acc, version))

