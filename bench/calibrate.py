@@ -27,8 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.models import build_tokenizer  # noqa: E402
-from bench.run import (  # noqa: E402
+from bench.harness import (  # noqa: E402
     API_PORT,
     LAYOUTS,
     Bench,
@@ -40,6 +39,7 @@ from bench.run import (  # noqa: E402
     local,
     log,
 )
+from bench.models import build_tokenizer  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.layers import cut_layers  # noqa: E402
 

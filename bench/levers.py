@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.run import (
+from bench.harness import (
     API_PORT,
     LAUNCHER,
     LAYOUTS,

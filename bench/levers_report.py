@@ -10,7 +10,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
-from bench.report import _table
+from bench.tables import markdown_table as _table
 
 PHASE_COLUMNS = (("api_server_imports", "API imports"), ("config_and_engine_spawn", "config + engine core up"),
                  ("engine_core_to_load", "to load"), ("weights", "weights"), ("torch_compile", "compile"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.levers_report import levers_section
+from bench.tables import markdown_table as _table
 from planner.sizing import RESERVE_GIB
 from planner.stack_schema import VllmConfig
 
@@ -200,11 +202,6 @@ def startup_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *["| " + " | ".join(row) + " |" for row in rows]]
-
-
 def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...] = ()) -> str:
     """`layouts`: what the run set out to measure, when its settings do not record it."""
     s = results.get("settings", {})
@@ -332,7 +329,6 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     else:
         lines.append("Not measured in this run.")
     lines += startup_section(results)
-    from bench.levers_report import levers_section  # here, not at the top: that module uses this one's _table
 
     lines += levers_section(results.get("startup_levers") or {})
     lines += ["", "## Caveats", "",

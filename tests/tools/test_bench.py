@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import harness as bench_harness
 from bench import report
 from bench import run as bench_run
 from bench.models import DONE_MARK, build_model
@@ -28,15 +29,15 @@ def args(*extra):
 
 def bench_for(layout_args=()):
     a = args(*layout_args)
-    return bench_run.Bench(a, Path("/data/model"), "m", Path("/tmp/w"))
+    return bench_harness.Bench(a, Path("/data/model"), "m", Path("/tmp/w"))
 
 
 def test_layout_commands_are_the_rendered_ones_with_host_paths():
     b = bench_for()
-    for name, layout in bench_run.LAYOUTS.items():
+    for name, layout in bench_harness.LAYOUTS.items():
         spec = b.spec(layout)
-        cmd = bench_run.leader_cmd(spec)
-        assert cmd == leader_command(spec, python=sys.executable, launcher=str(bench_run.LAUNCHER)), name
+        cmd = bench_harness.leader_cmd(spec)
+        assert cmd == leader_command(spec, python=sys.executable, launcher=str(bench_harness.LAUNCHER)), name
         assert cmd[cmd.index("--model") + 1] == "/data/model"
         assert cmd[cmd.index("--tensor-parallel-size") + 1] == str(layout.tp)
         assert cmd[cmd.index("--pipeline-parallel-size") + 1] == str(layout.pp)
@@ -46,9 +47,9 @@ def test_layout_commands_are_the_rendered_ones_with_host_paths():
 
 
 def test_worker_on_a_shared_host_moves_only_its_ray_ports_and_temp_dir():
-    spec = bench_for().spec(bench_run.LAYOUTS["pp2-across-nodes-tcp"])
-    rendered = worker_command(spec, python=sys.executable, launcher=str(bench_run.LAUNCHER))
-    cmd = bench_run.worker_cmd(spec, "/tmp/rw-x")
+    spec = bench_for().spec(bench_harness.LAYOUTS["pp2-across-nodes-tcp"])
+    rendered = worker_command(spec, python=sys.executable, launcher=str(bench_harness.LAUNCHER))
+    cmd = bench_harness.worker_cmd(spec, "/tmp/rw-x")
     assert cmd[-2:] == ["--temp-dir", "/tmp/rw-x"]
     diff = [(a, b) for a, b in zip(rendered, cmd, strict=False) if a != b]
     assert diff == [(str(NODE_MANAGER_PORT), str(NODE_MANAGER_PORT + 10)),
@@ -57,7 +58,7 @@ def test_worker_on_a_shared_host_moves_only_its_ray_ports_and_temp_dir():
 
 def test_across_node_layouts_get_one_gpu_per_node_tcp_nccl_and_their_own_compile_cache():
     b = bench_for()
-    layout = bench_run.LAYOUTS["tp2-across-nodes-tcp"]
+    layout = bench_harness.LAYOUTS["tp2-across-nodes-tcp"]
     head, worker = b.env(layout, [0], "x-n0", "127.0.0.2"), b.env(layout, [1], "x-n1", "127.0.0.3")
     assert (head["CUDA_VISIBLE_DEVICES"], worker["CUDA_VISIBLE_DEVICES"]) == ("0", "1")
     assert head["POD_IP"] == "127.0.0.2" and worker["LWS_LEADER_ADDRESS"] == "127.0.0.2"
@@ -65,7 +66,7 @@ def test_across_node_layouts_get_one_gpu_per_node_tcp_nccl_and_their_own_compile
     for env in (head, worker):
         assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == env["NCCL_IB_DISABLE"] == "1"
         assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["NCCL_NVLS_ENABLE"] == "0"
-    assert "NCCL_P2P_DISABLE" not in b.env(bench_run.LAYOUTS["tp2-one-node"], [0, 1], "y")
+    assert "NCCL_P2P_DISABLE" not in b.env(bench_harness.LAYOUTS["tp2-one-node"], [0, 1], "y")
 
 
 @pytest.mark.parametrize("flags, fragment", [
@@ -88,7 +89,7 @@ def client(throughput, ttfts, out_len=4):
 
 
 def test_summary_sums_throughput_over_replicas_and_takes_latency_over_all_requests():
-    stats = bench_run.summarize([client(100.0, [0.1, 0.3]), client(50.0, [0.2, 0.2])])
+    stats = bench_harness.summarize([client(100.0, [0.1, 0.3]), client(50.0, [0.2, 0.2])])
     assert stats["output_tokens_per_s"] == 150.0 and stats["completed"] == 4
     assert stats["mean_ttft_ms"] == 200.0
     assert stats["mean_tpot_ms"] == 20.0  # (0.01 + 0.02 + 0.03) / (4 - 1)
@@ -99,10 +100,10 @@ def test_planner_prediction_and_layout_for_the_benchmark_model():
     a = args()
     # 143,771 MiB x 0.9 - 14.96 GiB weights - 0.15 GiB load overhead - 2 GiB, over 128 KiB per token
     # (32 layers x 8 KV heads x 128 x 2 x 2 B); vLLM measured 896,912 (docs/benchmarks.md)
-    assert bench_run.predicted_kv(a.config, a, 1, 1, 1) == 895_006
-    assert bench_run.predicted_kv(a.config, a, 1, 2, 2) == 1_912_544
-    assert bench_run.planner_layout(a.config, a) == "tensor=1, pipeline=1 on 1 node(s) of a3-ultragpu-8g"
-    assert bench_run.predicted_kv(a.config, args("--accelerator", "none"), 1, 1, 1) is None
+    assert bench_harness.predicted_kv(a.config, a, 1, 1, 1) == 895_006
+    assert bench_harness.predicted_kv(a.config, a, 1, 2, 2) == 1_912_544
+    assert bench_harness.planner_layout(a.config, a) == "tensor=1, pipeline=1 on 1 node(s) of a3-ultragpu-8g"
+    assert bench_harness.predicted_kv(a.config, args("--accelerator", "none"), 1, 1, 1) is None
 
 
 def test_random_model_has_the_exact_config_and_a_tokenizer_covering_every_id(tmp_path):

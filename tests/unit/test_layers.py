@@ -124,3 +124,17 @@ def test_every_test_that_runs_pods_is_marked_root():
                         unmarked.append(f"{path.relative_to(ROOT)}::{node.name}")
     assert unmarked == [], f"run pods but are not marked root: {unmarked}"
     assert marked >= 8, f"only {marked} pod tests found: the patterns in RUNS_PODS no longer match them"
+
+
+def test_no_two_bench_modules_import_each_other():
+    """bench/ is layered: the harness, then what uses it (layouts, levers, calibration), then the CLI; a module never
+    imports one that imports it, directly or through others."""
+    graph = {p.stem: {m.split(".")[1] for m in imported_modules(p) if m.startswith("bench.")}
+             for p in (ROOT / "bench").glob("*.py")}
+    graph = {name: deps & set(graph) for name, deps in graph.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(dep == goal or (dep not in seen and reaches(dep, goal, seen | {dep})) for dep in graph[start])
+
+    circles = sorted(name for name in graph if reaches(name, name, {name}))
+    assert circles == [], f"bench modules in an import circle: {circles}"
