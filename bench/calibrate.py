@@ -40,6 +40,7 @@ from bench.harness import (  # noqa: E402
     log,
 )
 from bench.models import build_tokenizer  # noqa: E402
+from planner.architecture import as_vllm_reads  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.layers import cut_layers  # noqa: E402
 
@@ -47,6 +48,7 @@ LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
 AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 PROFILE = re.compile(r"(MemoryProfilingResult\(.*?\)|Memory profiling takes.*)$", re.M)
+GRAPHS = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
 CUDAGRAPH = re.compile(r"(?:CUDA graph|cudagraph)[^\n]*?([\d.]+) GiB", re.I)
 ERROR = re.compile(r"^(?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*$", re.M)
 
@@ -59,25 +61,50 @@ QWEN_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_token
                   "image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}
 
 
-def parse_entry(entry: str) -> tuple[Path, int | None]:
-    path, _, layers = entry.partition(":")
+def parse_entry(entry: str) -> tuple[Path, int | None, bool]:
+    """models/X.json[:LAYERS][:text]: the config, the layers to keep, and whether to start only the decoder of a
+    multimodal wrapper (its text_config, under the text_config's architecture)."""
+    path, *rest = entry.split(":")
     config = ROOT / path if not Path(path).is_absolute() else Path(path)
     if not config.is_file():
         raise SystemExit(f"calibrate: {entry!r}: no such config file")
-    if layers and (not layers.isascii() or not layers.isdigit() or int(layers) < 1):
-        raise SystemExit(f"calibrate: {entry!r}: the layer count after ':' must be a positive integer")
-    return config, int(layers) if layers else None
+    text = bool(rest) and rest[-1] == "text"
+    rest = rest[:-1] if text else rest
+    layers = rest[0] if rest else ""
+    if len(rest) > 1 or (layers and (not layers.isascii() or not layers.isdigit() or int(layers) < 1)):
+        raise SystemExit(f"calibrate: {entry!r}: after the path: ':LAYERS' (a positive integer) and/or ':text'")
+    return config, int(layers) if layers else None, text
 
 
-def model_dir(work: Path, config: Path, layers: int | None) -> tuple[Path, dict[str, Any]]:
+TEXT_ARCHITECTURES = {"gemma3_text": "Gemma3ForCausalLM"}
+"""The decoder class of a wrapper whose text_config names no architectures."""
+
+
+def text_only(data: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal wrapper's decoder as a model of its own: text_config as published, with the wrapper's dtype and
+    quantization where the text_config leaves them out, and no auto_map (vLLM's native class for that
+    model_type)."""
+    text = {k: v for k, v in data["text_config"].items() if k != "auto_map"}
+    for key in ("torch_dtype", "dtype", "quantization_config"):
+        if text.get(key) is None and data.get(key) is not None:
+            text[key] = data[key]
+    if not text.get("architectures"):
+        text["architectures"] = [TEXT_ARCHITECTURES[str(text.get("model_type"))]]
+    return text
+
+
+def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = False) -> tuple[Path, dict[str, Any]]:
     """config.json (cut), tokenizer, processor files: what vLLM reads with --load-format dummy."""
     data = json.loads(config.read_text())
+    if text_mode:
+        data = text_only(data)
     if layers is not None:
         data = cut_layers(data, layers)
-    out = work / "models" / f"{config.stem}-{layers or 'all'}"
+    out = work / "models" / f"{config.stem}-{layers or 'all'}{'-text' if text_mode else ''}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(data, indent=2))
-    text = data.get("text_config", data)
+    filled = as_vllm_reads(data, "calibrate")  # vocab_size and the like as transformers fills them for vLLM
+    text = filled.get("text_config", filled)
     build_tokenizer({**text, **{k: v for k, v in data.items() if k.endswith("token_id")}}, out)
     if data.get("model_type") in ("qwen2_5_vl", "qwen2_vl"):
         add_qwen_vl_processor(out, data)
@@ -104,8 +131,8 @@ def add_qwen_vl_processor(out: Path, config: dict[str, Any]) -> None:
 
 
 def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any]:
-    config, layers = parse_entry(entry)
-    directory, data = model_dir(args.work, config, layers)
+    config, layers, text_mode = parse_entry(entry)
+    directory, data = model_dir(args.work, config, layers, text_mode)
     name = directory.name
     layout = LAYOUTS["tp1"]
     spec = replace(bench.spec(layout, API_PORT + 20, directory), served_name=name,
@@ -116,14 +143,17 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     proc = group.start("leader-r0", leader_cmd(spec), env)
     t0 = time.monotonic()
     try:
-        while kv_tokens(proc.log) is None and proc.popen.poll() is None and not healthy(local(API_PORT + 20)) \
-                and time.monotonic() - t0 < args.start_timeout:
+        # Until the CUDA graphs are captured (they follow the KV cache): their memory is what vLLM 0.32.0 keeps out
+        # of the KV cache and 0.25.1 does not, so the 0.32.0 profile's estimate is checked against it.
+        while not GRAPHS.search(proc.log.read_text(errors="replace")) and proc.popen.poll() is None \
+                and not healthy(local(API_PORT + 20)) and time.monotonic() - t0 < args.start_timeout:
             time.sleep(0.5)
-        time.sleep(1)  # the concurrency line follows the KV line
+        time.sleep(1)
     finally:
         group.stop(grace=15)
     text = proc.log.read_text(errors="replace")
-    row: dict[str, Any] = {"model": config.stem, "layers": layers or "all", "config": data,
+    row: dict[str, Any] = {"model": config.stem + (" (decoder)" if text_mode else ""), "layers": layers or "all",
+                           "config": data,
                            "kv_cache_tokens_measured": kv_tokens(proc.log),
                            "seconds_to_kv_line": round(time.monotonic() - t0, 1)}
     for key, pattern in (("weights_gib_measured", LOADING), ("available_kv_gib_measured", AVAILABLE)):
@@ -133,6 +163,8 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     if found:
         row["max_concurrency"] = float(found.group(2))
     row["profile"] = PROFILE.findall(text)[-3:]
+    graphs = GRAPHS.search(text)
+    row["graphs_gib_measured"] = float(graphs.group(1)) if graphs else None
     row["cudagraph_lines"] = [m.group(0)[:300] for m in CUDAGRAPH.finditer(text)][-3:]
     row["backend_lines"] = [line[:300] for line in text.splitlines()
                             if re.search(r"backend|Using .*kernel|quantiz", line, re.I)][:12]
@@ -142,6 +174,34 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     log(f"calibrate {name}: KV {row['kv_cache_tokens_measured']}, weights {row['weights_gib_measured']} GiB, "
         f"available {row['available_kv_gib_measured']} GiB {row.get('error', '')}")
     return row
+
+
+def predict(args: argparse.Namespace) -> int:
+    """The planner's numbers for each entry under the settings the GPU run uses, before it runs."""
+    from planner.architecture import parse_hf_config
+    from planner.sizing import GIB, Layout, cudagraph_bytes, default_engine, single_gpu_fit
+
+    rows = []
+    for entry in args.entries:
+        config, layers, text_mode = parse_entry(entry)
+        data = json.loads(config.read_text())
+        data = cut_layers(text_only(data) if text_mode else data, layers) if layers else (
+            text_only(data) if text_mode else data)
+        arch = parse_hf_config(data, config.stem, "calibrate")
+        fit = single_gpu_fit(arch, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
+                             args.kv_cache_dtype)
+        acc = ACCELERATORS[args.accelerator]
+        rows.append({"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
+                     "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
+                     "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
+                                                                        default_engine(acc, "0.32.0")) / GIB, 3)})
+        log(f"predict {entry}: {rows[-1]}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "predictions.json"
+    path.write_text(json.dumps({"settings": {k: getattr(args, k) for k in (
+        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype")},
+        "profile": "0.25.1", "rows": rows}, indent=2) + "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,9 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra", nargs="*", default=[], help="more vLLM flags for every model")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vllm-gke-calibrate"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    parser.add_argument("--predict-only", action="store_true",
+                        help="write the planner's predictions for the entries to OUT/predictions.json and stop "
+                             "(commit them before the GPU run: the rows that run later are then validation)")
     args = parser.parse_args(argv)
     for entry in args.entries:
         parse_entry(entry)
+    if args.predict_only:
+        return predict(args)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "calibration.json"
