@@ -355,11 +355,23 @@ def _filled(cls: Any, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def _architecture_type(architectures: Any, classes: Mapping[str, Any]) -> str | None:
+    """The model_type of transformers' own class for the config's first architecture, if it has one."""
+    if not isinstance(architectures, list) or not architectures or not isinstance(architectures[0], str):
+        return None
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    by_class = {name: model_type for model_type, name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
+    found = by_class.get(architectures[0])
+    return found if found in classes else None
+
+
 def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The config as vLLM reads it: vLLM loads config.json through transformers' config class for its model_type
     (vllm/transformers_utils/config.py, get_config), so fields a published config.json leaves out take that class's
     defaults. A model_type transformers has no class for is read through its text_config's class when that one is
-    known (a wrapper around a known decoder); with auto_map alone (remote code) it is refused."""
+    known (a wrapper around a known decoder); a remote-code config (auto_map) through transformers' class for its
+    first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM), and refused otherwise."""
     model_type = cfg.get("model_type")
     classes = _config_classes()
     if isinstance(model_type, str) and model_type in classes:
@@ -367,6 +379,9 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
         return {**cfg, "text_config": _filled(classes[text["model_type"]], text) or dict(text)}
+    known = _architecture_type(cfg.get("architectures"), classes)
+    if known is not None:  # remote code whose architecture transformers implements (Kimi-K2: DeepseekV3ForCausalLM)
+        return _filled(classes[known], {**cfg, "model_type": known}) or dict(cfg)
     if cfg.get("auto_map"):
         raise ConfigError(source, model_type, "this config needs remote code (auto_map) and transformers has no "
                                               f"config class for model_type {model_type!r}; set model.architecture "

@@ -34,16 +34,43 @@ from planner.errors import ConfigError
 from planner.stack_schema import VllmConfig
 
 RESERVE_GIB = 2.0
-"""Per-GPU memory outside weights and KV cache of a dense model: vLLM's profiled activation peak, memory outside
-torch and its CUDA-graph estimate (measured 1.83-1.90 GiB on an H200, docs/benchmarks.md "Planner calibration")."""
+"""Per-GPU memory outside weights and KV cache of a dense model where the parts model below does not apply (batch
+settings other than the ones it was fitted at): 1.83-1.90 GiB measured on an H200 (vLLM 0.25.1)."""
 RESERVE_MOE_GIB = 4.2
-"""The same for a mixture-of-experts model: the fused-MoE workspaces raise the activation peak to 2.7-2.9 GiB and
-the CUDA-graph estimate to 0.4-0.7 GiB (measured 3.96-4.31 GiB in all on Qwen3-30B-A3B, Qwen3-Next, gpt-oss-20b
-and -120b, TP=1)."""
+"""The same for a mixture-of-experts model (3.96-4.31 GiB measured on Qwen3-30B-A3B, Qwen3-Next, gpt-oss)."""
 RESERVE_MLA_GIB = 12.5
-"""The same for multi-head latent attention (DeepSeek V3 cut to 5 layers, TP=1): a 7.4 GiB activation peak over
-128 query heads and a 4.3 GiB CUDA-graph estimate, 12.48 GiB in all. Not measured at TP > 1, where each rank has
-fewer heads: kept whole there, so the planner errs toward fewer tokens."""
+"""The same for multi-head latent attention (DeepSeek V3, 128 heads: 12.48 GiB)."""
+
+# Memory outside weights and KV cache, by parts (vLLM's MemoryProfilingResult: torch peak increase, non-torch
+# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted on 14 H200 runs of vLLM 0.25.1
+# (TP=1, --max-num-seqs 1024, --max-num-batched-tokens 8192: docs/benchmarks.md "Planner calibration", fit rows);
+# checked on checkpoints the fit never saw (validation rows, predicted before their run).
+PEAK_FIT_SETTINGS = (1024, 8192)
+"""(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
+PEAK_BASE_GIB = -1.8132
+PEAK_PER_LOGITS = 1.8707
+"""Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
+PEAK_PER_HIDDEN = 33.3677
+"""Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
+two terms above: the activation peak of the 8 dense fit rows within 0.2 GiB leaving each one out."""
+MOE_PEAK_GIB = 2.104
+"""Fused-MoE workspaces on top of the dense peak: 1.78-2.49 GiB over the 4 MoE fit rows (mean)."""
+MLA_PEAK_PER_HEAD_GIB = 0.0371
+"""Multi-head latent attention on top of the dense peak, per attention head on the GPU (DeepSeek V3 128 heads,
+Kimi K2.5 64 heads: residuals -0.07 and +0.15 GiB)."""
+NON_TORCH_GIB = 0.225
+"""Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run)."""
+BASELINE_GIB = 0.54
+"""What the GPU holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
+logged non-KV total less the logged available KV memory, 0.531-0.541 GiB on all 14 fit rows."""
+GRAPHS_DENSE_GIB = 1.0
+"""CUDA graphs of a dense model as captured (0.25.1's V2 runner, "Graph capturing finished ... took N GiB"):
+0.83-1.33 GiB on six dense fit rows (mean 1.0). Kept out of the KV cache by vLLM 0.32.0; 0.25.1 did not."""
+GRAPHS_MOE_GIB = 0.57
+"""The V1 runner's CUDA-graph estimate for MoE models (0.40-0.66 GiB on the 4 MoE fit rows)."""
+GRAPHS_MLA_GIB = 4.23
+"""The V1 runner's CUDA-graph estimate for MLA models ("CUDA graph memory: 4.28 / 4.18 GiB" on the two MLA fit
+rows)."""
 LOAD_OVERHEAD_GIB = 0.15
 """What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
 on the calibrated models, the middle of that kept."""
@@ -54,30 +81,43 @@ A100, 2048 elsewhere (vllm/engine/arg_utils.py, _set_default_max_num_seqs_and_ba
 window layer holds window - 1 + this many tokens of a request at most."""
 
 
-CUDAGRAPH_BYTES_PER_TOKEN_LAYER_HIDDEN = 16
-"""CUDA-graph memory of a dense model under Model Runner V2, per captured token, decoder layer and unit of hidden
-width (8 x hidden bf16 values): the graphs of Llama-3.1-8B at capture sizes up to 512 took 0.98 GiB on an H200
-(vLLM 0.25.1, "Graph capturing finished ... took 0.98 GiB", docs/benchmarks.md "Engine start levers"). Fitted on
-that one run; vLLM 0.32.0 measures the same capture before it sizes the KV cache
-(vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory), which 0.25.1's V2 runner did not."""
-MAX_CAPTURE_TOKENS = 512
-"""vLLM's largest CUDA-graph capture size: min(2 x max_num_seqs, 512) (vllm/config/compilation.py)."""
-
-
 def default_engine(acc: Accelerator, version: str = "0.32.0") -> EngineSettings:
     return engine_settings(PROFILES[version], acc.memory_bytes, acc.type)
 
 
 def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
-    """Memory the engine keeps for CUDA graphs before it sizes the KV cache, beyond the family reserve: only under
-    profiles that measure it (0.32.0) and only for dense models (the MoE, MLA and hybrid reserves were measured
-    with the V1 runner's graph estimate in them); none with --enforce-eager."""
-    if not engine.profile.cudagraph_reserved or not engine.cudagraphs or arch.num_experts or arch.kv_lora_rank \
-            or "linear" in arch.kinds:
+    """CUDA-graph memory the engine keeps out of the KV cache on each GPU: vLLM 0.32.0 measures the capture for every
+    model (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory); 0.25.1 only for the models its V1
+    runner serves (MoE, MLA, hybrid) and not for dense ones (a stub returning 0). None with --enforce-eager."""
+    if not engine.cudagraphs:
         return 0.0
-    tokens = min(2 * engine.max_num_seqs, MAX_CAPTURE_TOKENS)
-    layers = math.ceil(arch.num_layers / layout.pp)
-    return float(tokens * layers * CUDAGRAPH_BYTES_PER_TOKEN_LAYER_HIDDEN * arch.hidden_size)
+    if arch.kv_lora_rank:
+        return GRAPHS_MLA_GIB * GIB
+    if arch.num_experts or "linear" in arch.kinds:
+        return GRAPHS_MOE_GIB * GIB
+    return GRAPHS_DENSE_GIB * GIB if engine.profile.cudagraph_reserved else 0.0
+
+
+def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """vLLM's profiled `torch peak memory increase` on one GPU, by parts (fitted at PEAK_FIT_SETTINGS)."""
+    logits = engine.max_num_seqs * arch.vocab_size * 4 / GIB
+    hidden = engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB
+    peak = PEAK_BASE_GIB + PEAK_PER_LOGITS * logits + PEAK_PER_HIDDEN * hidden
+    if arch.num_experts:
+        peak += 0.0 if arch.kv_lora_rank else MOE_PEAK_GIB
+    if arch.kv_lora_rank:
+        peak += MLA_PEAK_PER_HEAD_GIB * arch.num_attention_heads / layout.tp
+    return peak * GIB
+
+
+def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """Per-GPU memory outside weights and KV cache: activation peak + non-torch + CUDA graphs where the batch
+    settings are the fitted ones; the measured family reserves (plus 0.32.0's dense graphs) elsewhere."""
+    graphs = cudagraph_bytes(arch, layout, engine)
+    if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
+        return activation_peak_bytes(arch, layout, engine) + (NON_TORCH_GIB + BASELINE_GIB) * GIB + graphs
+    dense_graphs = graphs if not (arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds) else 0.0
+    return reserve_bytes(arch) + dense_graphs
 
 
 def reserve_bytes(arch: ModelArchitecture) -> float:
@@ -288,8 +328,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     linear attention): vLLM reports those tokens per max_len-long request."""
     engine = engine or default_engine(acc)
     per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB
-    usable = (acc.memory_bytes * utilization - per_gpu - reserve_bytes(arch)
-              - cudagraph_bytes(arch, layout, engine))
+    usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine)
     length = max_len or arch.max_position_embeddings
     if engine.profile.version == "0.25.1":
         tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, length, engine.max_num_batched_tokens)
@@ -407,7 +446,7 @@ def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_
                           f"{arch.name} needs {_gib(result.weights_per_gpu)} of weights per GPU at {layout.describe()}"
                           f" but an {accs.type} offers {_gib(budget)} ({_gib(accs.catalog.memory_bytes)} x "
                           f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
-                          f"{reserve_bytes(arch) / GIB:g} GiB "
+                          f"{outside_kv_bytes(arch, layout, stack_engine(settings)) / GIB:.2f} GiB "
                           f"reserve; {_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
     if result.kv_tokens < max_len:
         alternative = _suggestion(settings, weights_bytes, kv_bytes, max_len).removeprefix("a layout that fits: ")
