@@ -305,6 +305,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
                   f"({'within' if max(errors) <= 10 else 'OUTSIDE'} the 10% the planner promises)."]
 
     lines += families_section(results.get("calibration_families") or {})
+    lines += validation_section(results.get("calibration_validation") or {})
     lines += declared_section(results)
     launcher = results.get("launcher") or {}
     lines += ["", "## Launcher on real GPUs", ""]
@@ -397,10 +398,44 @@ def families_section(found: dict) -> list[str]:
     lines += ["", f"KV tokens: {min(kv_err):+.2f}% to {max(kv_err):+.2f}% (bound: within 1%, never more than 0.5% "
               f"over); weights: {min(w_err):+.2f}% to {max(w_err):+.2f}% (bound: 3%). The per-layer rules (sliding "
               "window, chunked, gated-delta-net state, MLA latent, grouping) are vLLM 0.25.1's, cited in "
-              "`planner/architecture.py` and `planner/layers.py`; the family reserves (`RESERVE_*_GIB`), the load "
-              "overhead and the MXFP4 byte rate in `planner/sizing.py` / `planner/layers.py` were set from these "
-              "same runs, so the table checks them, it does not validate them on unseen models. The 32k rows check "
-              "the hybrid arithmetic at a second length."]
+              "`planner/architecture.py` and `planner/layers.py`. The memory outside the KV cache (activation peak, "
+              "MoE and MLA terms, non-torch, baseline, CUDA graphs: `planner/sizing.py`) is fitted on these rows, so "
+              "this table is the fit; the next section holds what was predicted for checkpoints before they ran. "
+              "The 32k rows check the hybrid arithmetic at a second length."]
     if found.get("failed_first"):
         lines += ["", f"Seen on the way: {found['failed_first']}."]
+    return lines
+
+
+def validation_section(found: dict) -> list[str]:
+    """Checkpoints predicted before they ran (bench/calibrate.py --predict-only, committed first), then measured."""
+    batches = found.get("batches") or []
+    if not batches:
+        return []
+    lines = ["", "### Validation: predicted before the run", "", found.get("note", ""), ""]
+    for batch in batches:
+        measured = {f"{r['model']}:{r['layers']}": r for r in batch["measured"]}
+        table, kv_err = [], []
+        for p in batch["predictions"]:
+            path, *rest = p["entry"].split(":")
+            text = bool(rest) and rest[-1] == "text"
+            layers = (rest[:-1] if text else rest) or ["all"]
+            stem = path.rsplit("/", 1)[-1].removesuffix(".json") + (" (decoder)" if text else "")
+            r = measured.get(f"{stem}:{layers[0] if layers[0] == 'all' else int(layers[0])}")
+            if r is None or not r.get("kv_cache_tokens_measured"):
+                table.append([p["entry"], _fmt(p["kv_cache_tokens_predicted"]), "did not start", "-",
+                              f"{p['weights_gib_predicted']:.2f}", "-", "-"])
+                continue
+            k = error_pct(r["kv_cache_tokens_measured"], p["kv_cache_tokens_predicted"])
+            w = error_pct(r["weights_gib_measured"], p["weights_gib_predicted"])
+            kv_err.append(k)
+            table.append([p["entry"], _fmt(p["kv_cache_tokens_predicted"]), _fmt(r["kv_cache_tokens_measured"]),
+                          f"{k:+.2f}", f"{p['weights_gib_predicted']:.2f}", f"{r['weights_gib_measured']:.2f}",
+                          f"{w:+.2f}"])
+        inside = sum(-1 <= k <= 0.5 for k in kv_err)
+        lines += [f"**{batch['name']}** (predicted at commit `{batch['predicted_at_commit']}`: {batch['planner']}): "
+                  f"{inside} of {len(kv_err)} started checkpoints within the KV bound.", ""]
+        lines += _table(["entry", "predicted KV tokens", "vLLM KV tokens", "KV error %", "predicted weights GiB",
+                         "vLLM weights GiB", "weights error %"], table)
+        lines.append("")
     return lines

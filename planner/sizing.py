@@ -42,35 +42,39 @@ RESERVE_MLA_GIB = 12.5
 """The same for multi-head latent attention (DeepSeek V3, 128 heads: 12.48 GiB)."""
 
 # Memory outside weights and KV cache, by parts (vLLM's MemoryProfilingResult: torch peak increase, non-torch
-# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted on 14 H200 runs of vLLM 0.25.1
-# (TP=1, --max-num-seqs 1024, --max-num-batched-tokens 8192: docs/benchmarks.md "Planner calibration", fit rows);
-# checked on checkpoints the fit never saw (validation rows, predicted before their run).
+# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted on 20 H200 runs of vLLM 0.25.1
+# (TP=1, --max-num-seqs 1024, --max-num-batched-tokens 8192; docs/benchmarks.md "Planner calibration": the fit,
+# its leave-one-out errors, and the two validation batches each predicted before its run).
 PEAK_FIT_SETTINGS = (1024, 8192)
 """(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
-PEAK_BASE_GIB = -1.8132
-PEAK_PER_LOGITS = 1.8707
+PEAK_BASE_GIB = -1.1953
+PEAK_PER_LOGITS = 2.4051
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-PEAK_PER_HIDDEN = 33.3677
+PEAK_PER_HIDDEN = 17.4486
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
-two terms above: the activation peak of the 8 dense fit rows within 0.2 GiB leaving each one out."""
-MOE_PEAK_GIB = 2.104
-"""Fused-MoE workspaces on top of the dense peak: 1.78-2.49 GiB over the 4 MoE fit rows (mean)."""
-MLA_PEAK_PER_HEAD_GIB = 0.0371
+two terms above: the activation peak of the 12 dense rows within 0.44 GiB (0.55 GiB leaving each one out)."""
+PEAK_MARGIN_GIB = 0.1
+"""Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
+leaned 0.1 GiB to the safe side (gemma-3's decoder +0.60% without it, +0.46% with)."""
+MOE_PEAK_GIB = 1.716
+"""Fused-MoE workspaces on top of the dense peak: 1.45-2.06 GiB over the 5 MoE rows (mean)."""
+MLA_PEAK_PER_HEAD_GIB = 0.0459
 """Multi-head latent attention on top of the dense peak, per attention head on the GPU (DeepSeek V3 128 heads,
-Kimi K2.5 64 heads: residuals -0.07 and +0.15 GiB)."""
+Kimi K2 / K2.5 64 heads: residuals -0.33, +0.28, +0.38 GiB)."""
 NON_TORCH_GIB = 0.225
 """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run)."""
 BASELINE_GIB = 0.54
 """What the GPU holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
-logged non-KV total less the logged available KV memory, 0.531-0.541 GiB on all 14 fit rows."""
-GRAPHS_DENSE_GIB = 1.0
+logged non-KV total less the logged available KV memory, 0.531-0.541 GiB on every run."""
+GRAPHS_DENSE_BASE_GIB = 0.509
+GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1282
 """CUDA graphs of a dense model as captured (0.25.1's V2 runner, "Graph capturing finished ... took N GiB"):
-0.83-1.33 GiB on six dense fit rows (mean 1.0). Kept out of the KV cache by vLLM 0.32.0; 0.25.1 did not."""
+0.83-2.56 GiB on 10 dense runs, 0.51 + 0.128 per 1,000 of hidden width (residuals -0.70..+0.28 GiB). vLLM 0.32.0
+keeps them out of the KV cache; 0.25.1 did not (not measurable here on 0.32.0: its torch needs 2.13)."""
 GRAPHS_MOE_GIB = 0.57
-"""The V1 runner's CUDA-graph estimate for MoE models (0.40-0.66 GiB on the 4 MoE fit rows)."""
+"""The V1 runner's CUDA-graph estimate for MoE models (0.40-0.66 GiB on 5 MoE runs)."""
 GRAPHS_MLA_GIB = 4.23
-"""The V1 runner's CUDA-graph estimate for MLA models ("CUDA graph memory: 4.28 / 4.18 GiB" on the two MLA fit
-rows)."""
+"""The V1 runner's CUDA-graph estimate for MLA models ("CUDA graph memory: 4.18-4.28 GiB" on 3 MLA runs)."""
 LOAD_OVERHEAD_GIB = 0.15
 """What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
 on the calibrated models, the middle of that kept."""
@@ -95,16 +99,18 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
         return GRAPHS_MLA_GIB * GIB
     if arch.num_experts or "linear" in arch.kinds:
         return GRAPHS_MOE_GIB * GIB
-    return GRAPHS_DENSE_GIB * GIB if engine.profile.cudagraph_reserved else 0.0
+    if not engine.profile.cudagraph_reserved:
+        return 0.0
+    return (GRAPHS_DENSE_BASE_GIB + GRAPHS_DENSE_PER_KHIDDEN_GIB * arch.hidden_size / 1000) * GIB
 
 
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
     """vLLM's profiled `torch peak memory increase` on one GPU, by parts (fitted at PEAK_FIT_SETTINGS)."""
     logits = engine.max_num_seqs * arch.vocab_size * 4 / GIB
     hidden = engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB
-    peak = PEAK_BASE_GIB + PEAK_PER_LOGITS * logits + PEAK_PER_HIDDEN * hidden
-    if arch.num_experts:
-        peak += 0.0 if arch.kv_lora_rank else MOE_PEAK_GIB
+    peak = PEAK_BASE_GIB + PEAK_PER_LOGITS * logits + PEAK_PER_HIDDEN * hidden + PEAK_MARGIN_GIB
+    if arch.num_experts and not arch.kv_lora_rank:
+        peak += MOE_PEAK_GIB
     if arch.kv_lora_rank:
         peak += MLA_PEAK_PER_HEAD_GIB * arch.num_attention_heads / layout.tp
     return peak * GIB

@@ -59,7 +59,7 @@ def test_compact_placement_only_for_multi_node_replicas_on_supporting_machines()
                                     model=model("Llama-3.1-70B-Instruct")))
     pool = node_config(multi)
     assert pool["placementPolicy"] == {"type": "COMPACT"}
-    assert pool["autoscaling"]["totalMaxNodeCount"] == 8, "2 replicas x 4 nodes"
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 10, "2 replicas x 5 nodes"
     t4 = run_program(full_config(accelerator=accel("nvidia-tesla-t4"), parallelism={"tensor": 1, "pipeline": 2}))
     assert "placementPolicy" not in node_config(t4), "N1 does not support compact placement"
 

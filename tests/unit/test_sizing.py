@@ -7,7 +7,8 @@ from planner.architecture import parse_hf_config
 from planner.catalog import ACCELERATORS, GIB
 from planner.errors import ConfigError
 from planner.sizing import (
-    GRAPHS_DENSE_GIB,
+    GRAPHS_DENSE_BASE_GIB,
+    GRAPHS_DENSE_PER_KHIDDEN_GIB,
     LOAD_OVERHEAD_GIB,
     RESERVE_GIB,
     candidate_layouts,
@@ -47,7 +48,7 @@ def test_dev_stack_is_llama_8b_on_one_l4_with_tp1():
     # vLLM 0.32.0 (the default image): Model Runner V2 keeps its CUDA graphs out of the KV cache, and the cache is
     # whole 16-token blocks of all 32 layers. An L4 runs 256 sequences / 2048 batched tokens, outside the settings
     # the activation-peak parts were fitted at, so the measured dense reserve applies.
-    graphs = GRAPHS_DENSE_GIB
+    graphs = GRAPHS_DENSE_BASE_GIB + GRAPHS_DENSE_PER_KHIDDEN_GIB * 4096 / 1000
     assert s.engine_profile == "0.32.0" and s.cudagraph_gib_per_gpu == pytest.approx(graphs, abs=0.01)
     usable = 23_034 / 1024 * 0.9 - 14.96 - LOAD_OVERHEAD_GIB - RESERVE_GIB - graphs
     # (weights_gib is rounded to 0.01 GiB: a few blocks either way)
@@ -60,11 +61,16 @@ def test_llama_70b_on_a3_highgpu_8g_takes_tp4_on_one_node():
     assert s.gpus_per_pod == 4, "single-node replicas request TP GPUs"
 
 
-def test_llama_70b_on_two_l4_nodes_goes_pipeline_parallel_across_four_nodes():
+def test_llama_70b_on_l4_nodes_goes_pipeline_parallel_across_five_nodes():
     s = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"))
-    assert (s.nodes_per_replica, s.tensor_parallel_size, s.pipeline_parallel_size) == (4, 2, 4)
+    # vLLM 0.32.0 keeps its CUDA graphs (1.56 GiB at hidden 8192) out of each L4's KV cache: four nodes of two L4s
+    # no longer hold one 131,072-token sequence, five do.
+    assert (s.nodes_per_replica, s.tensor_parallel_size, s.pipeline_parallel_size) == (5, 2, 5)
     assert s.gpus_per_pod == 2, "multi-node replicas take whole nodes"
-    assert (s.min_nodes, s.max_nodes) == (4, 8), "node bounds are replicas x nodes per replica"
+    assert (s.min_nodes, s.max_nodes) == (5, 10), "node bounds are replicas x nodes per replica"
+    old = sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"),
+                 vllm={"image": "vllm/vllm-openai:v0.25.1"})
+    assert old.nodes_per_replica == 4, "vLLM 0.25.1 kept no graph memory out of the cache: four nodes did"
 
 
 def test_llama_405b_fits_one_h200_node_at_tp8():
@@ -216,7 +222,7 @@ def test_replicas_beyond_what_the_node_pool_may_grow_to_are_refused():
     with pytest.raises(ConfigError) as err:
         sizing(model=model("Llama-3.1-70B-Instruct"), accelerator=accel("nvidia-l4", "g2-standard-24"),
                autoscaling={"maxReplicas": 300}, weights={"diskType": "hyperdisk-ml"})
-    assert str(err.value).startswith("vllm-gke:autoscaling.maxReplicas = 300") and "use at most 250" in str(err.value)
+    assert str(err.value).startswith("vllm-gke:autoscaling.maxReplicas = 300") and "use at most 200" in str(err.value)
 
 
 def test_more_nodes_than_a_persistent_disk_attaches_to_are_refused_naming_hyperdisk_ml():
