@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable, machine_series
+from planner.commands import flag_value
 from planner.labels import ACCELERATOR_LABEL, GKE_NAMESPACES, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
 from planner.versions import IMAGE_SOURCES, unmirrored
 
@@ -367,14 +368,6 @@ def names(objects: list[dict[str, Any]], server_env: set[str] | frozenset[str] =
 
 # ---------------------------------------------------------------------------------------------- budgets
 
-def _flag(command: list[str], flag: str) -> str | None:
-    for i, word in enumerate(command):
-        if word == flag and i + 1 < len(command):
-            return command[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
-
 
 def _probe_budget(probe: dict[str, Any]) -> int:
     """Seconds a probe tolerates failure before kubelet acts (defaults: period 10, threshold 3)."""
@@ -396,20 +389,20 @@ def budgets(objects: list[dict[str, Any]], budget: Budget) -> list[str]:
             command = container.get("command") or []
             where = f"{template.where} container {container.get('name')}"
             if _is_launcher(command, "leader"):
-                nodes = int(_flag(command, "--group-size") or 1)
-                wait = float(_flag(command, "--wait-timeout") or 0) if nodes > 1 else 0
+                nodes = int(flag_value(command, "--group-size") or 1)
+                wait = float(flag_value(command, "--wait-timeout") or 0) if nodes > 1 else 0
                 need = wait + budget.estimated_load_seconds
                 startup = _probe_budget(container.get("startupProbe") or {})
                 leader_startup = max(leader_startup, startup)
                 if startup < need:
                     problems.append(f"budgets: {where}: startup probe allows {startup} s, less than the join wait "
                                     f"({wait:g} s) + the load estimate ({budget.estimated_load_seconds} s)")
-                drain = float(_flag(command, "--drain-timeout") or 0)
-                server_drain = float(_flag(command, "--shutdown-timeout") or 0)
+                drain = float(flag_value(command, "--drain-timeout") or 0)
+                server_drain = float(flag_value(command, "--shutdown-timeout") or 0)
                 if server_drain > drain:
                     problems.append(f"budgets: {where}: the server drains for up to {server_drain:g} s but the "
                                     f"launcher kills it after {drain:g} s (--drain-timeout)")
-                stop = drain + float(_flag(command, "--ray-stop-timeout") or 0)
+                stop = drain + float(flag_value(command, "--ray-stop-timeout") or 0)
                 pre_stop = int(((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep", {})
                                .get("seconds", 0))
                 if pre_stop + stop > grace:
@@ -427,7 +420,7 @@ def budgets(objects: list[dict[str, Any]], budget: Budget) -> list[str]:
                 problems.append(f"budgets: {_where(obj)}: activeDeadlineSeconds {deadline} is shorter than "
                                 f"{budget.weights_bytes / GIB:.1f} GiB at {budget.download_floor_mib_s:g} MiB/s "
                                 f"({need:.0f} s)")
-        wait = _flag(command, "--timeout")
+        wait = flag_value(command, "--timeout")
         if wait is not None and leader_startup:  # the smoke Job waits for the server
             if float(wait) < leader_startup:
                 problems.append(f"budgets: {_where(obj)}: waits {wait} s for the server, less than the leader's "
@@ -496,7 +489,7 @@ def runtime(objects: Iterable[dict[str, Any]]) -> list[str]:
                 continue
             writable = [m["mountPath"].rstrip("/") for m in container.get("volumeMounts") or []
                         if not m.get("readOnly")]
-            paths = [value for flag in PATH_FLAGS if (value := _flag(container.get("command") or [], flag))]
+            paths = [value for flag in PATH_FLAGS if (value := flag_value(container.get("command") or [], flag))]
             paths += [e["value"] for e in container.get("env") or [] if e.get("name") in WRITABLE_ENV and "value" in e]
             for path in paths:
                 if not any(path == root or path.startswith(root + "/") for root in writable):

@@ -117,3 +117,13 @@ def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"
     return [python, launcher, "worker", "--gpus-per-node", str(spec.gpus_per_node), "--ray-port", str(RAY_PORT),
             "--wait-timeout", str(RAY_JOIN_TIMEOUT), "--node-manager-port", str(NODE_MANAGER_PORT),
             "--object-manager-port", str(OBJECT_MANAGER_PORT), *_cache_args(spec)]
+
+
+def flag_value(words: list[str] | tuple[str, ...], flag: str) -> str | None:
+    """The value a command line gives `flag` (`--flag VALUE` or `--flag=VALUE`), None when it is not there."""
+    for i, word in enumerate(words):
+        if word == flag and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None

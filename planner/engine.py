@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 
 from planner.catalog import GIB
+from planner.commands import flag_value
+from planner.errors import ConfigError
 
 DEFAULT_PROFILE = "0.32.0"
 
@@ -131,21 +133,11 @@ class EngineSettings:
         return self.profile.state_blocks(self.prefix_caching)
 
 
-def _flag_value(args: tuple[str, ...], flag: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def _positive(args: tuple[str, ...], flag: str) -> int | None:
-    value = _flag_value(args, flag)
+    value = flag_value(args, flag)
     if value is None:
         return None
     if not (value.isascii() and value.isdigit()) or int(value) < 1:
-        from planner.errors import ConfigError
         raise ConfigError("vllm.extraArgs", f"{flag} {value}", f"{flag} takes a positive integer")
     return int(value)
 
