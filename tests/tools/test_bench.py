@@ -98,10 +98,12 @@ def test_summary_sums_throughput_over_replicas_and_takes_latency_over_all_reques
 
 def test_planner_prediction_and_layout_for_the_benchmark_model():
     a = args()
-    # 143,771 MiB x 0.9 - 14.96 GiB weights - 0.15 GiB load overhead - 2 GiB, over 128 KiB per token
-    # (32 layers x 8 KV heads x 128 x 2 x 2 B); vLLM measured 896,912 (docs/benchmarks.md)
-    assert bench_harness.predicted_kv(a.config, a, 1, 1, 1) == 895_006
-    assert bench_harness.predicted_kv(a.config, a, 1, 2, 2) == 1_912_544
+    # 143,771 MiB x 0.9 - 14.96 GiB weights - 0.15 GiB load overhead - the memory parts outside the KV cache
+    # (planner/sizing.py, vLLM 0.25.1 as the GPU hosts run it), over 128 KiB per token (32 layers x 8 KV heads x 128
+    # x 2 x 2 B). vLLM measured 896,912 and 1,919,008 (docs/benchmarks.md), runs the parts were not fitted on.
+    one, two = bench_harness.predicted_kv(a.config, a, 1, 1, 1), bench_harness.predicted_kv(a.config, a, 1, 2, 2)
+    assert (one, two) == (895_522, 1_913_577)
+    assert -0.01 <= one / 896_912 - 1 <= 0.005 and -0.01 <= two / 1_919_008 - 1 <= 0.005
     assert bench_harness.planner_layout(a.config, a) == "tensor=1, pipeline=1 on 1 node(s) of a3-ultragpu-8g"
     assert bench_harness.predicted_kv(a.config, args("--accelerator", "none"), 1, 1, 1) is None
 

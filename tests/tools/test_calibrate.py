@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_cut_model_directory_has_the_cut_config_and_a_tokenizer_of_its_vocabulary(tmp_path):
-    config, layers = parse_entry("models/Qwen3-Next-80B-A3B-Instruct.json:8")
+    config, layers, text = parse_entry("models/Qwen3-Next-80B-A3B-Instruct.json:8")
+    assert not text
     out, data = model_dir(tmp_path, config, layers)
     written = json.loads((out / "config.json").read_text())
     assert written == data and written["num_hidden_layers"] == 8
@@ -22,7 +23,7 @@ def test_a_cut_model_directory_has_the_cut_config_and_a_tokenizer_of_its_vocabul
 
 
 def test_a_vision_model_gets_its_image_processor_and_vision_tokens(tmp_path):
-    config, layers = parse_entry("models/Qwen2.5-VL-7B-Instruct.json")
+    config, layers, _ = parse_entry("models/Qwen2.5-VL-7B-Instruct.json")
     out, data = model_dir(tmp_path, config, layers)
     assert json.loads((out / "preprocessor_config.json").read_text())["image_processor_type"] == \
         "Qwen2VLImageProcessor"
@@ -30,8 +31,20 @@ def test_a_vision_model_gets_its_image_processor_and_vision_tokens(tmp_path):
     assert tok.convert_tokens_to_ids("<|image_pad|>") == data["image_token_id"]
 
 
+def test_a_text_entry_starts_the_decoder_of_a_wrapper_with_the_vocabulary_vllm_reads(tmp_path):
+    """gemma-3-27b-it's text_config names no vocab_size: the tokenizer must cover transformers' default (262,208),
+    which is what vLLM sizes the embedding with; the decoder runs under Gemma3ForCausalLM."""
+    config, layers, text = parse_entry("models/gemma-3-27b-it.json:2:text")
+    assert (layers, text) == (2, True)
+    out, data = model_dir(tmp_path, config, layers, text)
+    assert data["architectures"] == ["Gemma3ForCausalLM"] and data["num_hidden_layers"] == 2
+    assert data["torch_dtype"] == "bfloat16", "the wrapper's dtype carried into the decoder"
+    assert len(AutoTokenizer.from_pretrained(out)) == 262_208
+
+
 def test_a_bad_entry_is_one_line_and_exit_status():
-    for entry in ("models/missing.json", "models/gpt-oss-20b.json:0", "models/gpt-oss-20b.json:x"):
+    for entry in ("models/missing.json", "models/gpt-oss-20b.json:0", "models/gpt-oss-20b.json:x",
+                  "models/gpt-oss-20b.json:2:3"):
         proc = subprocess.run([sys.executable, "bench/calibrate.py", entry], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
