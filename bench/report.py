@@ -377,8 +377,8 @@ def families_section(found: dict) -> list[str]:
              f"{found.get('run_on', '?')}): each config under `models/` (cut to its first N layers where the whole "
              "model does not fit one GPU, the layer pattern kept) started with `--load-format dummy` through the "
              f"launcher's rendered leader command, TP=1, --gpu-memory-utilization {s.get('gpu_memory_utilization')}"
-             ", stopped once the engine captured its CUDA graphs (earlier rows: once it logged its KV cache size). vLLM: "
-             "`GPU KV cache size` and `Model loading "
+             ", stopped once the engine captured its CUDA graphs (earlier rows: once it logged its KV cache size). "
+             "vLLM: `GPU KV cache size` and `Model loading "
              "took`; non-KV is vLLM's profiled activation peak + memory outside torch + CUDA-graph estimate "
              "(`Memory profiling takes ...` and `CUDA graph memory` lines); planner: today's code on the same "
              "config (`planner.sizing.single_gpu_fit`).", ""]
