@@ -93,13 +93,17 @@ def text_only(data: dict[str, Any]) -> dict[str, Any]:
     return text
 
 
-def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = False) -> tuple[Path, dict[str, Any]]:
-    """config.json (cut), tokenizer, processor files: what vLLM reads with --load-format dummy."""
+def entry_config(config: Path, layers: int | None, text_mode: bool) -> dict[str, Any]:
+    """The config.json an entry starts: the wrapper's decoder alone with :text, cut to its first `layers`."""
     data = json.loads(config.read_text())
     if text_mode:
         data = text_only(data)
-    if layers is not None:
-        data = cut_layers(data, layers)
+    return cut_layers(data, layers) if layers is not None else data
+
+
+def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = False) -> tuple[Path, dict[str, Any]]:
+    """config.json (cut), tokenizer, processor files: what vLLM reads with --load-format dummy."""
+    data = entry_config(config, layers, text_mode)
     out = work / "models" / f"{config.stem}-{layers or 'all'}{'-text' if text_mode else ''}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(data, indent=2))
@@ -184,10 +188,7 @@ def predict(args: argparse.Namespace) -> int:
     rows = []
     for entry in args.entries:
         config, layers, text_mode = parse_entry(entry)
-        data = json.loads(config.read_text())
-        data = cut_layers(text_only(data) if text_mode else data, layers) if layers else (
-            text_only(data) if text_mode else data)
-        arch = parse_hf_config(data, config.stem, "calibrate")
+        arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
         fit = single_gpu_fit(arch, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
                              args.kv_cache_dtype)
         acc = ACCELERATORS[args.accelerator]

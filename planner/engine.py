@@ -35,6 +35,10 @@ class EngineProfile:
     """State blocks a Gated DeltaNet (Mamba-style) layer holds per request: 2 when prefix caching is on, which sets
     mamba_cache_mode 'align' (vllm/model_executor/models/config.py, MambaModelConfig; MambaSpec.
     max_memory_usage_bytes); 1 with mamba_cache_mode 'none' (0.25.1's default for these models)."""
+    grouped_kv: bool
+    """Sizes the KV cache as vLLM 0.32.0's get_kv_cache_configs does: layer groups over the whole model, each
+    pipeline stage's pool, tokens as concurrency x max_model_len (ModelArchitecture.kv_tokens_grouped). False:
+    0.25.1's rules on the first stage's layers (ModelArchitecture.kv_tokens)."""
     cudagraph_reserved: bool
     """Model Runner V2 subtracts a measured CUDA-graph estimate before sizing the KV cache for every model
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory). 0.25.1: its V2 estimate was a stub
@@ -60,10 +64,10 @@ class EngineProfile:
 
 
 PROFILES = {
-    "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, cudagraph_reserved=True,
-                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
-    "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, cudagraph_reserved=False,
-                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
+    "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, grouped_kv=True,
+                            cudagraph_reserved=True, large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
+    "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, grouped_kv=False,
+                            cudagraph_reserved=False, large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
 }
 
 _TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-.+][0-9A-Za-z.+-]*)?$")

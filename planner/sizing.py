@@ -78,15 +78,16 @@ GRAPHS_MLA_GIB = 4.23
 LOAD_OVERHEAD_GIB = 0.15
 """What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
 on the calibrated models, the middle of that kept."""
-BATCHED_TOKENS_LARGE_GPU = 8192
-BATCHED_TOKENS_SMALL_GPU = 2048
-"""vLLM's default --max-num-batched-tokens for the API server: 8192 on GPUs of 70 GiB or more other than the
-A100, 2048 elsewhere (vllm/engine/arg_utils.py, _set_default_max_num_seqs_and_batched_tokens_args). A sliding
-window layer holds window - 1 + this many tokens of a request at most."""
 
 
 def default_engine(acc: Accelerator, version: str = "0.32.0") -> EngineSettings:
     return engine_settings(PROFILES[version], acc.memory_bytes, acc.type)
+
+
+def _v1_graph_family(arch: ModelArchitecture) -> bool:
+    """MoE, MLA and hybrid models: 0.25.1's V1 runner served them and reserved a CUDA-graph estimate, which the
+    measured family reserves already hold."""
+    return bool(arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds)
 
 
 def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
@@ -95,10 +96,8 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
     runner serves (MoE, MLA, hybrid) and not for dense ones (a stub returning 0). None with --enforce-eager."""
     if not engine.cudagraphs:
         return 0.0
-    if arch.kv_lora_rank:
-        return GRAPHS_MLA_GIB * GIB
-    if arch.num_experts or "linear" in arch.kinds:
-        return GRAPHS_MOE_GIB * GIB
+    if _v1_graph_family(arch):
+        return (GRAPHS_MLA_GIB if arch.kv_lora_rank else GRAPHS_MOE_GIB) * GIB
     if not engine.profile.cudagraph_reserved:
         return 0.0
     return (GRAPHS_DENSE_BASE_GIB + GRAPHS_DENSE_PER_KHIDDEN_GIB * arch.hidden_size / 1000) * GIB
@@ -122,8 +121,7 @@ def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSett
     graphs = cudagraph_bytes(arch, layout, engine)
     if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
         return activation_peak_bytes(arch, layout, engine) + (NON_TORCH_GIB + BASELINE_GIB) * GIB + graphs
-    dense_graphs = graphs if not (arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds) else 0.0
-    return reserve_bytes(arch) + dense_graphs
+    return reserve_bytes(arch) + (0.0 if _v1_graph_family(arch) else graphs)
 
 
 def reserve_bytes(arch: ModelArchitecture) -> float:
@@ -131,11 +129,6 @@ def reserve_bytes(arch: ModelArchitecture) -> float:
     if arch.kv_lora_rank:
         return RESERVE_MLA_GIB * GIB
     return (RESERVE_MOE_GIB if arch.num_experts else RESERVE_GIB) * GIB
-
-
-def batched_tokens(acc: Accelerator) -> int:
-    """vLLM's default --max-num-batched-tokens on this GPU (the default profile's rule)."""
-    return default_engine(acc).max_num_batched_tokens
 
 
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
@@ -336,7 +329,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine)
     length = max_len or arch.max_position_embeddings
-    if engine.profile.version == "0.25.1":
+    if not engine.profile.grouped_kv:
         tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, length, engine.max_num_batched_tokens)
     else:
         tokens = arch.kv_tokens_grouped(layout.tp, layout.pp, kv_bytes, usable, length,
@@ -382,15 +375,15 @@ def engine_choice(settings: Settings) -> EngineChoice:
     return profile_for_image(settings.vllm.image)
 
 
-def stack_engine(settings: Settings) -> EngineSettings:
+def stack_engine(settings: Settings, choice: EngineChoice) -> EngineSettings:
     """The batch and cache settings the stack's server runs with: its image's profile, its GPU, vllm.extraArgs."""
     acc = settings.accelerator.catalog
-    return engine_settings(engine_choice(settings).profile, acc.memory_bytes, acc.type, settings.vllm.extra_args)
+    return engine_settings(choice.profile, acc.memory_bytes, acc.type, settings.vllm.extra_args)
 
 
-def _suggestion(settings: Settings, weights_bytes: float, kv_bytes: float, tokens_needed: int) -> str:
+def _suggestion(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float,
+                tokens_needed: int) -> str:
     arch, accs = settings.model.architecture, settings.accelerator
-    engine = stack_engine(settings)
     util = settings.vllm.gpu_memory_utilization
     options = []
     here = smallest_working(arch, accs.catalog, accs.gpus_per_node, util, weights_bytes, kv_bytes, tokens_needed,
@@ -415,7 +408,7 @@ def _gib(value: float) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
-def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_bytes: float,
+def _check_explicit(settings: Settings, engine: EngineSettings, layout_tp: int, layout_pp: int, weights_bytes: float,
                     kv_bytes: float) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
     gpn = accs.gpus_per_node
@@ -444,7 +437,7 @@ def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_
                           f"needs {nodes} nodes per replica; at most {MAX_NODES_PER_REPLICA} are supported")
     layout = Layout(layout_tp, layout_pp, nodes)
     result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
-                 settings.vllm.max_model_len, stack_engine(settings))
+                 settings.vllm.max_model_len, engine)
     max_len = settings.vllm.max_model_len
     if not result.weights_fit:
         budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
@@ -452,10 +445,11 @@ def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_
                           f"{arch.name} needs {_gib(result.weights_per_gpu)} of weights per GPU at {layout.describe()}"
                           f" but an {accs.type} offers {_gib(budget)} ({_gib(accs.catalog.memory_bytes)} x "
                           f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
-                          f"{outside_kv_bytes(arch, layout, stack_engine(settings)) / GIB:.2f} GiB "
-                          f"reserve; {_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
+                          f"{outside_kv_bytes(arch, layout, engine) / GIB:.2f} GiB "
+                          f"reserve; {_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
     if result.kv_tokens < max_len:
-        alternative = _suggestion(settings, weights_bytes, kv_bytes, max_len).removeprefix("a layout that fits: ")
+        alternative = _suggestion(settings, engine, weights_bytes, kv_bytes, max_len).removeprefix(
+            "a layout that fits: ")
         raise ConfigError("vllm.maxModelLen", max_len,
                           f"the KV cache at {layout.describe()} holds only {result.kv_tokens} tokens per replica "
                           f"({_gib(result.usable_per_gpu)} per GPU), less than one sequence, so vLLM would refuse "
@@ -464,11 +458,10 @@ def _check_explicit(settings: Settings, layout_tp: int, layout_pp: int, weights_
     return layout
 
 
-def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
+def _auto(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
     acc, gpn, util = accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization
     max_len = settings.vllm.max_model_len
-    engine = stack_engine(settings)
     wanted = settings.parallelism.min_concurrent_sequences * max_len
     tps = valid_tensor_sizes(arch, gpn)
     for tp in tps:  # (a) smallest TP on one node that holds the wanted concurrency
@@ -496,7 +489,7 @@ def _auto(settings: Settings, weights_bytes: float, kv_bytes: float) -> Layout:
     raise ConfigError("model.id", settings.model.id,
                       f"{arch.name} ({_gib(weights_bytes)} of weights) with vllm.maxModelLen {max_len} does not fit "
                       f"on up to {MAX_NODES_PER_REPLICA} nodes of {accs.machine_type}; "
-                      f"{_suggestion(settings, weights_bytes, kv_bytes, max_len)}")
+                      f"{_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
 
 
 def disk_read_mib_s(disk_type: str, disk_gib: int, machine: MachineType, provisioned_per_vm: float = 0) -> float:
@@ -613,14 +606,14 @@ def plan(settings: Settings) -> Sizing:
                               "set model.weightsGib to the checkpoint's size")
         weights_bytes = model_weight_bytes(arch, settings.vllm.dtype)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype)
+    choice = engine_choice(settings)
+    engine = stack_engine(settings, choice)
 
     if par.tensor is None and par.pipeline is None:
-        layout, source = _auto(settings, weights_bytes, kv_bytes), "auto"
+        layout, source = _auto(settings, engine, weights_bytes, kv_bytes), "auto"
     else:
-        layout = _check_explicit(settings, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
+        layout = _check_explicit(settings, engine, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
         source = "config"
-    choice = engine_choice(settings)
-    engine = stack_engine(settings)
     result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                  settings.vllm.max_model_len, engine)
 

@@ -205,7 +205,7 @@ def test_a_mutated_rule_disagrees_with_vllm(mutation, monkeypatch):
                 smallest = min(counts.values())
                 per_token = self.attention_bytes_per_token(tp, kv)
                 return int(available // (16 * per_token * smallest) / sum(
-                    math.ceil(c / smallest) for c in counts.values()) * 16 * max_len / max_len)
+                    math.ceil(c / smallest) for c in counts.values()) * 16)
         return original(self, tp, pp, kv, available, max_len, in_flight, state_blocks, state_bytes)
 
     monkeypatch.setattr(architecture.ModelArchitecture, "kv_tokens_grouped", mutated)
