@@ -6,6 +6,7 @@ import pulumi_kubernetes as k8s
 from components.autoscaling import Autoscaling, AutoscalingArgs
 from components.chat_ui import ChatUi, ChatUiArgs
 from components.compile_cache import CompileCache, CompileCacheArgs
+from components.compute_class import ComputeClass, ComputeClassArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.headroom import Headroom, HeadroomArgs
@@ -31,6 +32,8 @@ def in_cluster(*after: pulumi.Resource) -> pulumi.ResourceOptions:
 
 cluster = GkeCluster("vllm", GkeClusterArgs.from_plan(stack))
 gpu_pool = GpuNodePool("gpu", GpuNodePoolArgs.from_plan(stack, sizing, cluster=cluster.name))
+gpu_capacity = (ComputeClass("gpu", ComputeClassArgs.from_plan(stack, sizing, gpu_pool.name), opts=in_cluster(gpu_pool))
+                if stack.settings.accelerator.compute_class else gpu_pool)  # several zones, ways of buying or machines
 image = serving_image(stack)
 namespace = k8s.core.v1.Namespace(
     "serving-namespace", metadata={"name": stack.settings.serving.namespace, "labels": {PART_OF_LABEL: PART_OF}},
@@ -42,7 +45,7 @@ cache = CompileCache("vllm", CompileCacheArgs.from_plan(stack, ns)) if stack.set
 server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
     weights_mount=SERVING_MOUNT, image=image, compile_cache_bucket=cache and cache.bucket_name),
-    opts=in_cluster(*lws.ready, gpu_pool))
+    opts=in_cluster(*lws.ready, gpu_capacity))
 if sizing.headroom_nodes:  # autoscaling.headroom: spare serving-shaped slots
     Headroom("vllm", HeadroomArgs.from_plan(stack, sizing, ns, image, server, weights.claim_name, SERVING_MOUNT),
              opts=in_cluster(server))

@@ -8,8 +8,9 @@ import pulumi
 import pulumi_gcp as gcp
 
 from planner.catalog import machine_series
+from planner.compute_class import class_name, pool_taint
 from planner.config import Stack
-from planner.labels import ACCELERATOR_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL
+from planner.labels import ACCELERATOR_LABEL, COMPUTE_CLASS_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL
 from planner.sizing import Sizing
 
 BOOT_DISK_GB = 200
@@ -50,6 +51,8 @@ class GpuNodePoolArgs:
     """A boot disk type the machine series accepts (A3 Ultra and A4: hyperdisk-balanced only)."""
     local_ssd_count: int = 0
     """Local SSDs bundled with the machine type, used for ephemeral storage."""
+    compute_class: str | None = None
+    """The stack's ComputeClass (several zones or rungs): the pool joins it with its label and taint."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, cluster: pulumi.Input[str]) -> GpuNodePoolArgs:
@@ -58,9 +61,12 @@ class GpuNodePoolArgs:
                    accelerator_type=acc.type, machine_type=acc.machine_type, gpus_per_node=acc.gpus_per_node,
                    zones=acc.zones, min_nodes=sizing.min_nodes, max_nodes=sizing.max_nodes,
                    provisioning=acc.provisioning, reservation=acc.reservation, driver_version=acc.driver_version,
-                   compact_placement=sizing.nodes_per_replica > 1 and acc.catalog.compact_placement,
+                   # Compact placement is one zone only (GKE "Define compact placement for GKE nodes").
+                   compact_placement=(sizing.nodes_per_replica > 1 and acc.catalog.compact_placement
+                                      and len(acc.zones) == 1),
                    boot_disk_type=machine_series(acc.machine_type).boot_disk_types[0],
-                   local_ssd_count=acc.machine.local_ssd_count)
+                   local_ssd_count=acc.machine.local_ssd_count,
+                   compute_class=class_name(stack.name) if acc.compute_class else None)
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -74,6 +80,14 @@ class GpuNodePool(pulumi.ComponentResource):
         labels = {ACCELERATOR_LABEL: args.accelerator_type}
         if args.provisioning == "spot":
             labels[SPOT_LABEL] = "true"
+        taints = [gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE,
+                                                            effect="NO_SCHEDULE")]
+        if args.compute_class is not None:
+            # A hand-made pool joins a ComputeClass only with the class's node label and NoSchedule taint (GKE
+            # "About custom ComputeClasses"); the class's rule 0 names this pool.
+            labels[COMPUTE_CLASS_LABEL] = args.compute_class
+            key, value, _ = pool_taint(args.compute_class)
+            taints.append(gcp.container.NodePoolNodeConfigTaintArgs(key=key, value=value, effect="NO_SCHEDULE"))
         reservation = None
         if args.provisioning == "reservation":
             reservation = gcp.container.NodePoolNodeConfigReservationAffinityArgs(
@@ -95,8 +109,7 @@ class GpuNodePool(pulumi.ComponentResource):
                         gpu_driver_version=args.driver_version)))],
             # GKE adds this taint and label to GPU nodes by itself; declaring them keeps the next
             # preview free of diffs and documents what the serving pods must tolerate.
-            taints=[gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE,
-                                                              effect="NO_SCHEDULE")],
+            taints=taints,
             labels=labels,
             spot=args.provisioning == "spot",
             flex_start=True if flex else None,

@@ -41,6 +41,10 @@ the Job stayed Pending until its deadline. No CPU limit: it may use the node's i
 DETACH_TIMEOUT_SECONDS = 1800
 """How long the snapshot may wait for the staging disk's detach (kubelet unmount + CSI ControllerUnpublish take
 seconds to a few minutes); past it the Job fails with the node still holding the disk."""
+MULTI_ZONE = "multi-zone"
+"""The zone part of a multi-zone volume handle: projects/P/zones/multi-zone/disks/NAME."""
+MULTI_ZONE_LABEL = "goog-gke-multi-zone"
+"""The label the PD CSI driver requires on each disk behind a multi-zone handle."""
 REPLACE_UNREADY = {"pulumi.com/replaceUnready": "true"}
 """On a Job: one that failed (a bad token, a transient error) is replaced by the next `pulumi up` instead of being
 awaited again forever (pulumi-kubernetes#1575)."""
@@ -97,6 +101,9 @@ class ModelWeightsArgs:
     """Hugging Face token (a Pulumi secret) for gated models."""
     stack: str = "vllm-gke/dev"
     """`<project>/<stack>`, part of every key (planner.config.Stack.name)."""
+    serving_zones: tuple[str, ...] = ()
+    """Every zone a serving node may be in, when there are several: one Hyperdisk ML disk per zone behind one
+    multi-zone PV. Empty: the serving disk is in `zone` alone."""
 
     @property
     def job_image(self) -> pulumi.Input[str]:
@@ -113,7 +120,8 @@ class ModelWeightsArgs:
                    provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=sizing.min_weight_bytes,
                    downloader_image=s.vllm.image if image is None else image,
                    deadline_seconds=sizing.download_deadline_seconds,
-                   hf_token=stack.hf_token, stack=stack.name)
+                   hf_token=stack.hf_token, stack=stack.name,
+                   serving_zones=s.accelerator.all_zones if len(s.accelerator.all_zones) > 1 else ())
 
 
 class ModelWeights(pulumi.ComponentResource):
@@ -130,8 +138,11 @@ class ModelWeights(pulumi.ComponentResource):
         hyperdisk = args.disk_type == "hyperdisk-ml"
         throughput = args.provisioned_mib_s if hyperdisk else 0
         self.key = key = weights_key(args.model_id, args.revision, args.stack, args.disk_gib)
+        multi = len(args.serving_zones) > 1
+        # Several zones are part of the serving key: a PV's node affinity cannot change, so another zone list is a
+        # new serving half (disks, PV, PVC) that the groups roll to.
         self.serving_key = serving = weights_key(args.model_id, args.revision, args.stack, args.disk_gib,
-                                                 args.disk_type, throughput)
+                                                 args.disk_type, throughput, *(args.serving_zones if multi else ()))
         self.model_path = f"{SERVING_MOUNT}/{WEIGHTS_SUBDIR}"
         timeouts = pulumi.CustomTimeouts(create=gce_timeout(args.disk_gib))
         slow = pulumi.ResourceOptions(parent=self, custom_timeouts=timeouts)
@@ -141,8 +152,9 @@ class ModelWeights(pulumi.ComponentResource):
         staging = gcp.compute.Disk(
             f"{name}-{key}-staging", name=f"w-{key}-staging", project=args.project, zone=args.zone,
             type="pd-ssd", size=args.disk_gib, labels=gce_labels, opts=slow)
-        staging_pv = self._pv(f"{name}-{key}-staging", f"w-{key}-staging", staging, args, labels,
-                              read_only=False)
+        staging_pv = self._pv(f"{name}-{key}-staging", f"w-{key}-staging", [staging],
+                              pulumi.Output.concat("projects/", args.project, "/zones/", args.zone, "/disks/",
+                                                   staging.name), [args.zone], args, labels, read_only=False)
         staging_pvc = self._pvc(f"{name}-{key}-staging", f"w-{key}-staging", staging_pv, args, labels,
                                 read_only=False)
 
@@ -160,23 +172,44 @@ class ModelWeights(pulumi.ComponentResource):
         self.image = gcp.compute.Image(
             f"{name}-{key}-image", name=f"w-{key}", project=args.project, source_snapshot=snapshot.self_link,
             labels=gce_labels, opts=slow)
-        self.serving_disk = gcp.compute.Disk(
-            f"{name}-{serving}-serving", name=f"w-{serving}-{args.zone.rsplit('-', 1)[-1]}", project=args.project,
-            zone=args.zone, type=args.disk_type, size=args.disk_gib, image=self.image.self_link,
-            access_mode="READ_ONLY_MANY" if hyperdisk else None,
-            provisioned_throughput=throughput if hyperdisk else None,
-            labels={**gce_labels, "vllm-gke-serving": serving}, opts=slow)
         serving_labels = {**labels, "vllm-gke/serving": serving}
-        serving_pv = self._pv(f"{name}-{serving}", f"w-{serving}", self.serving_disk, args, serving_labels,
-                              read_only=True)
+        if not multi:
+            self.serving_disk = gcp.compute.Disk(
+                f"{name}-{serving}-serving", name=f"w-{serving}-{args.zone.rsplit('-', 1)[-1]}", project=args.project,
+                zone=args.zone, type=args.disk_type, size=args.disk_gib, image=self.image.self_link,
+                access_mode="READ_ONLY_MANY" if hyperdisk else None,
+                provisioned_throughput=throughput if hyperdisk else None,
+                labels={**gce_labels, "vllm-gke-serving": serving}, opts=slow)
+            self.serving_disks = [self.serving_disk]
+            handle = pulumi.Output.concat("projects/", args.project, "/zones/", args.zone, "/disks/",
+                                          self.serving_disk.name)
+            zones = [args.zone]
+        else:
+            # One volume over several zones (the PD CSI driver's multi-zone volume handle): a same-named,
+            # read-only-many Hyperdisk ML disk from the one image in every zone, each labelled goog-gke-multi-zone;
+            # the driver attaches the disk of the node's zone (kubernetes-sigs/gcp-compute-persistent-disk-csi-driver,
+            # pkg/common/constants.go MultiZoneValue / MultiZoneLabel, controller.go validateMultiZoneDisk).
+            disk_name = f"w-{serving}"
+            self.serving_disks = [gcp.compute.Disk(
+                f"{name}-{serving}-{zone}-serving", name=disk_name, project=args.project, zone=zone,
+                type=args.disk_type, size=args.disk_gib, image=self.image.self_link, access_mode="READ_ONLY_MANY",
+                provisioned_throughput=throughput,
+                labels={**gce_labels, "vllm-gke-serving": serving, MULTI_ZONE_LABEL: "true"}, opts=slow)
+                for zone in args.serving_zones]
+            self.serving_disk = self.serving_disks[0]
+            handle = pulumi.Output.concat("projects/", args.project, f"/zones/{MULTI_ZONE}/disks/", disk_name)
+            zones = list(args.serving_zones)
+        serving_pv = self._pv(f"{name}-{serving}", f"w-{serving}", self.serving_disks, handle, zones, args,
+                              serving_labels, read_only=True)
         serving_pvc = self._pvc(f"{name}-{serving}", f"w-{serving}", serving_pv, args, serving_labels,
                                 read_only=True)
         self.claim_name = serving_pvc.metadata.name
         self.register_outputs({"key": key, "serving_key": serving, "claim_name": self.claim_name,
                                "image": self.image.self_link})
 
-    def _pv(self, logical: str, pv_name: str, disk: gcp.compute.Disk, args: ModelWeightsArgs,
-            labels: dict[str, str], read_only: bool) -> k8s.core.v1.PersistentVolume:
+    def _pv(self, logical: str, pv_name: str, disks: list[gcp.compute.Disk], handle: pulumi.Input[str],
+            zones: list[str], args: ModelWeightsArgs, labels: dict[str, str],
+            read_only: bool) -> k8s.core.v1.PersistentVolume:
         return k8s.core.v1.PersistentVolume(
             f"{logical}-pv",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=pv_name, labels=labels),
@@ -189,13 +222,12 @@ class ModelWeights(pulumi.ComponentResource):
                 mount_options=["read_ahead_kb=4096"] if read_only else None,
                 csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
                     driver=CSI_DRIVER, fs_type="ext4", read_only=read_only,
-                    volume_handle=pulumi.Output.concat("projects/", args.project, "/zones/", args.zone,
-                                                       "/disks/", disk.name)),
+                    volume_handle=handle),
                 node_affinity=k8s.core.v1.VolumeNodeAffinityArgs(required=k8s.core.v1.NodeSelectorArgs(
                     node_selector_terms=[k8s.core.v1.NodeSelectorTermArgs(match_expressions=[
                         k8s.core.v1.NodeSelectorRequirementArgs(key=ZONE_LABEL, operator="In",
-                                                                values=[args.zone])])]))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[disk]))
+                                                                values=zones)])]))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=disks))
 
     def _pvc(self, logical: str, claim: str, pv: k8s.core.v1.PersistentVolume, args: ModelWeightsArgs,
              labels: dict[str, str], read_only: bool) -> k8s.core.v1.PersistentVolumeClaim:

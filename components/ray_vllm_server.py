@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 
 from components import exposed_service, load_balancer_peers, parent_depends_on
 from components.compile_cache import GCSFUSE_ANNOTATIONS, SERVING_ACCOUNT, STORE_MOUNT, store_volume
+from planner import compute_class
 from planner.commands import (
     API_PORT_NAME,
     DRAIN_SECONDS,
@@ -28,6 +29,7 @@ from planner.commands import (
     liveness_command,
     worker_command,
 )
+from planner.compute_class import class_name
 from planner.config import Stack
 from planner.labels import (
     ACCELERATOR_LABEL,
@@ -93,6 +95,8 @@ class RayVllmServerArgs:
     """API key (Pulumi secret) the server requires."""
     compile_cache_bucket: pulumi.Input[str] | None = None
     """The stack's compile-cache bucket (components/compile_cache.py), mounted at the spec's store; None: no reuse."""
+    compute_class: str | None = None
+    """The stack's ComputeClass (several zones or rungs): pods select it instead of one accelerator type."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], weights_path: str,
@@ -113,6 +117,7 @@ class RayVllmServerArgs:
         return cls(namespace=namespace, image=vllm.image if image is None else image, spec=spec, cpu=sizing.pod_cpu,
                    memory_gib=sizing.pod_memory_gib, shm_gib=sizing.pod_shm_gib,
                    accelerator_type=s.accelerator.type, spot=s.accelerator.provisioning == "spot",
+                   compute_class=class_name(stack.name) if s.accelerator.compute_class else None,
                    gpus_per_pod=sizing.gpus_per_pod, replicas=s.autoscaling.min_replicas,
                    weights_claim=weights_claim, weights_mount=weights_mount,
                    startup_probe_seconds=sizing.startup_probe_seconds, expose=s.serving.expose,
@@ -190,6 +195,14 @@ class RayVllmServer(pulumi.ComponentResource):
         if args.spot:
             node_selector[SPOT_LABEL] = "true"
         tolerations = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+        affinity = None
+        if args.compute_class is not None:
+            # Every rung (the pool, auto-created pools of other ways of buying or machines) carries the class's label
+            # and taint; a multi-node group stays in one zone and one pool.
+            node_selector = compute_class.node_selector(args.compute_class)
+            tolerations.append(compute_class.toleration(args.compute_class))
+            if spec.nodes > 1:
+                affinity = compute_class.group_affinity(lws_name)
         self.pod_shape = {"resources": resources, "nodeSelector": node_selector, "tolerations": tolerations}
         volumes = [
             {"name": "weights", "persistentVolumeClaim": {"claimName": args.weights_claim, "readOnly": True}},
@@ -236,7 +249,8 @@ class RayVllmServer(pulumi.ComponentResource):
             return {"metadata": template_meta, "spec": {
                 **pod_extra, "automountServiceAccountToken": False, "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": GRACE_SECONDS, "nodeSelector": node_selector,
-                "tolerations": tolerations, "securityContext": pod_security_context(fs_group=True),
+                "tolerations": tolerations, **({"affinity": affinity} if affinity else {}),
+                "securityContext": pod_security_context(fs_group=True),
                 "containers": [container], "volumes": volumes}}
 
         leader_container = {

@@ -24,7 +24,17 @@ from typing import Any
 
 from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable, machine_series
 from planner.commands import flag_value
-from planner.labels import ACCELERATOR_LABEL, GKE_NAMESPACES, NODEPOOL_LABEL, SPOT_LABEL, ZONE_LABEL
+from planner.labels import (
+    ACCELERATOR_LABEL,
+    COMPUTE_CLASS_LABEL,
+    GKE_NAMESPACES,
+    GPU_TAINT_KEY,
+    GPU_TAINT_VALUE,
+    LWS_GROUP_KEY_LABEL,
+    NODEPOOL_LABEL,
+    SPOT_LABEL,
+    ZONE_LABEL,
+)
 from planner.versions import IMAGE_SOURCES, unmirrored
 
 DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
@@ -142,12 +152,13 @@ def _machine(name: str) -> tuple[float, float, int]:
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 
 
-def node_pools(resources: Iterable[tuple[str, str, dict[str, Any]]]) -> list[NodePool]:
+def node_pools(resources: Iterable[tuple[str, str, dict[str, Any]]],
+               objects: Iterable[dict[str, Any]] = ()) -> list[NodePool]:
     """The node pools a stack declares, from (type token, resource name, inputs) of its GCP resources, with the
     labels GKE adds by itself (gke-nodepool, gke-accelerator on GPU nodes, gke-spot on Spot nodes: GKE "About
-    node labels"). Without a created cluster, the untainted pool the README requires of an existing cluster
-    stands in."""
-    pools, created = [], False
+    node labels"), and the pools a ComputeClass among `objects` would have GKE create (compute_class_pools).
+    Without a created cluster, the untainted pool the README requires of an existing cluster stands in."""
+    pools, created = compute_class_pools(objects), False
     for type_token, resource_name, inputs in resources:
         if type_token == "gcp:container/cluster:Cluster":
             created = True
@@ -498,6 +509,115 @@ def runtime(objects: Iterable[dict[str, Any]]) -> list[str]:
     return problems
 
 
+# ---------------------------------------------------------------------------------------------- compute classes
+
+def compute_class_pools(objects: Iterable[dict[str, Any]]) -> list[NodePool]:
+    """The node pools GKE would create for each auto-created rule of a ComputeClass: the rule's machine type with
+    its GPUs, the class's node label and NoSchedule taint on every node (GKE "About custom ComputeClasses"), GKE's
+    GPU taint, the Spot label on Spot rules, and the rule's zones."""
+    pools = []
+    for obj in objects:
+        if obj.get("kind") != "ComputeClass":
+            continue
+        name = (obj.get("metadata") or {}).get("name", "")
+        for index, rule in enumerate((obj.get("spec") or {}).get("priorities") or []):
+            if "machineType" not in rule:
+                continue
+            vcpus, memory, gpus = _machine(rule["machineType"])
+            cpu, mem = gke_allocatable(vcpus, memory)
+            labels = {COMPUTE_CLASS_LABEL: name, NODEPOOL_LABEL: f"{name}-rule{index}"}
+            taints = [(COMPUTE_CLASS_LABEL, name, "NoSchedule")]
+            if rule.get("gpu"):
+                labels[ACCELERATOR_LABEL] = rule["gpu"].get("type", "")
+                gpus = int(rule["gpu"].get("count", gpus))
+                taints.append((GPU_TAINT_KEY, GPU_TAINT_VALUE, "NoSchedule"))
+            if rule.get("spot"):
+                labels[SPOT_LABEL] = "true"
+            zones = tuple((rule.get("location") or {}).get("zones") or ()) or None
+            pools.append(NodePool(f"{name} rule {index} ({rule['machineType']})", cpu, mem, gpus, labels,
+                                  tuple(taints), zones))
+    return pools
+
+
+def _claims(objects: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, ...] | None]:
+    """(namespace, claim) -> zones its PersistentVolume's node affinity allows (None: no zone constraint)."""
+    volumes: dict[str, tuple[str, ...] | None] = {}
+    for obj in objects:
+        if obj.get("kind") != "PersistentVolume":
+            continue
+        zones: list[str] | None = None
+        required = (((obj.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {})
+        for term in required.get("nodeSelectorTerms") or []:
+            for expression in term.get("matchExpressions") or []:
+                if expression.get("key") == ZONE_LABEL and expression.get("operator") == "In":
+                    zones = [*(zones or []), *expression.get("values", [])]
+        volumes[obj["metadata"]["name"]] = None if zones is None else tuple(zones)
+    return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): volumes.get(o["spec"].get("volumeName"))
+            for o in objects if o.get("kind") == "PersistentVolumeClaim" and (o.get("spec") or {}).get("volumeName")}
+
+
+def compute_classes(objects: list[dict[str, Any]], pools: list[NodePool]) -> list[str]:
+    """A pod that selects a ComputeClass may land on any of its rungs, so it must fit every pool of the class (not
+    just one, as `scheduling` asks), and every volume it mounts must reach every zone those pools have nodes in: a
+    PersistentVolume's node affinity is a hard scheduling constraint, and a rung whose zone the weights volume does
+    not cover leaves the pod Pending on a node GKE created for it."""
+    problems = []
+    claims = _claims(objects)
+    for template in pod_templates(objects):
+        klass = (template.spec.get("nodeSelector") or {}).get(COMPUTE_CLASS_LABEL)
+        if klass is None:
+            continue
+        members = [pool for pool in pools if pool.labels.get(COMPUTE_CLASS_LABEL) == klass]
+        if not members:
+            problems.append(f"compute class: {template.where} selects ComputeClass {klass}, which no declared pool or "
+                            "rule provides")
+        injected = injected_containers(template.annotations)
+        namespace = template.owner.get("metadata", {}).get("namespace", "")
+        for pool in members:
+            if why := _misfit(template.spec, pool, injected):
+                problems.append(f"compute class: {template.where} does not fit {pool.name}: {why}")
+            for volume in template.spec.get("volumes") or []:
+                claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+                zones = claims.get((namespace, claim)) if claim else None
+                if zones is None:
+                    continue
+                outside = sorted(set(pool.zones or ()) - set(zones)) if pool.zones else []
+                if outside:
+                    problems.append(f"compute class: {template.where} mounts {claim}, whose volume reaches "
+                                    f"{', '.join(zones)}, but {pool.name} has nodes in {', '.join(outside)}")
+    return problems
+
+
+GROUP_TOPOLOGY_KEYS = (ZONE_LABEL, NODEPOOL_LABEL)
+
+
+def groups(objects: list[dict[str, Any]]) -> list[str]:
+    """The pods of one multi-node LeaderWorkerSet group on a ComputeClass must share a zone and a node pool: the
+    class offers several of each, and nothing else keeps a group's workers where its leader is. Each template
+    needs a required pod-affinity term per topology key whose matchLabelKeys holds the LWS group key (the label
+    the LWS controller sets per group; matchLabelKeys is GA in Kubernetes 1.33)."""
+    problems = []
+    for obj in objects:
+        if obj.get("kind") != "LeaderWorkerSet":
+            continue
+        lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
+        if int(lwt.get("size", 1)) < 2:
+            continue
+        for role in ("leaderTemplate", "workerTemplate"):
+            spec = ((lwt.get(role) or {}).get("spec")) or {}
+            if COMPUTE_CLASS_LABEL not in (spec.get("nodeSelector") or {}):
+                continue
+            terms = (((spec.get("affinity") or {}).get("podAffinity") or {})
+                     .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+            kept = {t.get("topologyKey") for t in terms if LWS_GROUP_KEY_LABEL in (t.get("matchLabelKeys") or [])}
+            missing = [key for key in GROUP_TOPOLOGY_KEYS if key not in kept]
+            if missing:
+                problems.append(f"groups: {_where(obj)} {role}: a group of {lwt['size']} pods on a ComputeClass is "
+                                f"not kept in one {' and one '.join(missing)} (required podAffinity with "
+                                f"matchLabelKeys [{LWS_GROUP_KEY_LABEL}])")
+    return problems
+
+
 NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
 DISK_TYPE = "gcp:compute/disk:Disk"
 
@@ -563,5 +683,5 @@ def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budg
               gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
     """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules)."""
     return [*names(objects, server_env), *scheduling(objects, pools), *headroom(objects, pools),
-            *budgets(objects, budget),
+            *compute_classes(objects, pools), *groups(objects), *budgets(objects, budget),
             *images(objects, own_images), *runtime(objects), *gce(gcp_resources)]

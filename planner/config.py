@@ -29,6 +29,7 @@ from planner.stack_schema import (
     SECRETS,
     SECTIONS,
     AcceleratorConfig,
+    FallbackConfig,
     ModelConfig,
     Section,
     section_defaults,
@@ -52,14 +53,17 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
-class AcceleratorSettings:
+class Rung:
+    """One node configuration the cluster autoscaler may create: a machine type, one way of buying it, its zones.
+    The stack's rungs, in order, are the ComputeClass's priorities (planner/compute_class.py)."""
+
+    key: str
+    """Where it is configured: accelerator or accelerator.fallbacks[N]."""
     type: str
     machine_type: str
-    gpus_per_node: int
-    zones: tuple[str, ...]
     provisioning: str
-    reservation: str | None
-    driver_version: str
+    zones: tuple[str, ...]
+    reservation: str | None = None
 
     @property
     def catalog(self) -> Accelerator:
@@ -70,6 +74,44 @@ class AcceleratorSettings:
         machine = self.catalog.machine(self.machine_type)
         assert machine is not None  # checked when the settings were built
         return machine
+
+    def describe(self) -> str:
+        return f"{self.machine_type} ({self.type}) {self.provisioning} in {', '.join(self.zones)}"
+
+
+@dataclass(frozen=True)
+class AcceleratorSettings:
+    type: str
+    machine_type: str
+    gpus_per_node: int
+    zones: tuple[str, ...]
+    provisioning: str
+    """The first way of buying: the Pulumi-managed pool's."""
+    reservation: str | None
+    driver_version: str
+    rungs: tuple[Rung, ...] = ()
+    """Every (machine, way of buying, zones) in the order the autoscaler tries them; the first is the pool's."""
+    spot_multi_node: bool = False
+
+    @property
+    def catalog(self) -> Accelerator:
+        return ACCELERATORS[self.type]
+
+    @property
+    def machine(self) -> MachineType:
+        machine = self.catalog.machine(self.machine_type)
+        assert machine is not None  # checked when the settings were built
+        return machine
+
+    @property
+    def compute_class(self) -> bool:
+        """Several zones or several rungs: the serving pods select a ComputeClass, not one pool."""
+        return len(self.rungs) > 1 or len(self.zones) > 1
+
+    @property
+    def all_zones(self) -> tuple[str, ...]:
+        """Every zone a serving node may be in, the primary's first."""
+        return tuple(dict.fromkeys(z for rung in self.rungs for z in rung.zones)) or self.zones
 
 
 @dataclass(frozen=True)
@@ -236,6 +278,52 @@ def _section(key: str, model: type[Section], value: Any) -> Any:
         raise ConfigError(f"{key}.{name}", shown, _reason(error, info, model)) from None
 
 
+def _options(key: str, value: str | tuple[str, ...] | None, machine: MachineType) -> tuple[str, ...]:
+    """The ways of buying `machine` a rung list names (the series' default when unset), each one it is sold as."""
+    series = machine_series(machine.name)
+    options = (value,) if isinstance(value, str) else tuple(value or (series.provisioning[0],))
+    for option in options:
+        if option not in series.provisioning:
+            raise ConfigError(key, option, f"Compute Engine does not sell {machine.name} ({series.name}) that way; "
+                                           f"accepted: {', '.join(series.provisioning)}")
+    return options
+
+
+def _reservation(key: str, options: tuple[str, ...], reservation: str | None) -> None:
+    if "reservation" in options and reservation is None:
+        raise ConfigError(f"{key}.reservation", None, f"is required when {key}.provisioning lists reservation")
+    if "reservation" not in options and reservation is not None:
+        raise ConfigError(f"{key}.reservation", reservation,
+                          f"only used with provisioning: reservation (provisioning is {', '.join(options)})")
+
+
+def _fallback(index: int, fb: FallbackConfig, gpus: int, zones: tuple[str, ...]) -> list[Rung]:
+    """The rungs of accelerator.fallbacks[index]: the same GPUs per node as the primary (one pod shape per
+    LeaderWorkerSet), its own ways of buying, the primary's zones unless it names its own."""
+    key = f"accelerator.fallbacks[{index}]"
+    catalog = ACCELERATORS[fb.type]
+    if fb.machine_type is not None:
+        machine = catalog.machine(fb.machine_type)
+        if machine is None:
+            raise ConfigError(f"{key}.machineType", fb.machine_type,
+                              f"does not carry {fb.type}; accepted: {', '.join(m.name for m in catalog.machines)}")
+    else:
+        machine = catalog.default_machine(gpus)
+        if machine is None:
+            counts = ", ".join(str(c) for c in catalog.gpu_counts())
+            raise ConfigError(f"{key}.type", fb.type, f"{fb.type} machine types carry {counts} GPUs; a fallback must "
+                                                      f"carry the primary's {gpus} per node (one pod shape)")
+    if machine.gpus != gpus:
+        raise ConfigError(f"{key}.machineType", machine.name,
+                          f"has {machine.gpus} GPUs per node and the primary {gpus}; a LeaderWorkerSet has one pod "
+                          f"shape, so a fallback must carry {gpus} GPUs per node")
+    options = _options(f"{key}.provisioning", fb.provisioning, machine)
+    _reservation(key, options, fb.reservation)
+    where = fb.zones or zones
+    return [Rung(key, fb.type, machine.name, option, where, fb.reservation if option == "reservation" else None)
+            for option in options]
+
+
 def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
     catalog = ACCELERATORS[acc.type]
     gpus = acc.gpus_per_node
@@ -256,23 +344,55 @@ def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
             raise ConfigError("accelerator.gpusPerNode", gpus, f"{acc.type} machine types carry {counts} GPUs")
     if not acc.zones:
         raise ConfigError("accelerator.zones", list(acc.zones), "list at least one zone, e.g. [us-central1-a]")
-    if len(acc.zones) > 1:
-        # The read-only weights disk is zonal and a LeaderWorkerSet mounts one claim.
-        raise ConfigError("accelerator.zones", list(acc.zones),
-                          "one serving zone per stack (the weights disk is zonal); use one stack per zone")
-    series = machine_series(machine.name)
-    provisioning = acc.provisioning or series.provisioning[0]
-    if provisioning not in series.provisioning:
-        raise ConfigError("accelerator.provisioning", provisioning,
-                          f"Compute Engine does not sell {machine.name} ({series.name}) that way; accepted: "
-                          f"{', '.join(series.provisioning)}")
-    if provisioning == "reservation" and acc.reservation is None:
-        raise ConfigError("accelerator.reservation", None, "is required when accelerator.provisioning is reservation")
-    if provisioning != "reservation" and acc.reservation is not None:
-        raise ConfigError("accelerator.reservation", acc.reservation,
-                          f"only used with provisioning: reservation (provisioning is {provisioning})")
-    return AcceleratorSettings(acc.type, machine.name, machine.gpus, acc.zones, provisioning, acc.reservation,
-                               acc.driver_version)
+    options = _options("accelerator.provisioning", acc.provisioning, machine)
+    _reservation("accelerator", options, acc.reservation)
+    rungs = [Rung("accelerator", acc.type, machine.name, option, acc.zones,
+                  acc.reservation if option == "reservation" else None) for option in options]
+    for index, fb in enumerate(acc.fallbacks):
+        rungs += _fallback(index, fb, machine.gpus, acc.zones)
+    if len(rungs) > 1 and acc.driver_version == "INSTALLATION_DISABLED":
+        # A ComputeClass rule installs GKE's driver (gpu.driverVersion: default | latest); there is no "none".
+        raise ConfigError("accelerator.driverVersion", acc.driver_version,
+                          "the node pools GKE creates for the other rungs install GKE's driver; use LATEST or "
+                          "DEFAULT, or a single way of buying and no fallbacks")
+    return AcceleratorSettings(acc.type, machine.name, machine.gpus, acc.zones, options[0], acc.reservation,
+                               acc.driver_version, tuple(rungs), acc.spot_multi_node)
+
+
+def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None) -> tuple[str, ...]:
+    """The weights-disk types every rung's machine attaches (weights.diskType when set). Several zones need
+    Hyperdisk ML: the PD CSI driver serves one volume from same-named disks in several zones only for the disk types
+    its multi-zone config lists (Hyperdisk ML on GKE), read-only, each disk labelled goog-gke-multi-zone
+    (kubernetes-sigs/gcp-compute-persistent-disk-csi-driver, pkg/gce-pd-csi-driver/controller.go
+    validateMultiZoneDisk)."""
+    several = len(accelerator.all_zones) > 1
+    if several and disk_type is not None and disk_type != "hyperdisk-ml":
+        raise ConfigError("weights.diskType", disk_type,
+                          f"serving zones {', '.join(accelerator.all_zones)} share one read-only volume only on "
+                          "hyperdisk-ml (a pd-* disk is zonal); use weights.diskType: hyperdisk-ml or one zone")
+    attachable: list[str] | None = None
+    for rung in accelerator.rungs or [Rung("accelerator", accelerator.type, accelerator.machine_type,
+                                           accelerator.provisioning, accelerator.zones)]:
+        series = machine_series(rung.machine_type)
+        kinds = [t for t in series.data_disk_types if t in DISK_TYPES]
+        if several and "hyperdisk-ml" not in kinds:
+            raise ConfigError(f"{rung.key}.machineType", rung.machine_type,
+                              f"{series.name} cannot attach hyperdisk-ml, the only weights disk several zones can "
+                              f"share; use a machine that can (G2, A2, A3, A4) or one zone")
+        if disk_type is not None and disk_type not in kinds:
+            key = "weights.diskType" if rung.key == "accelerator" else f"{rung.key}.machineType"
+            shown = disk_type if rung.key == "accelerator" else rung.machine_type
+            raise ConfigError(key, shown, f"{rung.machine_type} ({series.name}) cannot attach {disk_type}; accepted: "
+                                          f"{', '.join(kinds)}")
+        attachable = kinds if attachable is None else [t for t in attachable if t in kinds]
+    if disk_type is not None:
+        return (disk_type,)
+    if several:
+        return ("hyperdisk-ml",)
+    if not attachable:
+        raise ConfigError("accelerator.fallbacks", [r.machine_type for r in accelerator.rungs],
+                          "no weights-disk type attaches to every rung's machine; drop a fallback")
+    return tuple(attachable)
 
 
 def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None]:
@@ -300,6 +420,12 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     if zone != c.location and not zone.startswith(f"{c.location}-"):
         raise ConfigError("accelerator.zones", list(accelerator.zones),
                           f"{zone} is not in the cluster's location {c.location}; use a zone of {c.location}")
+    for rung in accelerator.rungs:
+        outside = [z for z in rung.zones if not z.startswith(f"{cluster.region}-")]
+        if outside:
+            raise ConfigError(f"{rung.key}.zones", list(rung.zones),
+                              f"{outside[0]} is outside the cluster's region {cluster.region}; a node pool's zones "
+                              f"are zones of its cluster's region")
     if c.create and not cfg["serving"].install_lws:
         raise ConfigError("serving.installLws", False, "a cluster this program creates has no LeaderWorkerSet "
                           "controller; leave serving.installLws true (false is for existing clusters running one)")
@@ -322,13 +448,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
                                               "below 8.0) and vLLM refuses it; use float16 or auto")
 
     w = cfg["weights"]
-    series = machine_series(accelerator.machine_type)
-    attachable = [t for t in series.data_disk_types if t in DISK_TYPES]
-    if w.disk_type is not None and w.disk_type not in attachable:
-        raise ConfigError("weights.diskType", w.disk_type,
-                          f"{accelerator.machine_type} ({series.name}) cannot attach {w.disk_type}; accepted: "
-                          f"{', '.join(attachable)}")
-    types = (w.disk_type,) if w.disk_type else tuple(attachable)
+    types = _weights_disk_types(accelerator, w.disk_type)
     largest = max(DISK_TYPES[t].max_size_gib for t in types)
     if w.size_gib is not None and w.size_gib > largest:
         raise ConfigError("weights.sizeGib", w.size_gib, f"a {' or '.join(types)} disk holds at most {largest:,} GiB")

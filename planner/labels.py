@@ -20,3 +20,11 @@ GPU_TAINT_KEY, GPU_TAINT_VALUE = "nvidia.com/gpu", "present"
 GKE_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gmp-system", "gmp-public",
                             "gke-managed-system", "gke-managed-cim", "gke-gmp-system"})
 """Namespaces Kubernetes or GKE create and own; a program that also declares one would fight them over it."""
+
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+"""Pods select a ComputeClass with this node label; GKE sets it (and a NoSchedule taint of the same key and value)
+on the nodes of the class's auto-created pools, and a hand-made pool joins the class only with both (GKE "About
+custom ComputeClasses")."""
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+"""Set by the LWS controller on the leader and every worker of one group, unique per group."""
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"

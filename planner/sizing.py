@@ -27,8 +27,9 @@ from planner.catalog import (
     machine_usd_hour,
     readonly_attach_limit,
 )
-from planner.commands import RAY_JOIN_TIMEOUT
-from planner.config import Settings
+from planner.commands import DRAIN_SECONDS, RAY_JOIN_TIMEOUT
+from planner.compute_class import AUTO_CREATION_MIN_GKE, FLEX_START_MIN_GKE
+from planner.config import Rung, Settings
 from planner.engine import PROFILES, EngineChoice, EngineSettings, engine_settings, profile_for_image
 from planner.errors import ConfigError
 from planner.stack_schema import VllmConfig
@@ -211,6 +212,34 @@ class Layout:
         return f"{text} on {where}"
 
 
+SPOT_NOTICE_SECONDS = 30
+"""Compute Engine's preemption notice to a Spot VM ("Spot VMs": ACPI G2 soft off, then 30 s): shorter than a
+group's drain, and the loss of one node restarts the whole LeaderWorkerSet group."""
+
+
+@dataclass(frozen=True)
+class RungPlan:
+    """One rung of the stack (planner/config.py Rung) planned with the stack's one pod shape."""
+
+    key: str
+    accelerator: str
+    machine_type: str
+    provisioning: str
+    zones: tuple[str, ...]
+    kv_tokens: int
+    """KV-cache tokens per replica on this rung's GPUs, the layout planned on the primary."""
+    max_concurrent_sequences: int
+    max_num_seqs: int
+    weights_load_seconds: int
+    """One node's share of the weights at the read rate this machine gets from the weights disk."""
+    usd_hour: float | None
+    """On-demand list price of one replica's nodes per hour (None: not in the catalog). Spot and flex-start are
+    billed below it, a reservation as committed."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
 @dataclass(frozen=True)
 class Fit:
     weights_per_gpu: float
@@ -291,9 +320,15 @@ class Sizing:
     smoke_wait_seconds: int
     fingerprint: str
     warnings: tuple[str, ...] = ()
+    rungs: tuple[RungPlan, ...] = ()
+    """Every rung, planned (stacks with a ComputeClass: several zones, ways of buying or machines)."""
 
     def as_dict(self) -> dict[str, object]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        out: dict[str, object] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()
+                                  if k != "rungs"}
+        if self.rungs:
+            out["rungs"] = [r.as_dict() for r in self.rungs]
+        return out
 
 
 def unquantized_bytes(dtype: str) -> float:
@@ -592,6 +627,42 @@ def choose_weights_disk(settings: Settings, weights_bytes: float, machine: Machi
     return min(options, key=lambda o: (o.load_seconds, o.usd_month)), options
 
 
+def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights_bytes: float, kv_bytes: float,
+               disk: DiskChoice) -> list[RungPlan]:
+    """Each rung with the one pod shape planned on the primary: its KV tokens (refused when they do not hold one
+    vllm.maxModelLen sequence), its weights load from the weights disk and its list price. Spot rungs for a
+    multi-node group need accelerator.spotMultiNode."""
+    arch, accs, vllm = settings.model.architecture, settings.accelerator, settings.vllm
+    rungs = accs.rungs or (Rung("accelerator", accs.type, accs.machine_type, accs.provisioning, accs.zones),)
+    planned = []
+    for rung in rungs:
+        if rung.provisioning == "spot" and layout.nodes > 1 and not accs.spot_multi_node:
+            raise ConfigError(f"{rung.key}.provisioning", "spot",
+                              f"a replica is a group of {layout.nodes} nodes: a Spot VM gets {SPOT_NOTICE_SECONDS} s "
+                              f"of notice, less than the group's {DRAIN_SECONDS} s drain, and losing one node "
+                              "restarts the whole group; set accelerator.spotMultiNode: true to accept that, or "
+                              "drop spot")
+        engine = engine_settings(choice.profile, rung.catalog.memory_bytes, rung.type, vllm.extra_args)
+        got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
+                  vllm.max_model_len, engine)
+        if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len:
+            held = (f"holds only {got.kv_tokens} KV tokens per replica" if got.weights_fit else
+                    f"cannot hold {_gib(got.weights_per_gpu)} of weights per GPU")
+            raise ConfigError(f"{rung.key}.type", rung.type,
+                              f"{rung.catalog.display} at {layout.describe()} (the pod shape planned on "
+                              f"{accs.machine_type}) {held}, less than one vllm.maxModelLen ({vllm.max_model_len}) "
+                              "sequence; use a larger GPU or drop this fallback")
+        provisioned = disk.read_mib_s if DISK_TYPES[disk.disk_type].mib_s_per_gib == 0 else 0
+        read = disk_read_mib_s(disk.disk_type, disk.size_gib, rung.machine, provisioned)
+        price = machine_usd_hour(rung.machine)
+        planned.append(RungPlan(
+            rung.key, rung.type, rung.machine_type, rung.provisioning, rung.zones, got.kv_tokens,
+            got.kv_tokens // vllm.max_model_len, engine.max_num_seqs,
+            round(weights_load_seconds(weights_bytes, layout.nodes, read)),
+            None if price is None else round(price * layout.nodes, 2)))
+    return planned
+
+
 def plan(settings: Settings) -> Sizing:
     """The serving layout and its derived numbers for validated settings (raises ConfigError)."""
     arch, accs, par = settings.model.architecture, settings.accelerator, settings.parallelism
@@ -647,6 +718,20 @@ def plan(settings: Settings) -> Sizing:
                         f"({settings.weights.load_seconds} s); the fastest, {disk.disk_type} at "
                         f"{disk.read_mib_s:,.0f} MiB/s per VM, takes {disk.load_seconds:.0f} s")
     disk_gib, read_mib_s, weights_load = disk.size_gib, disk.read_mib_s, disk.load_seconds
+    rungs = plan_rungs(settings, choice, layout, weights_bytes, kv_bytes, disk)
+    # Values every rung shares take the worst rung: the slowest weights load (startup probe, smoke wait), the
+    # smallest batch capacity (HPA target), the smallest machine (pod requests).
+    weights_load = max([weights_load, *(r.weights_load_seconds for r in rungs[1:])])
+    worst_concurrency = min(concurrency, *(r.max_concurrent_sequences for r in rungs))
+    worst_seqs = min(engine.max_num_seqs, *(r.max_num_seqs for r in rungs))
+    if accs.compute_class and layout.nodes > 1 and len(accs.all_zones) > 1 and accs.catalog.compact_placement:
+        warnings.append(f"compact placement needs one zone: the node pool spans {', '.join(accs.zones)}, so the "
+                        f"{layout.nodes} nodes of a group are kept in one zone and pool (pod affinity) but not "
+                        "placed close together; list one zone for compact placement")
+    if accs.compute_class and not settings.cluster.create:
+        warnings.append(f"the ComputeClass auto-creates node pools: an existing cluster must run GKE "
+                        f"{AUTO_CREATION_MIN_GKE} or later (flex-start GPUs: {FLEX_START_MIN_GKE}), which "
+                        "`pulumi preview` cannot check")
     multi = layout.nodes > 1
     cold, warm = ENGINE_START_SECONDS[(multi, False)], ENGINE_START_SECONDS[(multi, True)]
     if not settings.vllm.compile_cache:
@@ -667,9 +752,11 @@ def plan(settings: Settings) -> Sizing:
     price = machine_usd_hour(accs.machine)
     cached = weights_bytes / layout.nodes / GIB / PAGE_CACHE_GIB_S
     gpus_per_pod = layout.gpus if layout.nodes == 1 else accs.gpus_per_node
-    pod_cpu, pod_memory, pod_shm = pod_resources(accs.machine, gpus_per_pod)
-    hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, concurrency,
-                                                                 engine.max_num_seqs)
+    machines = [accs.machine, *(r.machine for r in accs.rungs)]
+    pod_cpu, pod_memory, pod_shm = (min(values) for values in zip(*(pod_resources(m, gpus_per_pod)
+                                                                    for m in machines), strict=True))
+    hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, worst_concurrency,
+                                                                 worst_seqs)
     # Anything that changes what is served: the smoke Job is renamed (so re-run) when this changes.
     served = f"{settings.model.id}@{settings.model.revision}|{settings.vllm.image}|{layout}|{settings.vllm}"
     return Sizing(
@@ -702,6 +789,7 @@ def plan(settings: Settings) -> Sizing:
         hpa_target=hpa_target, min_weight_bytes=int(weights_bytes * MIN_WEIGHT_FRACTION),
         smoke_wait_seconds=probe + NODE_PROVISIONING_SECONDS + pull_plain,
         fingerprint=hashlib.sha256(served.encode()).hexdigest()[:16], warnings=tuple(warnings),
+        rungs=tuple(rungs) if accs.compute_class else (),
     )
 
 

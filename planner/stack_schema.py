@@ -128,25 +128,70 @@ class ClusterConfig(Section):
         return location
 
 
+Provisioning = Literal["on-demand", "spot", "reservation", "flex-start"]
+
+
+def _zones(zones: tuple[str, ...]) -> tuple[str, ...]:
+    for zone in zones:
+        if not ZONE.fullmatch(zone):
+            raise ValueError(f"{zone} is not a zone name; expected e.g. us-central1-a")
+    if len(set(zones)) != len(zones):
+        raise ValueError("a zone is listed twice")
+    return zones
+
+
+def _options(value: Any) -> Any:
+    """One way of buying, or an ordered list of them without repeats."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("list at least one way of buying: on-demand, spot, reservation or flex-start")
+        if len(set(map(str, value))) != len(value):
+            raise ValueError("a way of buying is listed twice")
+    return value
+
+
+class FallbackConfig(Section):
+    """One fallback machine: the autoscaler's next rungs when the accelerator's own are sold out."""
+
+    type: AcceleratorType = Field(description="GKE accelerator type of the fallback.")
+    machine_type: Text | None = Field(None, description="Machine type; the one with the primary's GPUs per node "
+                                                        "when unset.")
+    provisioning: Annotated[Provisioning | tuple[Provisioning, ...] | None, BeforeValidator(_options)] = Field(
+        None, description="How the fallback's nodes are bought, in order (default: the first way its machine "
+                          "series is sold).")
+    zones: Texts | None = Field(None, description="Zones of the fallback (default: accelerator.zones).")
+    reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_names(cls, zones: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if zones is None else _zones(zones)
+
+
 class AcceleratorConfig(Section):
     """GPU nodes: the accelerator and the machine type that carries it."""
 
     type: AcceleratorType = Field(description="GKE accelerator type.")
     machine_type: Text | None = Field(None, description="Machine type; derived from gpusPerNode when unset.")
     gpus_per_node: Int | None = Field(None, ge=1, description="GPUs per node; derived from machineType when unset.")
-    zones: Texts = Field((), description="The serving zone (one; the weights disk is zonal), e.g. [us-central1-a].")
-    provisioning: Literal["on-demand", "spot", "reservation", "flex-start"] | None = Field(
-        None, description="How GPU nodes are bought (default: on-demand where Compute Engine sells the machine type "
-                          "so, else flex-start; planner/catalog.py MACHINE_SERIES).")
+    zones: Texts = Field((), description="Serving zones, e.g. [us-central1-a]. Several zones need Hyperdisk ML "
+                                         "weights (one disk per zone behind one volume) and make a ComputeClass.")
+    provisioning: Annotated[Provisioning | tuple[Provisioning, ...] | None, BeforeValidator(_options)] = Field(
+        None, description="How GPU nodes are bought: one way, or an ordered list the autoscaler walks on a stockout "
+                          "(default: on-demand where Compute Engine sells the machine type so, else flex-start; "
+                          "planner/catalog.py MACHINE_SERIES). The first is the Pulumi-managed pool's.")
     reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
+    fallbacks: tuple[FallbackConfig, ...] = Field(
+        (), description="Other accelerators or machine types, in order, after every way of buying the primary: "
+                        "each must run the same pod (GPUs per node, nodes per group) and is planned at preview.")
+    spot_multi_node: Bool = Field(False, description="Allow spot rungs for multi-node groups: a Spot VM gets a 30 s "
+                                                     "notice, shorter than a group's drain, and its loss restarts the "
+                                                     "whole group.")
 
     @field_validator("zones")
     @classmethod
     def _zone_names(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
-        for zone in zones:
-            if not ZONE.fullmatch(zone):
-                raise ValueError(f"{zone} is not a zone name; expected e.g. us-central1-a")
-        return zones
+        return _zones(zones)
     driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = Field(
         "LATEST", description="GKE-managed NVIDIA driver version.")
 

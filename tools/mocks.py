@@ -7,6 +7,7 @@ their inputs echoed back as outputs, plus the few computed outputs the program r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import runpy
@@ -58,6 +59,9 @@ class _Mocks(pulumi.runtime.Mocks):
         if args.typ in ("gcp:compute/image:Image", "gcp:compute/snapshot:Snapshot", "gcp:compute/disk:Disk"):
             kind = args.typ.split(":")[-1].lower() + "s"
             outputs["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{self.project}/global/{kind}/{args.name}"
+        if args.typ == "gcp:container/nodePool:NodePool" and not outputs.get("name"):
+            # Pulumi auto-names a pool without a name: the logical name and 7 random hex characters.
+            outputs["name"] = f"{args.name}-{hashlib.sha256(args.name.encode()).hexdigest()[:7]}"
         if args.typ == "gcp:serviceaccount/account:Account":
             outputs["email"] = f"{args.inputs.get('accountId')}@{self.project}.iam.gserviceaccount.com"
         if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):

@@ -87,9 +87,42 @@ def namespaced(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def sizing_table(sizing: Sizing) -> str:
-    rows = [(k, v) for k, v in sizing.as_dict().items() if k != "warnings"]
+    rows = [(k, v) for k, v in sizing.as_dict().items() if k not in ("warnings", "rungs")]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def custom_resource_problems(objects: list[dict[str, Any]]) -> list[str]:
+    """Upstream schema and CEL problems of every rendered custom resource with a vendored schema (tools/crds.py)."""
+    from tools import crds
+
+    kinds = crds.checked_kinds()
+    return [line for obj in objects if (obj.get("apiVersion"), obj.get("kind")) in kinds
+            for line in crds.problems(obj)]
+
+
+def rung_table(s: Sizing, objects: list[dict[str, Any]]) -> str:
+    """Every rung in the order GKE's autoscaler tries them, each planned with the one pod shape, and where the weights
+    volume reaches."""
+    klass = next((o["metadata"]["name"] for o in objects if o.get("kind") == "ComputeClass"), "?")
+    head = ("rung", "configured at", "machine", "buying", "zones", "KV tokens", "seqs", "load s", "$/hour")
+    rows = [head]
+    for index, r in enumerate(s.rungs):
+        price = "unpriced" if r.usd_hour is None else f"{r.usd_hour:,.2f}"
+        rows.append((f"{index}{' (pool)' if index == 0 else ''}", r.key, f"{r.machine_type} ({r.accelerator})",
+                     r.provisioning, ",".join(z.rsplit("-", 1)[-1] for z in r.zones), f"{r.kv_tokens:,}",
+                     str(r.max_concurrent_sequences), str(r.weights_load_seconds), price))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    volumes = [o for o in objects if o.get("kind") == "PersistentVolume" and "/zones/multi-zone/" in
+               str(((o.get("spec") or {}).get("csi") or {}).get("volumeHandle", ""))]
+    where = (f"weights: {s.weights_disk_type}, one disk per zone behind the multi-zone volume "
+             f"{volumes[0]['spec']['csi']['volumeHandle']}" if volumes else
+             f"weights: {s.weights_disk_type} in one zone")
+    return (f"GPU rungs (ComputeClass {klass}, tried in this order; $/hour: on-demand list price of a replica's "
+            f"{s.nodes_per_replica} node(s), spot and flex-start are billed below it):\n" + "\n".join(lines) +
+            f"\n  shared by every rung (worst rung): startup probe {s.startup_probe_seconds} s, HPA target "
+            f"{s.hpa_target:g}, pod {s.pod_cpu} CPU / {s.pod_memory_gib} GiB\n  {where}")
 
 
 def time_to_ready(s: Sizing) -> str:
@@ -203,11 +236,12 @@ def main(argv: list[str] | None = None) -> int:
 
     objects = recording.kubernetes_objects()
     resources = recording.rule_inputs()
-    pools = cluster_rules.node_pools(resources)
+    pools = cluster_rules.node_pools(resources, objects)
     budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
     # The Service-variable half of the names rule needs vLLM's own variable list (tests/program/test_cluster_rules.py).
     violations = cluster_rules.check_all(objects, pools, budget, own_images=own_images(settings, project),
                                          gcp_resources=resources)
+    violations += [f"schema: {line}" for line in custom_resource_problems(objects)]
     written = write_objects(objects, args.out) if args.out else []
     listed = [{"type": r.type, "name": r.name} for r in recording.resources]
     if args.json:
@@ -219,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{sizing.max_num_seqs}, max_num_batched_tokens {sizing.max_num_batched_tokens})\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
         print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
+        if sizing.rungs:
+            print(rung_table(sizing, objects) + "\n")
         print(f"resources ({len(listed)}):\n" + resource_tree(recording.resources))
         for warning in sizing.warnings:
             print(f"warning: {warning}")

@@ -33,5 +33,5 @@ def test_a_one_zone_one_option_stack_renders_exactly_what_it_did_before(case):
     expected = json.loads((GOLDEN / f"{case}.json").read_text())
     got = rendered(CASES[case]())
     assert [row[:2] for row in got] == [row[:2] for row in expected]
-    for (type_token, name, inputs), (_, _, before) in zip(got, expected):
+    for (type_token, name, inputs), (_, _, before) in zip(got, expected, strict=True):
         assert inputs == before, f"{type_token} {name} changed"

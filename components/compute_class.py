@@ -1,0 +1,51 @@
+"""The stack's ComputeClass: the order in which GKE's autoscaler tries zones, ways of buying and machine types
+(planner/compute_class.py builds the spec; rule 0 is the Pulumi-managed GPU pool)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from planner.compute_class import COMPUTE_CLASS_API, HEALTH_WAIT, class_name, spec
+from planner.config import Stack
+from planner.security import PART_OF, PART_OF_LABEL
+from planner.sizing import Sizing
+
+HEALTH_TIMEOUT_SECONDS = 600
+"""How long `pulumi up` waits for the class's Health condition."""
+
+
+@dataclass(frozen=True)
+class ComputeClassArgs:
+    """Inputs of ComputeClass."""
+
+    name: str
+    """Cluster-scoped name (planner.compute_class.class_name of the stack)."""
+    spec: dict[str, Any]
+    """The ComputeClass spec (planner.compute_class.spec); rule 0 holds the GPU pool's name (an Output)."""
+
+    @classmethod
+    def from_plan(cls, stack: Stack, sizing: Sizing, pool_name: pulumi.Input[str]) -> ComputeClassArgs:
+        return cls(name=class_name(stack.name),
+                   spec=spec(stack.settings.accelerator, pool_name, lead_seconds=sizing.time_to_ready_cold_seconds))
+
+
+class ComputeClass(pulumi.ComponentResource):
+    """A `cloud.google.com/v1` ComputeClass that `pulumi up` waits on until GKE reports it healthy."""
+
+    compute_class: k8s.apiextensions.CustomResource
+    name: str
+
+    def __init__(self, name: str, args: ComputeClassArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:gpu:ComputeClass", name, None, opts)
+        self.name = args.name
+        self.compute_class = k8s.apiextensions.CustomResource(
+            f"{name}-compute-class", api_version=COMPUTE_CLASS_API, kind="ComputeClass",
+            metadata={"name": args.name, "labels": {PART_OF_LABEL: PART_OF},
+                      "annotations": {"pulumi.com/waitFor": HEALTH_WAIT,
+                                      "pulumi.com/timeoutSeconds": str(HEALTH_TIMEOUT_SECONDS)}},
+            spec=args.spec, opts=pulumi.ResourceOptions(parent=self))
+        self.register_outputs({"name": args.name})
