@@ -196,7 +196,7 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: tuple[str, str, str]) -
     return False
 
 
-def _misfit(pod: dict[str, Any], pool: NodePool, injected: list[dict[str, Any]] = ()) -> str | None:
+def misfit(pod: dict[str, Any], pool: NodePool, injected: list[dict[str, Any]] = ()) -> str | None:
     """Why `pod` (with the `injected` sidecars) cannot run on a node of `pool`, or None when it can."""
     for key, value in (pod.get("nodeSelector") or {}).items():
         if key == ZONE_LABEL:
@@ -239,7 +239,7 @@ def scheduling(objects: Iterable[dict[str, Any]], pools: list[NodePool]) -> list
         if missing:
             problems.append(f"scheduling: {template.where} gets the GCS FUSE sidecar without {', '.join(missing)}: "
                             "its requests would be the driver's defaults, which this check cannot see")
-        reasons = {pool.name: _misfit(template.spec, pool, injected) for pool in pools}
+        reasons = {pool.name: misfit(template.spec, pool, injected) for pool in pools}
         if all(reasons.values()):
             why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
             problems.append(f"scheduling: {template.where} fits no node pool ({why})")
@@ -295,12 +295,12 @@ def headroom(objects: list[dict[str, Any]], pools: list[NodePool]) -> list[str]:
                 problems.append(f"headroom: {t.where} requests less {', '.join(short)} than {s.where} with its "
                                 "sidecars: preempting it may not free enough for the serving pod")
             for pool in pools:
-                if _misfit(t.spec, pool) is None and (why := _misfit(s.spec, pool, injected_containers(s.annotations))):
+                if misfit(t.spec, pool) is None and (why := misfit(s.spec, pool, injected_containers(s.annotations))):
                     problems.append(f"headroom: {t.where} fits {pool.name} where {s.where} does not ({why})")
     for d in (t for t in templates if t.owner.get("kind") == "DaemonSet"):
         for s in serving:
             for pool in pools:
-                if _misfit(d.spec, pool) or _misfit(s.spec, pool, injected_containers(s.annotations)):
+                if misfit(d.spec, pool) or misfit(s.spec, pool, injected_containers(s.annotations)):
                     continue
                 beside = d.spec.get("containers") or []
                 if d.annotations.get(PAGE_CACHE_LIMIT) == "true":
@@ -310,7 +310,7 @@ def headroom(objects: list[dict[str, Any]], pools: list[NodePool]) -> list[str]:
                               for c in beside]
                 both = {"containers": [*(s.spec.get("containers") or []), *beside],
                         "nodeSelector": s.spec.get("nodeSelector"), "tolerations": s.spec.get("tolerations")}
-                if why := _misfit(both, pool, injected_containers(s.annotations)):
+                if why := misfit(both, pool, injected_containers(s.annotations)):
                     problems.append(f"headroom: {d.where} beside {s.where} on {pool.name}: {why}")
     return problems
 
@@ -539,7 +539,7 @@ def compute_class_pools(objects: Iterable[dict[str, Any]]) -> list[NodePool]:
     return pools
 
 
-def _claims(objects: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, ...] | None]:
+def claim_zones(objects: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, ...] | None]:
     """(namespace, claim) -> zones its PersistentVolume's node affinity allows (None: no zone constraint)."""
     volumes: dict[str, tuple[str, ...] | None] = {}
     for obj in objects:
@@ -562,7 +562,7 @@ def compute_classes(objects: list[dict[str, Any]], pools: list[NodePool]) -> lis
     PersistentVolume's node affinity is a hard scheduling constraint, and a rung whose zone the weights volume does
     not cover leaves the pod Pending on a node GKE created for it."""
     problems = []
-    claims = _claims(objects)
+    claims = claim_zones(objects)
     for template in pod_templates(objects):
         klass = (template.spec.get("nodeSelector") or {}).get(COMPUTE_CLASS_LABEL)
         if klass is None:
@@ -574,7 +574,7 @@ def compute_classes(objects: list[dict[str, Any]], pools: list[NodePool]) -> lis
         injected = injected_containers(template.annotations)
         namespace = template.owner.get("metadata", {}).get("namespace", "")
         for pool in members:
-            if why := _misfit(template.spec, pool, injected):
+            if why := misfit(template.spec, pool, injected):
                 problems.append(f"compute class: {template.where} does not fit {pool.name}: {why}")
             for volume in template.spec.get("volumes") or []:
                 claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")

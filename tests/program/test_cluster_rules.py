@@ -47,7 +47,7 @@ def stack_facts(config: dict[str, Any]) -> tuple[Recording, rules.Budget, list[s
 
 def violations(config: dict[str, Any]) -> list[str]:
     recording, budget, images = stack_facts(config)
-    pools = rules.node_pools(recording.rule_inputs())
+    pools = rules.node_pools(recording.rule_inputs(), recording.kubernetes_objects())
     return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=images,
                            gcp_resources=recording.rule_inputs())
 
@@ -69,10 +69,19 @@ GENERATED = {
                                                  "gcsUri": "gs://bucket/llama"},
                                           serving={"expose": "internal-lb"},
                                           vllm={"image": "vllm/vllm-openai:v0.31.1"}),
+    # issue 32: a multi-node group on a ComputeClass over three zones, with a Spot rung and an H200 fallback
+    "405b-mega-three-zones-ladder": full_config(
+        "prod", accelerator={"type": "nvidia-h100-mega-80gb", "zones": ["us-central1-a", "us-central1-b",
+                                                                        "us-central1-c"],
+                             "provisioning": ["on-demand", "flex-start", "spot"], "spotMultiNode": True,
+                             "fallbacks": [{"type": "nvidia-h200-141gb", "provisioning": ["flex-start"]}]},
+        autoscaling={"minReplicas": 1, "maxReplicas": 2, "headroom": 1}),
+    "l4-one-zone-on-demand-then-spot": full_config(accelerator=accel("nvidia-l4", provisioning=["on-demand", "spot"]),
+                                                   autoscaling={"headroom": 1}),
 }
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "multizone"])
 def test_example_stacks_break_no_cluster_rule(stack):
     assert violations(full_config(stack)) == []
 
@@ -184,9 +193,9 @@ def test_pods_sharing_a_gpu_node_must_fit_it_together():
     pool = rules.NodePool("g2-48", *gke_allocatable(48, 192), gpus=4, labels={})
     pod = {"containers": [{"resources": {"requests": {"cpu": "11", "memory": "40Gi", "nvidia.com/gpu": "1"},
                                          "limits": {"nvidia.com/gpu": "1"}}}]}
-    assert rules._misfit(pod, pool) is None
+    assert rules.misfit(pod, pool) is None
     pod["containers"][0]["resources"]["requests"]["cpu"] = "12"  # 4 x 12 = 48 > 47.8 allocatable
-    assert "4 pod(s) per node" in rules._misfit(pod, pool)
+    assert "4 pod(s) per node" in rules.misfit(pod, pool)
 
 
 def test_the_gcs_fuse_sidecar_the_webhook_injects_counts_toward_the_fit(prod):

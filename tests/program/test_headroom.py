@@ -109,11 +109,11 @@ def test_a_serving_pod_fits_every_node_a_placeholder_holds(name, request):
     pools = rules.node_pools(recording.rule_inputs())
     assert rules.headroom(objects, pools) == []
     held = placeholder(recording)["spec"]["template"]["spec"]
-    gpu_pools = [p for p in pools if rules._misfit(held, p) is None]
+    gpu_pools = [p for p in pools if rules.misfit(held, p) is None]
     assert gpu_pools, "the placeholder fits the GPU pool"
     for template in serving_templates(recording):
         for pool in gpu_pools:
-            assert rules._misfit(template.spec, pool, injected_containers(template.annotations)) is None
+            assert rules.misfit(template.spec, pool, injected_containers(template.annotations)) is None
 
 
 @pytest.mark.parametrize("breakage, fragment", [

@@ -1,0 +1,196 @@
+"""Several zones, ways of buying and fallbacks (issue 32), as the program renders them under Pulumi's mocks: the
+ComputeClass (upstream schema and CEL rules), the pool that joins it, the pods that select it, the multi-node group
+affinity and the multi-zone weights volume; and each cluster rule shown to catch a broken object."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from planner import cluster_rules as rules
+from planner.compute_class import class_name
+from planner.config import PROJECT_DIR
+from planner.labels import COMPUTE_CLASS_LABEL, LWS_GROUP_KEY_LABEL, NODEPOOL_LABEL, ZONE_LABEL
+from tests.helpers import full_config
+from tests.k8s_schema import validate_object
+from tools import crds
+from tools.mocks import Recording, run_program
+
+ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
+MULTI_NODE = {"type": "nvidia-h100-mega-80gb", "zones": ZONES, "provisioning": ["on-demand", "flex-start"],
+              "fallbacks": [{"type": "nvidia-h200-141gb", "provisioning": ["flex-start"]}]}
+
+
+@pytest.fixture(scope="module")
+def multizone() -> Recording:
+    return run_program(full_config("multizone"))
+
+
+@pytest.fixture(scope="module")
+def groups() -> Recording:
+    return run_program(full_config("prod", accelerator=MULTI_NODE))
+
+
+def objects(rec: Recording) -> list[dict[str, Any]]:
+    return copy.deepcopy(rec.kubernetes_objects())
+
+
+def find(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, [o["metadata"]["name"] for o in found]
+    return found[0]
+
+
+def lws_templates(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    lwt = find(objs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    return [lwt[role]["spec"] for role in ("leaderTemplate", "workerTemplate") if role in lwt]
+
+
+def test_every_object_is_valid_against_its_upstream_schema_cel_rules_included(multizone, groups):
+    for rec in (multizone, groups):
+        for obj in rec.kubernetes_objects():
+            validate_object(obj)  # ComputeClass: tools/crds.py (both vendored schemas, CEL)
+
+
+def test_the_compute_class_is_the_pool_then_the_other_rungs_and_pulumi_waits_for_its_health(multizone):
+    objs = objects(multizone)
+    klass = find(objs, "ComputeClass")
+    pool = multizone.one("gcp:container/nodePool:NodePool", "gpu-pool")
+    assert klass["metadata"]["name"] == class_name(f"vllm-gke/{multizone.stack}")
+    assert klass["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Health"
+    spec = klass["spec"]
+    assert spec["whenUnsatisfiable"] == "DoNotScaleUp" and spec["activeMigration"] == {"optimizeRulePriority": False}
+    assert spec["nodePoolAutoCreation"] == {"enabled": True}
+    # rule 0 is the Pulumi-managed pool (it holds the reservation), by the name Pulumi gives it
+    assert list(spec["priorities"][0]) == ["nodepools"]
+    assert spec["priorities"][0]["nodepools"][0].startswith("gpu-pool-")  # Pulumi's auto-name of the pool
+    assert pool.inputs["nodeConfig"]["reservationAffinity"]["values"] == ["h100-serving"]
+    assert [(r["machineType"], "flexStart" in r) for r in spec["priorities"][1:]] == [
+        ("a3-highgpu-8g", False), ("a3-highgpu-8g", True), ("a3-ultragpu-8g", True)]
+    klass_res = multizone.one("kubernetes:cloud.google.com/v1:ComputeClass")
+    assert pool.urn in klass_res.dependencies
+    lws = multizone.one("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+    assert klass_res.urn in lws.dependencies
+
+
+def test_the_pool_joins_the_class_with_its_label_and_taint_and_spans_the_zones(multizone):
+    name = class_name(f"vllm-gke/{multizone.stack}")
+    config = multizone.one("gcp:container/nodePool:NodePool", "gpu-pool").inputs
+    assert config["nodeLocations"] == ZONES
+    assert config["nodeConfig"]["labels"][COMPUTE_CLASS_LABEL] == name
+    assert {"key": COMPUTE_CLASS_LABEL, "value": name, "effect": "NO_SCHEDULE"} in config["nodeConfig"]["taints"]
+
+
+def test_serving_pods_placeholders_and_the_weights_cache_select_the_class(groups):
+    objs = objects(groups)
+    name = class_name(f"vllm-gke/{groups.stack}")
+    templates = [t.spec for t in rules.pod_templates(objs)
+                 if t.owner["kind"] in ("LeaderWorkerSet", "DaemonSet")
+                 or t.owner["metadata"]["name"].endswith("headroom")]
+    assert len(templates) >= 2
+    for spec in templates:
+        assert spec["nodeSelector"] == {COMPUTE_CLASS_LABEL: name}
+        assert {"key": COMPUTE_CLASS_LABEL, "operator": "Equal", "value": name,
+                "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_a_multi_node_group_is_kept_in_one_zone_and_one_pool(groups):
+    objs = objects(groups)
+    for spec in lws_templates(objs):
+        terms = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert {t["topologyKey"] for t in terms} == {ZONE_LABEL, NODEPOOL_LABEL}
+        for term in terms:
+            assert term["matchLabelKeys"] == [LWS_GROUP_KEY_LABEL]
+            assert LWS_GROUP_KEY_LABEL not in term["labelSelector"].get("matchLabels", {})
+    # compact placement is one zone only: the three-zone pool has none
+    assert groups.one("gcp:container/nodePool:NodePool", "gpu-pool").inputs.get("placementPolicy") is None
+
+
+def test_weights_are_on_hyperdisk_ml_in_every_zone_behind_one_multi_zone_volume(multizone):
+    disks = [r for r in multizone.of_type("gcp:compute/disk:Disk") if r.name.endswith("-serving")]
+    assert sorted(d.inputs["zone"] for d in disks) == ZONES
+    assert len({d.inputs["name"] for d in disks}) == 1
+    for disk in disks:
+        assert disk.inputs["type"] == "hyperdisk-ml" and disk.inputs["accessMode"] == "READ_ONLY_MANY"
+        assert disk.inputs["labels"]["goog-gke-multi-zone"] == "true"
+    staging = next(r for r in multizone.of_type("gcp:compute/disk:Disk") if r.name.endswith("-staging"))
+    assert staging.inputs["zone"] == ZONES[0]
+    objs = objects(multizone)
+    pv = next(o for o in objs if o["kind"] == "PersistentVolume" and o["spec"]["accessModes"] == ["ReadOnlyMany"])
+    assert pv["spec"]["csi"]["volumeHandle"] == (f"projects/my-gcp-project/zones/multi-zone/disks/"
+                                                 f"{disks[0].inputs['name']}")
+    assert pv["spec"]["csi"]["readOnly"] is True
+    zones = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    assert zones == ZONES
+    job = next(o for o in objs if o["kind"] == "Job" and o["metadata"]["name"].endswith("-download"))
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {ZONE_LABEL: ZONES[0]}
+
+
+# ----------------------------------------------------------------- each rule shown to catch a broken object
+
+def test_the_cel_rules_refuse_flex_start_with_spot_and_a_pool_rule_with_more(multizone):
+    klass = find(objects(multizone), "ComputeClass")
+    assert crds.problems(klass) == []
+    flex = next(r for r in klass["spec"]["priorities"] if "flexStart" in r)
+    flex["spot"] = True
+    klass["spec"]["priorities"][0]["spot"] = True
+    found = crds.problems(klass)
+    assert any("Flex Start provisioning model is incompatible with Spot" in line for line in found), found
+    assert any("Nodepool field cannot be set along with other fields" in line for line in found), found
+    bare = find(objects(multizone), "ComputeClass")
+    bare["spec"]["priorities"][1]["reservations"] = {"affinity": "Specific"}
+    assert any("At least 1 specific reservation required" in line for line in crds.problems(bare))
+
+
+def test_the_schema_refuses_a_field_the_crd_does_not_have(multizone):
+    klass = find(objects(multizone), "ComputeClass")
+    klass["spec"]["priorities"][1]["gpu"]["driverVersion"] = "LATEST"
+    assert any("'LATEST' is not one of ['default', 'latest']" in line for line in crds.problems(klass))
+
+
+def test_a_rung_the_pod_does_not_fit_is_a_violation(multizone):
+    objs = objects(multizone)
+    pools = rules.node_pools(multizone.rule_inputs(), objs)
+    assert rules.compute_classes(objs, pools) == []
+    # a pod that asks for more memory than the smaller machine of the class offers
+    for spec in lws_templates(objs):
+        spec["containers"][0]["resources"]["requests"]["memory"] = "2000Gi"
+        spec["containers"][0]["resources"]["limits"]["memory"] = "2000Gi"
+    found = rules.compute_classes(objs, pools)
+    assert any("does not fit" in line and "a3-highgpu-8g" in line for line in found), found
+
+
+def test_a_weights_volume_that_misses_a_rungs_zone_is_a_violation(multizone):
+    objs = objects(multizone)
+    pools = rules.node_pools(multizone.rule_inputs(), objs)
+    pv = next(o for o in objs if o["kind"] == "PersistentVolume" and o["spec"]["accessModes"] == ["ReadOnlyMany"])
+    pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = ZONES[:2]
+    found = rules.compute_classes(objs, pools)
+    assert any("has nodes in us-central1-c" in line for line in found), found
+
+
+def test_a_group_without_the_affinity_is_a_violation(groups):
+    objs = objects(groups)
+    assert rules.groups(objs) == []
+    for spec in lws_templates(objs):
+        terms = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        terms[:] = [t for t in terms if t["topologyKey"] != ZONE_LABEL]
+    found = rules.groups(objs)
+    assert len(found) == 2 and all(f"not kept in one {ZONE_LABEL}" in line for line in found), found
+
+
+def test_the_plan_prints_every_rung_and_checks_the_class():
+    # `make plan STACK=multizone` as a user runs it (a process of its own: the plan closes its event loop)
+    done = subprocess.run([sys.executable, "-m", "tools.plan", "--stack", "multizone"], cwd=PROJECT_DIR,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    rows = [line for line in out.splitlines() if "a3-" in line and ("flex-start" in line or "demand" in line
+                                                                     or "reservation" in line)]
+    assert len(rows) == 4, out
+    assert "multi-zone volume projects/my-gcp-project/zones/multi-zone/disks/" in out
+    assert "cluster rules" in out and "no violations" in out
