@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from planner.cluster_rules import SPOT_GROUPS_ANNOTATION
 from planner.compute_class import COMPUTE_CLASS_API, HEALTH_WAIT, class_name, spec
 from planner.config import Stack
 from planner.security import PART_OF, PART_OF_LABEL
@@ -26,11 +27,15 @@ class ComputeClassArgs:
     """Cluster-scoped name (planner.compute_class.class_name of the stack)."""
     spec: dict[str, Any]
     """The ComputeClass spec (planner.compute_class.spec); rule 0 holds the GPU pool's name (an Output)."""
+    spot_multi_node: bool = False
+    """accelerator.spotMultiNode, recorded on the object for the cluster rules (planner/cluster_rules.py rungs)."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, pool_name: pulumi.Input[str]) -> ComputeClassArgs:
+        acc = stack.settings.accelerator
         return cls(name=class_name(stack.name),
-                   spec=spec(stack.settings.accelerator, pool_name, lead_seconds=sizing.time_to_ready_cold_seconds))
+                   spec=spec(acc, pool_name, lead_seconds=sizing.time_to_ready_cold_seconds),
+                   spot_multi_node=acc.spot_multi_node)
 
 
 class ComputeClass(pulumi.ComponentResource):
@@ -42,10 +47,11 @@ class ComputeClass(pulumi.ComponentResource):
     def __init__(self, name: str, args: ComputeClassArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-gke:gpu:ComputeClass", name, None, opts)
         self.name = args.name
+        annotations = {"pulumi.com/waitFor": HEALTH_WAIT, "pulumi.com/timeoutSeconds": str(HEALTH_TIMEOUT_SECONDS)}
+        if args.spot_multi_node:
+            annotations[SPOT_GROUPS_ANNOTATION] = "true"
         self.compute_class = k8s.apiextensions.CustomResource(
             f"{name}-compute-class", api_version=COMPUTE_CLASS_API, kind="ComputeClass",
-            metadata={"name": args.name, "labels": {PART_OF_LABEL: PART_OF},
-                      "annotations": {"pulumi.com/waitFor": HEALTH_WAIT,
-                                      "pulumi.com/timeoutSeconds": str(HEALTH_TIMEOUT_SECONDS)}},
+            metadata={"name": args.name, "labels": {PART_OF_LABEL: PART_OF}, "annotations": annotations},
             spec=args.spec, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({"name": args.name})

@@ -618,6 +618,78 @@ def groups(objects: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+SPOT_GROUPS_ANNOTATION = "vllm-gke/spot-multi-node"
+"""On a ComputeClass: "true" when the stack opted in to Spot rungs for multi-node groups (accelerator.spotMultiNode)."""
+
+
+def _rule_buying(rule: dict[str, Any]) -> str:
+    """A ComputeClass rule's way of buying, in accelerator.provisioning's words."""
+    if (rule.get("flexStart") or {}).get("enabled"):
+        return "flex-start"
+    if rule.get("spot"):
+        return "spot"
+    if (rule.get("reservations") or {}).get("affinity") == "Specific":
+        return "reservation"
+    return "on-demand"
+
+
+def rungs(objects: list[dict[str, Any]], resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
+    """What GKE would refuse or break in a ComputeClass's auto-created rules, by the catalog's facts:
+    - each rule's machine series is sold its way (planner/catalog.py MACHINE_SERIES: Compute Engine "Consumption
+      options"); GKE cannot create an on-demand A3 Ultra node, so the autoscaler skips the rule every time;
+    - each rule's zones are in the region of the cluster's GPU pool (a node pool's zones are its cluster's region's);
+    - a multi-node group takes every GPU of each rung's nodes (one pod per node: a rung with more or fewer GPUs per
+      node cannot hold the group's pods as planned);
+    - Spot rules for a multi-node group only with the stack's opt-in (SPOT_GROUPS_ANNOTATION): a Spot VM gets 30 s
+      of notice (Compute Engine "Spot VMs"), less than a group's drain, and its loss restarts the whole group.
+    Flex-start with Spot in one rule and a Specific reservation without a name are the CRD's own CEL rules
+    (tools/crds.py evaluates them)."""
+    problems = []
+    regions = {str(inputs.get("location", "")) for token, _, inputs in resources
+               if token == "gcp:container/nodePool:NodePool" and (inputs.get("nodeConfig") or {}).get(
+                   "guestAccelerators")}
+    regions = {"-".join(r.split("-")[:2]) for r in regions if r}
+    group_gpus = {}
+    for obj in objects:
+        if obj.get("kind") == "LeaderWorkerSet":
+            lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
+            if int(lwt.get("size", 1)) > 1:
+                spec = ((lwt.get("workerTemplate") or {}).get("spec")) or {}
+                klass = (spec.get("nodeSelector") or {}).get(COMPUTE_CLASS_LABEL)
+                if klass:
+                    group_gpus[klass] = (int(lwt["size"]), int(sum(
+                        quantity(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+                        for c in spec.get("containers") or [])), _where(obj))
+    for obj in objects:
+        if obj.get("kind") != "ComputeClass":
+            continue
+        name = obj["metadata"]["name"]
+        opted = ((obj["metadata"].get("annotations") or {}).get(SPOT_GROUPS_ANNOTATION) == "true")
+        for index, rule in enumerate((obj.get("spec") or {}).get("priorities") or []):
+            if "machineType" not in rule:
+                continue
+            machine, where = rule["machineType"], f"rungs: ComputeClass {name} rule {index} ({rule['machineType']})"
+            series, mode = machine_series(machine), _rule_buying(rule)
+            if mode not in series.provisioning:
+                problems.append(f"{where}: bought {mode}; {series.name} is sold only as "
+                                f"{', '.join(series.provisioning)}")
+            outside = [z for z in (rule.get("location") or {}).get("zones") or []
+                       if regions and not any(z.startswith(f"{r}-") for r in regions)]
+            if outside:
+                problems.append(f"{where}: zones {', '.join(outside)} are outside the cluster's region "
+                                f"{', '.join(sorted(regions))}")
+            if name in group_gpus:
+                size, per_pod, lws = group_gpus[name]
+                count = int((rule.get("gpu") or {}).get("count", _machine(machine)[2]))
+                if count != per_pod:
+                    problems.append(f"{where}: nodes of {count} GPUs, but each pod of {lws} (a group of {size}) "
+                                    f"takes {per_pod}: the group's layout does not fit this rung")
+                if mode == "spot" and not opted:
+                    problems.append(f"{where}: Spot for {lws}, a group of {size} nodes, without the opt-in "
+                                    f"(accelerator.spotMultiNode, annotation {SPOT_GROUPS_ANNOTATION})")
+    return problems
+
+
 NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
 DISK_TYPE = "gcp:compute/disk:Disk"
 
@@ -683,5 +755,6 @@ def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budg
               gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
     """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules)."""
     return [*names(objects, server_env), *scheduling(objects, pools), *headroom(objects, pools),
-            *compute_classes(objects, pools), *groups(objects), *budgets(objects, budget),
+            *compute_classes(objects, pools), *groups(objects), *rungs(objects, gcp_resources),
+            *budgets(objects, budget),
             *images(objects, own_images), *runtime(objects), *gce(gcp_resources)]

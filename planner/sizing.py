@@ -233,8 +233,8 @@ class RungPlan:
     weights_load_seconds: int
     """One node's share of the weights at the read rate this machine gets from the weights disk."""
     usd_hour: float | None
-    """On-demand list price of one replica's nodes per hour (None: not in the catalog). Spot and flex-start are
-    billed below it, a reservation as committed."""
+    """One replica's share of the on-demand list price per hour (its GPUs' share of its nodes; None: not in the
+    catalog). Spot and flex-start are billed below it, a reservation as committed."""
 
     def as_dict(self) -> dict[str, object]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -659,7 +659,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
             rung.key, rung.type, rung.machine_type, rung.provisioning, rung.zones, got.kv_tokens,
             got.kv_tokens // vllm.max_model_len, engine.max_num_seqs,
             round(weights_load_seconds(weights_bytes, layout.nodes, read)),
-            None if price is None else round(price * layout.nodes, 2)))
+            None if price is None else round(price * layout.gpus / rung.machine.gpus, 2)))
     return planned
 
 

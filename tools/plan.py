@@ -101,10 +101,8 @@ def custom_resource_problems(objects: list[dict[str, Any]]) -> list[str]:
             for line in crds.problems(obj)]
 
 
-def rung_table(s: Sizing, objects: list[dict[str, Any]]) -> str:
-    """Every rung in the order GKE's autoscaler tries them, each planned with the one pod shape, and where the weights
-    volume reaches."""
-    klass = next((o["metadata"]["name"] for o in objects if o.get("kind") == "ComputeClass"), "?")
+def rung_rows(s: Sizing) -> str:
+    """Every rung in the order GKE's autoscaler tries them, each planned with the one pod shape."""
     head = ("rung", "configured at", "machine", "buying", "zones", "KV tokens", "seqs", "load s", "$/hour")
     rows = [head]
     for index, r in enumerate(s.rungs):
@@ -114,15 +112,20 @@ def rung_table(s: Sizing, objects: list[dict[str, Any]]) -> str:
                      str(r.max_concurrent_sequences), str(r.weights_load_seconds), price))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines) + (f"\n  shared by every rung (worst rung): startup probe {s.startup_probe_seconds} s, "
+                               f"HPA target {s.hpa_target:g}, pod {s.pod_cpu} CPU / {s.pod_memory_gib} GiB")
+
+
+def rung_table(s: Sizing, objects: list[dict[str, Any]]) -> str:
+    """The rungs with the ComputeClass's name and where the weights volume reaches."""
+    klass = next((o["metadata"]["name"] for o in objects if o.get("kind") == "ComputeClass"), "?")
     volumes = [o for o in objects if o.get("kind") == "PersistentVolume" and "/zones/multi-zone/" in
                str(((o.get("spec") or {}).get("csi") or {}).get("volumeHandle", ""))]
     where = (f"weights: {s.weights_disk_type}, one disk per zone behind the multi-zone volume "
              f"{volumes[0]['spec']['csi']['volumeHandle']}" if volumes else
              f"weights: {s.weights_disk_type} in one zone")
-    return (f"GPU rungs (ComputeClass {klass}, tried in this order; $/hour: on-demand list price of a replica's "
-            f"{s.nodes_per_replica} node(s), spot and flex-start are billed below it):\n" + "\n".join(lines) +
-            f"\n  shared by every rung (worst rung): startup probe {s.startup_probe_seconds} s, HPA target "
-            f"{s.hpa_target:g}, pod {s.pod_cpu} CPU / {s.pod_memory_gib} GiB\n  {where}")
+    return (f"GPU rungs (ComputeClass {klass}, tried in this order; $/hour: a replica's share of the on-demand list "
+            f"price, spot and flex-start are billed below it):\n{rung_rows(s)}\n  {where}")
 
 
 def time_to_ready(s: Sizing) -> str:

@@ -209,8 +209,22 @@ def time_to_ready_table(project_dir: Path = PROJECT_DIR) -> str:
     return "\n".join(rows) + "\n"
 
 
+def sold_out_example(project_dir: Path = PROJECT_DIR) -> str:
+    """Pulumi.multizone.yaml's accelerator section and the rungs `make plan STACK=multizone` prints for it."""
+    from tools.plan import rung_rows
+
+    config = read_stack_file(project_dir / "Pulumi.multizone.yaml")
+    section = yaml.safe_dump({"vllm-gke:accelerator": config["vllm-gke:accelerator"]}, sort_keys=False,
+                             default_flow_style=None, width=110)
+    s = _plan_stack("multizone", project_dir)
+    model = config["vllm-gke:model"]["id"].rsplit("/", 1)[-1]
+    return (f"```yaml\n{section}```\n\n`make plan STACK=multizone` ({model}, vllm.maxModelLen "
+            f"{s.max_model_len:,}, tensor={s.tensor_parallel_size} x pipeline={s.pipeline_parallel_size}) prints:\n\n"
+            f"```\n{rung_rows(s)}\n```\n")
+
+
 GENERATORS = {"config-reference": config_reference, "sizing-examples": sizing_examples,
-              "time-to-ready": time_to_ready_table}
+              "time-to-ready": time_to_ready_table, "sold-out": sold_out_example}
 
 
 def render(readme_text: str, project_dir: Path = PROJECT_DIR) -> str:

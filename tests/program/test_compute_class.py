@@ -194,3 +194,46 @@ def test_the_plan_prints_every_rung_and_checks_the_class():
     assert len(rows) == 4, out
     assert "multi-zone volume projects/my-gcp-project/zones/multi-zone/disks/" in out
     assert "cluster rules" in out and "no violations" in out
+
+
+@pytest.fixture(scope="module")
+def spot_groups() -> Recording:
+    accelerator = {**MULTI_NODE, "provisioning": ["on-demand", "spot"], "spotMultiNode": True}
+    return run_program(full_config("prod", accelerator=accelerator))
+
+
+def test_the_rung_rules_hold_on_the_rendered_stacks(multizone, groups, spot_groups):
+    for rec in (multizone, groups, spot_groups):
+        assert rules.rungs(objects(rec), rec.rule_inputs()) == []
+
+
+def test_a_rung_bought_a_way_its_series_is_not_sold_is_a_violation(multizone):
+    objs = objects(multizone)
+    h200 = find(objs, "ComputeClass")["spec"]["priorities"][3]
+    del h200["flexStart"]  # on-demand A3 Ultra
+    found = rules.rungs(objs, multizone.rule_inputs())
+    assert found == [f"rungs: ComputeClass {find(objs, 'ComputeClass')['metadata']['name']} rule 3 (a3-ultragpu-8g): "
+                     "bought on-demand; A3 Ultra is sold only as flex-start, spot, reservation"]
+
+
+def test_a_rung_outside_the_region_is_a_violation(multizone):
+    objs = objects(multizone)
+    find(objs, "ComputeClass")["spec"]["priorities"][1]["location"]["zones"] = ["europe-west4-a"]
+    found = rules.rungs(objs, multizone.rule_inputs())
+    assert len(found) == 1 and "europe-west4-a are outside the cluster's region us-central1" in found[0], found
+
+
+def test_a_rung_with_another_gpu_count_for_a_group_is_a_violation(groups):
+    objs = objects(groups)
+    find(objs, "ComputeClass")["spec"]["priorities"][1]["gpu"]["count"] = 4
+    found = rules.rungs(objs, groups.rule_inputs())
+    assert len(found) == 1 and "nodes of 4 GPUs, but each pod" in found[0] and "takes 8" in found[0], found
+
+
+def test_spot_for_a_group_without_the_opt_in_is_a_violation(spot_groups):
+    objs = objects(spot_groups)
+    klass = find(objs, "ComputeClass")
+    assert klass["metadata"]["annotations"][rules.SPOT_GROUPS_ANNOTATION] == "true"
+    del klass["metadata"]["annotations"][rules.SPOT_GROUPS_ANNOTATION]
+    found = rules.rungs(objs, spot_groups.rule_inputs())
+    assert len(found) == 1 and "Spot for LeaderWorkerSet" in found[0] and "without the opt-in" in found[0], found

@@ -94,7 +94,8 @@ def test_every_rung_is_planned_and_shared_values_take_the_worst_rung():
     # the pod requests fit the smaller machine (a3-highgpu-8g: 208 vCPUs, 1,872 GB) and so the larger too
     alone = sizing("dev", accelerator={**H100, "zones": ZONES[:1]}, model=LLAMA_70B, vllm={"maxModelLen": 32768})
     assert (s.pod_cpu, s.pod_memory_gib) == (alone.pod_cpu, alone.pod_memory_gib)
-    assert all(r.usd_hour == 88.25 for r in s.rungs[:3]) and h200.usd_hour is None
+    # TP=4: a replica takes half of an 8-GPU node, so half its list price
+    assert s.tensor_parallel_size == 4 and all(r.usd_hour == 44.13 for r in s.rungs[:3]) and h200.usd_hour is None
 
 
 def test_capacity_target_takes_the_rung_with_the_fewest_sequences():
