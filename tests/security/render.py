@@ -26,7 +26,7 @@ def lws_pods(obj: dict) -> list[dict]:
     return pods
 
 
-def render(out: Path, stacks: tuple[str, ...] = ("dev", "prod")) -> int:
+def render(out: Path, stacks: tuple[str, ...] = ("dev", "prod", "multizone")) -> int:
     count = 0
     for stack in stacks:
         for kind, obj in run_program(full_config(stack), stack=stack).kubernetes_resources():

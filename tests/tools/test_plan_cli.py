@@ -86,7 +86,7 @@ def test_text_output_shows_sizing_and_resources():
 def test_plan_out_writes_schema_valid_objects_for_single_and_multi_node_stacks(tmp_path):
     from tests.k8s_schema import validate_object
 
-    for stack in ("dev", "prod"):
+    for stack in ("dev", "prod", "multizone"):
         out = tmp_path / stack
         result = run_plan("--stack", stack, "--out", str(out))
         assert result.returncode == 0, result.stderr

@@ -23,7 +23,7 @@ SERVICE = rules.SERVICE_TYPE
 @pytest.fixture(scope="module")
 def rendered():
     """(stack, type, object) for every Kubernetes object the dev and prod stacks declare."""
-    return [(stack, kind, obj) for stack in ("dev", "prod")
+    return [(stack, kind, obj) for stack in ("dev", "prod", "multizone")
             for kind, obj in run_program(full_config(stack), stack=stack).kubernetes_resources()]
 
 

@@ -41,7 +41,7 @@ def test_pulumi_yaml_defaults_are_the_declared_ones():
 
 
 def test_drift_in_any_generated_file_is_detected(tmp_path):
-    for name in ("README.md", "Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.prod.yaml"):
+    for name in ("README.md", "Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.prod.yaml", "Pulumi.multizone.yaml"):
         (tmp_path / name).write_text((ROOT / name).read_text())
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "stack-config.schema.json").write_text(readme.SCHEMA.read_text())
@@ -54,7 +54,7 @@ def test_drift_in_any_generated_file_is_detected(tmp_path):
     assert stale == {"Pulumi.yaml", "stack-config.schema.json"}
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "multizone"])
 def test_the_example_stack_files_validate_against_the_generated_schema(stack):
     schema = json.loads(readme.SCHEMA.read_text())
     jsonschema.validate(yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text()), schema)

@@ -88,8 +88,9 @@ def test_deploy_goes_through_a_github_environment_per_stack():
 @pytest.mark.parametrize("changed, expected", [
     (["Pulumi.dev.yaml"], ["dev"]),
     (["Pulumi.prod.yaml", "README.md"], ["prod"]),
-    (["planner/sizing.py"], ["dev", "prod"]),
-    (["models/Llama-3.1-8B-Instruct.json"], ["dev", "prod"]),
+    (["planner/sizing.py"], ["dev", "multizone", "prod"]),
+    (["models/Llama-3.1-8B-Instruct.json"], ["dev", "multizone", "prod"]),
+    (["Pulumi.multizone.yaml"], ["multizone"]),
     (["docs/benchmarks.md", "tests/test_bench.py", "bench/run.py", ".github/workflows/test.yml"], []),
 ])
 def test_affected_stacks(changed, expected):
