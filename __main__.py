@@ -15,6 +15,7 @@ from components.lws_controller import LwsController, LwsControllerArgs
 from components.model_weights import SERVING_MOUNT, ModelWeights, ModelWeightsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.ray_vllm_server import RayVllmServer, RayVllmServerArgs
+from components.router import GATEWAY_PORT, Router, RouterArgs, router_labels
 from components.smoke_check import SmokeCheck, SmokeCheckArgs
 from planner.config import from_pulumi
 from planner.security import PART_OF, PART_OF_LABEL
@@ -42,10 +43,15 @@ ns = namespace.metadata.name
 weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, ns, image=image), opts=in_cluster())
 lws = LwsController("lws", LwsControllerArgs.from_plan(stack), opts=in_cluster())
 cache = CompileCache("vllm", CompileCacheArgs.from_plan(stack, ns)) if stack.settings.vllm.compile_cache else None
+routing = stack.settings.serving.routing  # service | epp | gke-gateway: who picks a replica for each request
 server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
-    weights_mount=SERVING_MOUNT, image=image, compile_cache_bucket=cache and cache.bucket_name),
-    opts=in_cluster(*lws.ready, gpu_capacity))
+    weights_mount=SERVING_MOUNT, image=image, compile_cache_bucket=cache and cache.bucket_name,
+    router_labels=router_labels("vllm") if routing == "epp" else None,
+    proxy_subnet_cidr=cluster.proxy_subnet_cidr), opts=in_cluster(*lws.ready, gpu_capacity))
+router = routing != "service" and Router("vllm", RouterArgs.from_plan(
+    stack, ns, server.leader_selector, server.leaders_service_name, cluster.proxy_subnet_cidr), opts=in_cluster(server))
+front, port = ((router.gateway_address, GATEWAY_PORT) if routing == "gke-gateway" else (server.service_name, None))
 if sizing.headroom_nodes:  # autoscaling.headroom: spare serving-shaped slots
     Headroom("vllm", HeadroomArgs.from_plan(stack, sizing, ns, image, server, weights.claim_name, SERVING_MOUNT),
              opts=in_cluster(server))
@@ -54,11 +60,11 @@ autoscaling = Autoscaling("vllm", AutoscalingArgs.from_plan(stack, sizing, names
 Monitoring("vllm", MonitoringArgs.from_plan(stack, leader_selector=server.leader_selector,
                                             hpa_name=autoscaling.hpa_name), opts=in_cluster(namespace))
 if stack.settings.serving.smoke_test:
-    SmokeCheck("vllm", SmokeCheckArgs.from_plan(stack, sizing, namespace=ns, service=server.service_name,
+    SmokeCheck("vllm", SmokeCheckArgs.from_plan(stack, sizing, namespace=ns, service=front, port=port,
                                                 api_key_secret=server.api_key_secret, image=image),
-               opts=in_cluster(server.lws, server.service))
+               opts=in_cluster(server.lws, server.service, *([router] if router else [])))
 if stack.settings.serving.chat_ui:
-    ChatUi("vllm", ChatUiArgs.from_plan(stack, namespace=ns, service=server.service_name,
+    ChatUi("vllm", ChatUiArgs.from_plan(stack, namespace=ns, service=front, port=port,
                                         api_key_secret=server.api_key_secret), opts=in_cluster(server.service))
 
 for key, value in {"sizing": sizing.as_dict(), "service": server.service.metadata.name, "cluster": cluster.name,

@@ -42,14 +42,16 @@ class ChatUiArgs:
     expose: str
     """cluster-ip | internal-lb, as the API."""
     source_ranges: tuple[str, ...]
+    port: int = API_PORT
+    """The port of `service` (the Gateway listens on 80)."""
 
     @classmethod
     def from_plan(cls, stack: Stack, namespace: pulumi.Input[str], service: pulumi.Input[str],
-                  api_key_secret: str | None) -> ChatUiArgs:
+                  api_key_secret: str | None, port: int | None = None) -> ChatUiArgs:
         s = stack.settings
         return cls(namespace=namespace, image=chat_ui_image(s, stack.project), service=service,
                    model=s.model.served_name, api_key_secret=api_key_secret, expose=s.serving.expose,
-                   source_ranges=s.serving.source_ranges)
+                   source_ranges=s.serving.source_ranges, port=port or API_PORT)
 
 
 class ChatUi(pulumi.ComponentResource):
@@ -66,7 +68,7 @@ class ChatUi(pulumi.ComponentResource):
             f"{name}-chat-ui-app", metadata={"name": f"{app}-app", "namespace": args.namespace, "labels": labels},
             data={"app.py": (APP_DIR / "app.py").read_text()}, opts=child)
         env = [*identity_env(), {"name": "HOME", "value": "/tmp"},
-               {"name": "VLLM_URL", "value": pulumi.Output.concat("http://", args.service, f":{API_PORT}")},
+               {"name": "VLLM_URL", "value": pulumi.Output.concat("http://", args.service, f":{args.port}")},
                {"name": "VLLM_MODEL", "value": args.model}, {"name": "CHAT_UI_PORT", "value": str(UI_PORT)},
                {"name": "GRADIO_ANALYTICS_ENABLED", "value": "False"}]
         if args.api_key_secret:

@@ -8,7 +8,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from planner import routing
 from planner.config import Stack
+from planner.errors import ConfigError
 
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 
@@ -27,12 +29,31 @@ class GkeClusterArgs:
     """GCP project id."""
     release_channel: str = "REGULAR"
     """GKE release channel when the cluster is created."""
+    region: str = ""
+    """The cluster's region (the proxy-only subnet's)."""
+    gateway: bool = False
+    """serving.routing gke-gateway: a created cluster gets the Gateway API and a GKE version that installs the
+    InferencePool CRD; an existing one is checked for them at preview."""
+    proxy_subnet_cidr: str | None = None
+    """serving.proxySubnetCidr: create the region's proxy-only subnet with this range; None = it must exist."""
 
     @classmethod
     def from_plan(cls, stack: Stack) -> GkeClusterArgs:
-        c = stack.settings.cluster
+        c, serving = stack.settings.cluster, stack.settings.serving
+        gateway = serving.routing == routing.GATEWAY
         return cls(name=c.name, location=c.location, create=c.create, project=stack.project,
-                   release_channel=c.release_channel)
+                   release_channel=c.release_channel, region=c.region, gateway=gateway,
+                   proxy_subnet_cidr=serving.proxy_subnet_cidr if gateway else None)
+
+
+def _refuse(problem: str | None) -> None:
+    """Fail the preview with one line (pulumi.RunError: no traceback) when the cluster cannot carry the stack."""
+    if problem:
+        raise pulumi.RunError(str(ConfigError("serving.routing", routing.GATEWAY, problem)))
+
+
+def _network_name(network: str) -> str:
+    return (network or "default").rstrip("/").rsplit("/", 1)[-1]
 
 
 def kubeconfig(name: str, endpoint: pulumi.Input[str], ca: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -56,11 +77,22 @@ class GkeCluster(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     provider: k8s.Provider
     workload_pool: str
+    proxy_subnet_cidr: pulumi.Output[str] | None
+    """The proxy-only subnet's range with routing gke-gateway (NetworkPolicies admit it), else None."""
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-gke:cluster:GkeCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.workload_pool = f"{args.project}.svc.id.goog"
+        self.proxy_subnet_cidr = None
+        gateway_features = {}
+        if args.gateway:
+            # GKE Inference Gateway: Gateway API (standard channel), the HttpLoadBalancing add-on (on by default,
+            # declared so it stays on), a version that installs the InferencePool CRD. VPC-native: the
+            # ip_allocation_policy below.
+            gateway_features = dict(
+                gateway_api_config=gcp.container.ClusterGatewayApiConfigArgs(channel="CHANNEL_STANDARD"),
+                min_master_version=routing.GATEWAY_MIN_MASTER)
         if args.create:
             cluster = gcp.container.Cluster(
                 f"{name}-cluster", name=args.name, location=args.location, project=args.project,
@@ -72,7 +104,9 @@ class GkeCluster(pulumi.ComponentResource):
                 # The Cloud Storage FUSE CSI driver mounts the compile-cache bucket into the serving pods.
                 addons_config=gcp.container.ClusterAddonsConfigArgs(
                     gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(
-                        enabled=True)),
+                        enabled=True),
+                    **({"http_load_balancing": gcp.container.ClusterAddonsConfigHttpLoadBalancingArgs(
+                        disabled=False)} if args.gateway else {})),
                 # Dataplane V2 enforces NetworkPolicy (the Ray ports must not be reachable by others).
                 datapath_provider="ADVANCED_DATAPATH",
                 monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
@@ -84,8 +118,9 @@ class GkeCluster(pulumi.ComponentResource):
                         gcfs_config=gcp.container.ClusterNodePoolDefaultsNodeConfigDefaultsGcfsConfigArgs(
                             enabled=True))),
                 ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
-                deletion_protection=False,
+                deletion_protection=False, **gateway_features,
                 opts=child)
+            network = pulumi.Output.from_input("default")
             system_pool = gcp.container.NodePool(
                 f"{name}-system", cluster=cluster.name, location=args.location, project=args.project,
                 autoscaling=gcp.container.NodePoolAutoscalingArgs(total_min_node_count=1, total_max_node_count=3),
@@ -111,8 +146,48 @@ class GkeCluster(pulumi.ComponentResource):
             self.endpoint = found.endpoint
             ca = found.master_auths.apply(lambda auths: auths[0].cluster_ca_certificate)
             after_nodes = []
+            network = found.network.apply(_network_name)
+            if args.gateway:
+                # An existing cluster is checked as `pulumi preview` reads it (the lookup runs in previews).
+                checked = found.apply(lambda c: _refuse(routing.cluster_problem(
+                    name=args.name, version=c.master_version,
+                    gateway_api_channel=(c.gateway_api_configs[0].channel if c.gateway_api_configs else ""),
+                    http_load_balancing_disabled=bool(c.addons_configs and c.addons_configs[0].http_load_balancings
+                                                      and c.addons_configs[0].http_load_balancings[0].disabled),
+                    vpc_native=c.networking_mode == "VPC_NATIVE" or bool(c.ip_allocation_policies))))
+                ca = pulumi.Output.all(ca, checked).apply(lambda values: values[0])
+        if args.gateway:
+            self.proxy_subnet_cidr = self._proxy_subnet(name, args, network)
         self.provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=kubeconfig(args.name, self.endpoint, ca),
             # Server-side apply lets GKE's own controllers co-own fields without diffs.
             enable_server_side_apply=True, opts=pulumi.ResourceOptions(parent=self, depends_on=after_nodes))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint})
+
+    def _proxy_subnet(self, name: str, args: GkeClusterArgs, network: pulumi.Output[str]) -> pulumi.Output[str]:
+        """The region's proxy-only subnet: created from serving.proxySubnetCidr, or found (one ACTIVE
+        REGIONAL_MANAGED_PROXY subnet per network and region) and refused at preview when there is none."""
+        if args.proxy_subnet_cidr is not None:
+            subnet = gcp.compute.Subnetwork(
+                f"{name}-proxy-only", name=f"{args.name}-proxy-only", project=args.project, region=args.region,
+                network=network, ip_cidr_range=args.proxy_subnet_cidr, purpose=routing.PROXY_SUBNET_PURPOSE,
+                role="ACTIVE", opts=pulumi.ResourceOptions(parent=self))
+            return subnet.ip_cidr_range
+        found = gcp.compute.get_subnetworks_output(
+            project=args.project, region=args.region,
+            filter=f'(purpose = "{routing.PROXY_SUBNET_PURPOSE}") (role = "ACTIVE")',
+            opts=pulumi.InvokeOptions(parent=self))
+
+        def pick(values: list) -> str:
+            subnets, net = values
+            def field(subnet: object, snake: str, camel: str) -> str:
+                return (subnet.get(camel) or subnet.get(snake) if isinstance(subnet, dict)
+                        else getattr(subnet, snake, None)) or ""
+            ranges = [field(s, "ip_cidr_range", "ipCidrRange") for s in subnets or []
+                      if _network_name(field(s, "network_name", "networkName") or field(s, "network", "network"))
+                      == net]
+            _refuse(None if ranges else
+                    f"network {net} has no proxy-only subnet in {args.region}; set serving.proxySubnetCidr (e.g. "
+                    "10.129.0.0/23) and the program creates it")
+            return ranges[0]
+        return pulumi.Output.all(found.subnetworks, network).apply(pick)

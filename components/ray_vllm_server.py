@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 
 from components import exposed_service, load_balancer_peers, parent_depends_on
 from components.compile_cache import GCSFUSE_ANNOTATIONS, SERVING_ACCOUNT, STORE_MOUNT, store_volume
-from planner import compute_class
+from planner import compute_class, routing
 from planner.commands import (
     API_PORT_NAME,
     DRAIN_SECONDS,
@@ -97,12 +97,21 @@ class RayVllmServerArgs:
     """The stack's compile-cache bucket (components/compile_cache.py), mounted at the spec's store; None: no reuse."""
     compute_class: str | None = None
     """The stack's ComputeClass (several zones or rungs): pods select it instead of one accelerator type."""
+    router_labels: dict[str, str] | None = None
+    """routing epp: the router pods' labels; the vllm-leader Service selects them (port ROUTER_PORT) and a
+    headless <name>-leaders Service keeps the leaders reachable directly."""
+    proxy_subnet_cidr: pulumi.Input[str] | None = None
+    """routing gke-gateway: the proxy-only subnet the GKE Gateway's proxies (requests, health checks) come from."""
+    headless_leaders: bool = False
+    """Declare the <name>-leaders headless Service (any routing but service)."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], weights_path: str,
                   weights_claim: pulumi.Input[str], weights_mount: str,
                   image: pulumi.Input[str] | None = None,
-                  compile_cache_bucket: pulumi.Input[str] | None = None) -> RayVllmServerArgs:
+                  compile_cache_bucket: pulumi.Input[str] | None = None,
+                  router_labels: dict[str, str] | None = None,
+                  proxy_subnet_cidr: pulumi.Input[str] | None = None) -> RayVllmServerArgs:
         """`image`: vllm.image as the pods pull it (components.image_mirror.serving_image); `compile_cache_bucket`:
         the CompileCache bucket when vllm.compileCache is on."""
         s, vllm = stack.settings, stack.settings.vllm
@@ -122,7 +131,9 @@ class RayVllmServerArgs:
                    weights_claim=weights_claim, weights_mount=weights_mount,
                    startup_probe_seconds=sizing.startup_probe_seconds, expose=s.serving.expose,
                    allowed_namespaces=s.serving.allowed_namespaces, source_ranges=s.serving.source_ranges,
-                   api_key=stack.api_key, compile_cache_bucket=compile_cache_bucket)
+                   api_key=stack.api_key, compile_cache_bucket=compile_cache_bucket,
+                   headless_leaders=s.serving.routing != routing.SERVICE, router_labels=router_labels,
+                   proxy_subnet_cidr=proxy_subnet_cidr if s.serving.routing == routing.GATEWAY else None)
 
 
 def _probe(kind: str, **kwargs: Any) -> dict[str, Any]:
@@ -294,10 +305,13 @@ class RayVllmServer(pulumi.ComponentResource):
             # The HPA owns the replica count once it exists.
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends, ignore_changes=["spec.replicas"]))
 
-        # Behind an internal load balancer, the NetworkPolicy below repeats its sourceRanges.
-        service_spec, annotations = exposed_service(args.expose, args.source_ranges, {
-            "selector": self.leader_selector,
-            "ports": [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]})
+        # Behind an internal load balancer, the NetworkPolicy below repeats its sourceRanges. With routing epp the
+        # Service (and a load balancer) sends every request through the router, which picks a leader per request.
+        front = ({"selector": dict(args.router_labels), "ports": [
+            {"name": API_PORT_NAME, "port": spec.port, "targetPort": "http", "protocol": "TCP"}]}
+            if args.router_labels else {"selector": self.leader_selector, "ports": [
+                {"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]})
+        service_spec, annotations = exposed_service(args.expose, args.source_ranges, front)
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": self.service_name, "namespace": args.namespace, "labels": labels,
@@ -305,11 +319,25 @@ class RayVllmServer(pulumi.ComponentResource):
             spec=service_spec,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
 
-        api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, gateways)
+        self.leaders_service_name = f"{name}-leaders"
+        if args.headless_leaders:
+            # The router's fail-open path and direct access to one leader (kubectl port-forward, debugging).
+            k8s.core.v1.Service(
+                f"{name}-leaders-service",
+                metadata={"name": self.leaders_service_name, "namespace": args.namespace, "labels": labels},
+                spec={"clusterIP": "None", "selector": self.leader_selector, "ports": [
+                    {"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
+
+        api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, router, gateways)
         # Managed Prometheus collectors (gmp-system) scrape /metrics on the API port (PodMonitoring).
         api_from += [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
                      for ns in (GMP_NAMESPACE, *args.allowed_namespaces)]
-        api_from += load_balancer_peers(args.expose, args.source_ranges)
+        api_from += load_balancer_peers(args.expose, args.source_ranges if not args.router_labels else ())
+        if args.proxy_subnet_cidr is not None:
+            # GKE Gateway's Envoy proxies send requests and health checks from the proxy-only subnet (Cloud Load
+            # Balancing "Proxy-only subnets for Envoy-based load balancers").
+            api_from.append({"ipBlock": {"cidr": args.proxy_subnet_cidr}})
         k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", metadata={"name": name, "namespace": args.namespace, "labels": labels},
             spec={"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}, "policyTypes": ["Ingress"],

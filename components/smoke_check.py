@@ -24,8 +24,8 @@ class SmokeCheckArgs:
 
     namespace: pulumi.Input[str]
     """Namespace of the Service."""
-    service: str
-    """Service name."""
+    service: pulumi.Input[str]
+    """Service name, or the Gateway's address (routing gke-gateway)."""
     port: int
     """Service port."""
     model: str
@@ -40,9 +40,10 @@ class SmokeCheckArgs:
     """Secret holding VLLM_API_KEY, when the server requires a key."""
 
     @classmethod
-    def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], service: str,
-                  api_key_secret: str | None, image: pulumi.Input[str] | None = None) -> SmokeCheckArgs:
-        return cls(namespace=namespace, service=service, port=API_PORT, model=stack.settings.model.served_name,
+    def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], service: pulumi.Input[str],
+                  api_key_secret: str | None, image: pulumi.Input[str] | None = None,
+                  port: int | None = None) -> SmokeCheckArgs:
+        return cls(namespace=namespace, service=service, port=port or API_PORT, model=stack.settings.model.served_name,
                    image=stack.settings.vllm.image if image is None else image, wait_seconds=sizing.smoke_wait_seconds,
                    fingerprint=sizing.fingerprint, api_key_secret=api_key_secret)
 
@@ -62,7 +63,7 @@ class SmokeCheck(pulumi.ComponentResource):
         if args.api_key_secret:
             env.append({"name": "VLLM_API_KEY",
                         "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "VLLM_API_KEY"}}})
-        url = f"http://{args.service}:{args.port}"
+        url = pulumi.Output.concat("http://", args.service, f":{args.port}")
         self.job = k8s.batch.v1.Job(
             f"{name}-smoke-job", metadata={"name": f"{name}-smoke-{digest}", "namespace": args.namespace},
             spec={"backoffLimit": 0, "activeDeadlineSeconds": args.wait_seconds + 300,

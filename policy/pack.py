@@ -10,7 +10,8 @@ from rules import RULES
 
 DESCRIPTIONS = {
     "gpu-pods-tolerate-taint-and-request-gpus": "GPU pods tolerate the GPU taint and request nvidia.com/gpu.",
-    "no-public-load-balancer": "No public LoadBalancer Service unless allowPublicLoadBalancer is set.",
+    "no-public-load-balancer": "No public LoadBalancer Service or external GKE Gateway unless "
+                               "allowPublicLoadBalancer is set.",
     "images-pinned": "Container images carry a version tag or digest, never latest.",
     "no-ray-ports-in-services": "Ray ports are never exposed through a Service.",
     "no-secrets-in-plain-env": "Secrets reach containers only through Secret references.",

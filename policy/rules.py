@@ -96,12 +96,25 @@ def gpu_pods(resource_type: str, props: Mapping[str, Any], config: Mapping[str, 
     return out
 
 
+GATEWAY_TYPE = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
+EXTERNAL_GATEWAY_CLASSES = ("gke-l7-regional-external-managed", "gke-l7-global-external-managed", "gke-l7-gxlb",
+                            "gke-l7-global-external-managed-mc", "gke-l7-gxlb-mc")
+"""GKE GatewayClasses with an internet-facing address (GKE "GatewayClass capabilities")."""
+
+
 def public_load_balancer(resource_type: str, props: Mapping[str, Any],
                          config: Mapping[str, Any] | None = None) -> list[str]:
-    """A LoadBalancer Service is internal unless the policy config sets allowPublicLoadBalancer."""
-    if resource_type != SERVICE_TYPE or _get(props, "spec", "type") != "LoadBalancer":
-        return []
+    """A LoadBalancer Service is internal, and a Gateway uses an internal GKE class, unless the policy config sets
+    allowPublicLoadBalancer."""
     if (config or {}).get("allowPublicLoadBalancer"):
+        return []
+    if resource_type == GATEWAY_TYPE:
+        gateway_class = _get(props, "spec", "gatewayClassName")
+        if gateway_class in EXTERNAL_GATEWAY_CLASSES:
+            return [f"spec.gatewayClassName: {gateway_class} gives the model an internet-facing address; use "
+                    "gke-l7-rilb or set allowPublicLoadBalancer in the policy config"]
+        return []
+    if resource_type != SERVICE_TYPE or _get(props, "spec", "type") != "LoadBalancer":
         return []
     annotations = _get(props, "metadata", "annotations") or {}
     if any(annotations.get(k) == v for k, v in INTERNAL_LB_ANNOTATIONS.items()):

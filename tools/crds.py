@@ -19,10 +19,16 @@ from typing import Any
 import celpy
 import celpy.celtypes as celtypes
 import jsonschema
+import yaml
 
 HERE = Path(__file__).resolve().parent / "crds"
 SCHEMAS: dict[tuple[str, str], tuple[str, ...]] = {
     ("cloud.google.com/v1", "ComputeClass"): ("gke-computeclass-v1-gke1.33.json", "gke-computeclass-v1.json"),
+    ("inference.networking.k8s.io/v1", "InferencePool"): ("gie-inferencepools.yaml",),
+    ("gateway.networking.k8s.io/v1", "Gateway"): ("gateway-api-gateways.yaml",),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): ("gateway-api-httproutes.yaml",),
+    ("networking.gke.io/v1", "HealthCheckPolicy"): ("gke-healthcheckpolicies.yaml",),
+    ("networking.gke.io/v1", "GCPBackendPolicy"): ("gke-gcpbackendpolicies.yaml",),
 }
 """(apiVersion, kind) -> schema files under tools/crds/ the object must satisfy, each."""
 
@@ -36,8 +42,17 @@ FUNCTIONS = {"split": _split}
 
 
 @cache
-def _schema(name: str) -> dict[str, Any]:
-    return json.loads((HERE / name).read_text())
+def _schema(name: str, api_version: str = "") -> dict[str, Any]:
+    """A JSON Schema file as it is, or a CRD's `openAPIV3Schema` for the version `api_version` names."""
+    text = (HERE / name).read_text()
+    if name.endswith(".json"):
+        return json.loads(text)
+    crd = yaml.safe_load(text)
+    version = api_version.rsplit("/", 1)[-1]
+    for served in crd["spec"]["versions"]:
+        if served["name"] == version:
+            return served["schema"]["openAPIV3Schema"]
+    raise KeyError(f"{name} serves no version {version}")
 
 
 @cache
@@ -105,7 +120,7 @@ def problems(obj: dict[str, Any]) -> list[str]:
     name = (obj.get("metadata") or {}).get("name", "?")
     found = []
     for file in files:
-        schema = _schema(file)
+        schema = _schema(file, obj.get("apiVersion", ""))
         defaulted = with_defaults(schema, obj)
         validator = jsonschema.Draft7Validator(schema)
         for error in sorted(validator.iter_errors(defaulted), key=lambda e: list(e.absolute_path)):

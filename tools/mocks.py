@@ -47,9 +47,27 @@ class Recorded:
     create_timeout: str = ""
 
 
+EXISTING_CLUSTER = {"masterVersion": "1.34.1-gke.1829001", "networkingMode": "VPC_NATIVE",
+                    "network": "projects/{project}/global/networks/default",
+                    "gatewayApiConfigs": [{"channel": "CHANNEL_STANDARD"}],
+                    "addonsConfigs": [{"httpLoadBalancings": [{"disabled": False}]}],
+                    "ipAllocationPolicies": [{"clusterSecondaryRangeName": "pods"}]}
+"""How the mocks describe an existing cluster (`cluster.create: false`): a current VPC-native Standard cluster with
+the Gateway API on. What `make plan` assumes of it; the program checks the real one at preview."""
+PROXY_ONLY_SUBNETS = [{"name": "proxy-only", "ipCidrRange": "10.129.0.0/23",
+                       "network": "https://www.googleapis.com/compute/v1/projects/{project}/global/networks/default",
+                       "networkName": "default"}]
+"""The existing proxy-only subnet the mocks report in the cluster's region."""
+GATEWAY_ADDRESS = "10.128.0.50"
+"""The address the mocks give a Gateway once programmed (an internal address of the default network)."""
+
+
 class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self, project: str) -> None:
+    def __init__(self, project: str, cluster: dict[str, Any] | None = None,
+                 proxy_subnets: list[dict[str, Any]] | None = None) -> None:
         self.project = project
+        self.cluster = {**EXISTING_CLUSTER, **(cluster or {})}
+        self.proxy_subnets = PROXY_ONLY_SUBNETS if proxy_subnets is None else proxy_subnets
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
         outputs = dict(args.inputs)
@@ -66,6 +84,8 @@ class _Mocks(pulumi.runtime.Mocks):
             outputs["email"] = f"{args.inputs.get('accountId')}@{self.project}.iam.gserviceaccount.com"
         if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):
             outputs["metadata"].setdefault("name", args.name)
+        if args.typ == "kubernetes:gateway.networking.k8s.io/v1:Gateway":
+            outputs["status"] = {"addresses": [{"type": "IPAddress", "value": GATEWAY_ADDRESS}]}
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
@@ -73,7 +93,11 @@ class _Mocks(pulumi.runtime.Mocks):
             return {"name": args.args.get("name"), "location": args.args.get("location"),
                     "endpoint": "203.0.113.10", "masterAuths": [{"clusterCaCertificate": FAKE_CA}],
                     "project": args.args.get("project") or self.project,
-                    "workloadIdentityConfigs": [{"workloadPool": f"{self.project}.svc.id.goog"}]}
+                    "workloadIdentityConfigs": [{"workloadPool": f"{self.project}.svc.id.goog"}],
+                    **json.loads(json.dumps(self.cluster).replace("{project}", self.project))}
+        if args.token == "gcp:compute/getSubnetworks:getSubnetworks":
+            return {"subnetworks": json.loads(json.dumps(self.proxy_subnets).replace("{project}", self.project)),
+                    "id": "subnetworks"}
         if args.token in ("gcp:organizations/getProject:getProject",
                           "gcp:organizations/getClientConfig:getClientConfig"):
             return {"number": FAKE_PROJECT_NUMBER, "projectId": self.project, "project": self.project}
@@ -198,12 +222,14 @@ def config_strings(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
 
 
 def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = PROJECT_DIR,
-                preview: bool = False) -> Recording:
-    """Evaluate `__main__.py` for a stack's config under mocks and return what it registered."""
+                preview: bool = False, cluster: dict[str, Any] | None = None,
+                proxy_subnets: list[dict[str, Any]] | None = None) -> Recording:
+    """Evaluate `__main__.py` for a stack's config under mocks and return what it registered. `cluster` overrides
+    fields of EXISTING_CLUSTER, `proxy_subnets` replaces PROXY_ONLY_SUBNETS (what the lookups answer)."""
     values, secrets = config_strings(config)
     project = values.get("gcp:project", "mock-project")
     set_all_config(values, secrets)
-    mocks = _Mocks(project)
+    mocks = _Mocks(project, cluster, proxy_subnets)
     monitor = _RecordingMonitor(mocks)
     logger = logging.getLogger("vllm-gke.mocks")  # program warnings are reported by the caller
     logger.propagate = False
@@ -213,9 +239,28 @@ def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = 
                              logger=logger)
     pulumi_settings.SETTINGS.rpc_manager.clear()
     pulumi_settings.SETTINGS.outputs.clear()
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(project_dir / "__main__.py"),
-                                                         run_name="__pulumi_main__")))
+    try:
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(project_dir / "__main__.py"),
+                                                             run_name="__pulumi_main__")))
+    except BaseException:
+        # A failed program (a refusal at preview) leaves RPCs running; let them end here, or their errors would land
+        # in the next run's RPC manager.
+        _sync_await(_drain())
+        raise
     return Recording(stack, [r for r in monitor.recorded if r.type != "pulumi:pulumi:Stack"])
+
+
+async def _drain() -> None:
+    import asyncio
+
+    current = asyncio.current_task()
+    for _ in range(100):
+        pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+        if not pending:
+            break
+        await asyncio.gather(*pending, return_exceptions=True)
+    pulumi_settings.SETTINGS.rpc_manager.clear()
+    pulumi_settings.SETTINGS.outputs.clear()
 
 
 def close_event_loop() -> None:

@@ -101,6 +101,20 @@ def custom_resource_problems(objects: list[dict[str, Any]]) -> list[str]:
             for line in crds.problems(obj)]
 
 
+def routing_line(settings: Any) -> str:
+    """Who picks a replica for each request (serving.routing)."""
+    from planner.versions import ENVOY_IMAGE, EPP_IMAGE
+
+    serving = settings.serving
+    if serving.routing == "service":
+        return "routing: service (vllm-leader spreads connections over the leaders)"
+    scorers = "queue, KV-cache" + (", approximate prefix" if serving.prefix_scorer == "approximate" else "")
+    front = (f"Envoy {ENVOY_IMAGE.rsplit(':', 1)[1]} sidecar behind vllm-leader" if serving.routing == "epp" else
+             f"GKE Gateway {serving.gateway_class} -> HTTPRoute -> InferencePool")
+    return (f"routing: {serving.routing} ({front}; endpoint picker {EPP_IMAGE.rsplit(':', 1)[1]} x"
+            f"{serving.router_replicas}, scorers {scorers}; fail-open)")
+
+
 def rung_rows(s: Sizing) -> str:
     """Every rung in the order GKE's autoscaler tries them, each planned with the one pod shape."""
     head = ("rung", "configured at", "machine", "buying", "zones", "KV tokens", "seqs", "load s", "$/hour")
@@ -227,10 +241,17 @@ def main(argv: list[str] | None = None) -> int:
             print(chat_ui_image(settings, project))
             return 0
         sizing = plan(settings)
+        import pulumi
+
         from tools.mocks import close_event_loop, run_program  # imported late: pulumi start-up is the slow part
 
-        recording = run_program(config, stack=stack)
-        close_event_loop()
+        try:
+            recording = run_program(config, stack=stack)
+        except pulumi.RunError as exc:  # refused as the preview reads the cluster (components/gke_cluster.py)
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            close_event_loop()
     except (ConfigError, PlanInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -258,11 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
         if sizing.rungs:
             print(rung_table(sizing, objects) + "\n")
+        print(routing_line(settings) + "\n")
         print(f"resources ({len(listed)}):\n" + resource_tree(recording.resources))
         for warning in sizing.warnings:
             print(f"warning: {warning}")
         print(f"\ncluster rules (names, scheduling on {', '.join(p.name for p in pools)}, budgets, images, "
-              f"runtime): {len(violations) or 'no'} violation{'s' if len(violations) != 1 else ''}")
+              f"runtime, routing; custom resources against their upstream schemas and CEL rules): "
+              f"{len(violations) or 'no'} violation{'s' if len(violations) != 1 else ''}")
         if written:
             print(f"wrote {len(written)} Kubernetes objects to {args.out}")
     for violation in violations:

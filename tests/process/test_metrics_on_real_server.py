@@ -21,3 +21,19 @@ def test_every_metric_the_program_references_is_exposed_by_the_real_server(vllm_
     assert not missing, f"vLLM no longer exposes {missing}; update planner/metrics.py"
     for name, kind in metrics.KINDS.items():
         assert f"# TYPE {name} {kind}" in text or f"# TYPE {name}_total {kind}" in text, f"{name} is not a {kind}"
+
+
+@pytest.mark.slow
+def test_the_metrics_the_endpoint_picker_scores_with_are_exposed_by_the_real_server(vllm_server):
+    """serving.routing epp / gke-gateway: the llm-d endpoint picker scrapes these names from each leader. The LoRA
+    info gauge exists only on a server started with LoRA (vLLM registers it when lora_config is set); the picker
+    then skips LoRA affinity, which this project does not configure."""
+    from planner import routing
+
+    with urllib.request.urlopen(vllm_server["url"] + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    wanted = [name for name in routing.EPP_METRICS if name not in routing.LORA_ONLY_METRICS]
+    assert [name for name in wanted if name not in names] == []
+    cache_info = next(line for line in text.splitlines() if line.startswith("vllm:cache_config_info{"))
+    assert "block_size=" in cache_info  # the picker reads the block size from this info metric's labels

@@ -78,6 +78,16 @@ GENERATED = {
         autoscaling={"minReplicas": 1, "maxReplicas": 2, "headroom": 1}),
     "l4-one-zone-on-demand-then-spot": full_config(accelerator=accel("nvidia-l4", provisioning=["on-demand", "spot"]),
                                                    autoscaling={"headroom": 1}),
+    # issue 33: the endpoint picker behind Envoy (with an internal load balancer, an API key and the chat page), and
+    # GKE Inference Gateway in front of multi-node groups on a created cluster
+    "routing-epp": full_config(serving={"routing": "epp", "expose": "internal-lb", "chatUi": True,
+                                        "allowedNamespaces": ["apps"]},
+                               autoscaling={"maxReplicas": 3}, apiKey={"secure": "v1:k"}),
+    "routing-gateway-70b-groups": full_config(
+        "prod", serving={"routing": "gke-gateway", "proxySubnetCidr": "10.129.0.0/23", "prefixScorer": "off",
+                         "routerReplicas": 2}, model=model("Llama-3.1-70B-Instruct"),
+        accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"), parallelism={"tensor": 8, "pipeline": 2},
+        vllm={"maxModelLen": 8192}),
 }
 
 
@@ -282,7 +292,9 @@ def test_every_recorded_image_source_is_used_and_the_default_vllm_image_is_liste
         run_program(full_config(stack)).kubernetes_objects()) for c in t.spec["containers"]}
     gcs = {unmirrored(c["image"]) for t in rules.pod_templates(run_program(GENERATED["gcs-source-internal-lb"])
                                                                .kubernetes_objects()) for c in t.spec["containers"]}
-    assert set(IMAGE_SOURCES) <= rendered | gcs, "a pin nobody renders is stale"
+    routed = {unmirrored(c["image"]) for t in rules.pod_templates(run_program(GENERATED["routing-epp"])
+                                                                  .kubernetes_objects()) for c in t.spec["containers"]}
+    assert set(IMAGE_SOURCES) <= rendered | gcs | routed, "a pin nobody renders is stale"
 
 
 # ------------------------------------------------------------------ runtime (read-only root, non-root ports)

@@ -141,3 +141,18 @@ def test_policy_pack_layout_matches_what_pulumi_expects():
     main = (ROOT / "policy" / "__main__.py").read_text()
     assert "PolicyPack(" in main and "policies=policies()" in main
     assert "pulumi-policy==" in (ROOT / "policy" / "requirements.txt").read_text()
+
+
+def test_an_external_gke_gateway_is_refused_unless_public_load_balancers_are_allowed():
+    """serving.gatewayClass gke-l7-regional-external-managed passes the planner; the pack refuses it at preview."""
+    config = full_config("dev", serving={"routing": "gke-gateway",
+                                         "gatewayClass": "gke-l7-regional-external-managed"})
+    resources = run_program(config).kubernetes_resources()
+    gateway = next(obj for kind, obj in resources if kind == rules.GATEWAY_TYPE)
+    found = rules.public_load_balancer(rules.GATEWAY_TYPE, gateway, {})
+    assert found == ["spec.gatewayClassName: gke-l7-regional-external-managed gives the model an internet-facing "
+                     "address; use gke-l7-rilb or set allowPublicLoadBalancer in the policy config"]
+    assert rules.public_load_balancer(rules.GATEWAY_TYPE, gateway, {"allowPublicLoadBalancer": True}) == []
+    internal = next(obj for kind, obj in run_program(full_config("dev", serving={"routing": "gke-gateway"}))
+                    .kubernetes_resources() if kind == rules.GATEWAY_TYPE)
+    assert [m for rule in rules.RULES.values() for m in rule(rules.GATEWAY_TYPE, internal, {})] == []

@@ -74,7 +74,7 @@ def test_each_component_file_holds_one_component_resource_named_after_the_file()
 
 def test_main_is_the_dependency_graph_and_nothing_else():
     text = (ROOT / "__main__.py").read_text()
-    assert len(text.splitlines()) <= 67  # imports + one statement per component (ComputeClass: issue 32)
+    assert len(text.splitlines()) <= 73  # imports + one statement per component (ComputeClass: issue 32; Router: 33)
     tree = ast.parse(text)
     arithmetic = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
     assert not arithmetic, f"derived numbers belong on the planner's result: {arithmetic}"

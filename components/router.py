@@ -1,0 +1,253 @@
+"""Inference-aware routing in front of the leaders (serving.routing epp / gke-gateway): the llm-d endpoint picker
+with an Envoy sidecar, or GKE Inference Gateway (Gateway, HTTPRoute, InferencePool, health check and backend
+policies) with the same picker. Declared natively, not through the upstream chart (its defaults pull `main` tags and
+request 8 CPUs); the rules and their sources are in planner/routing.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components import load_balancer_peers
+from planner import routing
+from planner.commands import API_PORT
+from planner.config import Stack
+from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
+from planner.versions import ENVOY_IMAGE, EPP_IMAGE
+
+GMP_NAMESPACE = "gmp-system"
+INFERENCE_GROUP = "inference.networking.k8s.io"
+GATEWAY_PORT = 80
+EPP_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+"""The picker scrapes each leader every 50 ms and scores per request: one core holds tens of replicas (the upstream
+chart asks for none and its proxy for 4 CPUs / 8 GiB; both sized for a shared gateway, not one model)."""
+ENVOY_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def router_labels(name: str) -> dict[str, str]:
+    """The router pods' labels (vllm-leader selects them with routing epp)."""
+    return {"app.kubernetes.io/name": "vllm-router", "app.kubernetes.io/instance": name, PART_OF_LABEL: PART_OF}
+
+
+@dataclass(frozen=True)
+class RouterArgs:
+    """Inputs of Router."""
+
+    namespace: pulumi.Input[str]
+    mode: str
+    """epp | gke-gateway."""
+    leader_selector: dict[str, str]
+    """The leader pods' labels (a multi-node group's workers serve no API)."""
+    leaders_service: str
+    """Headless Service of the leaders (the Envoy fail-open cluster)."""
+    replicas: int
+    prefix_scorer: str
+    request_timeout_seconds: int
+    scrape_interval: str
+    gateway_class: str = routing.INTERNAL_GATEWAY_CLASS
+    proxy_subnet_cidr: pulumi.Input[str] | None = None
+    """The proxy-only subnet's range (gke-gateway): the GKE proxies reach the picker and the leaders from it."""
+    allowed_namespaces: tuple[str, ...] = ()
+    expose: str = "cluster-ip"
+    source_ranges: tuple[str, ...] = ()
+
+    @classmethod
+    def from_plan(cls, stack: Stack, namespace: pulumi.Input[str], leader_selector: dict[str, str],
+                  leaders_service: str, proxy_subnet_cidr: pulumi.Input[str] | None = None) -> RouterArgs:
+        s = stack.settings.serving
+        return cls(namespace=namespace, mode=s.routing, leader_selector=leader_selector,
+                   leaders_service=leaders_service, replicas=s.router_replicas, prefix_scorer=s.prefix_scorer,
+                   request_timeout_seconds=s.request_timeout_seconds,
+                   scrape_interval=stack.settings.monitoring.scrape_interval, gateway_class=s.gateway_class,
+                   proxy_subnet_cidr=proxy_subnet_cidr, allowed_namespaces=s.allowed_namespaces, expose=s.expose,
+                   source_ranges=s.source_ranges)
+
+
+class Router(pulumi.ComponentResource):
+    """The endpoint picker's Deployment (with Envoy in epp mode), its config, RBAC, PodMonitoring and
+    NetworkPolicy; in gke-gateway mode also its Service and the Gateway API objects."""
+
+    labels: dict[str, str]
+    """The router pods' labels (vllm-leader selects them in epp mode)."""
+    gateway_address: pulumi.Output[str] | None
+
+    def __init__(self, name: str, args: RouterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-gke:serving:Router", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        ns, gateway = args.namespace, args.mode == routing.GATEWAY
+        router = f"{name}-router"
+        self.labels = labels = router_labels(name)
+        meta = {"namespace": ns, "labels": labels}
+        config = routing.epp_config(args.prefix_scorer)
+        epp_config = k8s.core.v1.ConfigMap(f"{name}-epp-config", metadata={"name": f"{name}-epp", **meta},
+                                           data={routing.CONFIG_FILE: config.to_yaml()}, opts=child)
+        volumes: list[dict[str, Any]] = [
+            {"name": "epp-config", "configMap": {"name": f"{name}-epp"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+        checksum_of = [config.to_yaml()]
+
+        # Least privilege: the picker reads pods (endpoints and their readiness) and, behind the gateway, its pool.
+        account = k8s.core.v1.ServiceAccount(f"{name}-epp-sa", metadata={"name": router, **meta}, opts=child)
+        rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        if gateway:
+            rules.append({"apiGroups": [INFERENCE_GROUP], "resources": ["inferencepools"],
+                          "verbs": ["get", "list", "watch"]})
+        role = k8s.rbac.v1.Role(f"{name}-epp-role", metadata={"name": router, **meta}, rules=rules, opts=child)
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-epp-binding", metadata={"name": router, **meta},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": router},
+            subjects=[{"kind": "ServiceAccount", "name": router, "namespace": ns}], opts=child)
+
+        security = container_security_context()
+        epp = {
+            "name": "epp", "image": EPP_IMAGE,
+            "args": routing.epp_args(selector=None if gateway else args.leader_selector, target_port=API_PORT,
+                                     pool=name if gateway else None, secure=gateway),
+            "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "ports": [{"name": "grpc", "containerPort": routing.EPP_GRPC_PORT},
+                      {"name": "grpc-health", "containerPort": routing.EPP_HEALTH_PORT},
+                      {"name": "metrics", "containerPort": routing.EPP_METRICS_PORT}],
+            "resources": EPP_RESOURCES, "securityContext": security,
+            "readinessProbe": {"grpc": {"port": routing.EPP_HEALTH_PORT, "service": routing.EPP_HEALTH_SERVICE},
+                               "periodSeconds": 2, "failureThreshold": 3},
+            "livenessProbe": {"grpc": {"port": routing.EPP_HEALTH_PORT, "service": routing.EPP_HEALTH_SERVICE},
+                              "initialDelaySeconds": 5, "periodSeconds": 10, "failureThreshold": 3},
+            "volumeMounts": [{"name": "epp-config", "mountPath": "/config", "readOnly": True},
+                             {"name": "tmp", "mountPath": "/tmp"}]}
+        containers = [epp]
+        if not gateway:
+            leaders_host = pulumi.Output.concat(args.leaders_service, ".", ns, ".svc.cluster.local")
+            bootstrap = leaders_host.apply(lambda host: yaml.safe_dump(routing.envoy_bootstrap(
+                leaders_host=host, api_port=API_PORT, timeout_seconds=args.request_timeout_seconds), sort_keys=False))
+            envoy_config = k8s.core.v1.ConfigMap(f"{name}-envoy-config", metadata={"name": f"{name}-envoy", **meta},
+                                                 data={"envoy.yaml": bootstrap}, opts=child)
+            volumes.append({"name": "envoy-config", "configMap": {"name": f"{name}-envoy"}})
+            checksum_of.append(str(args.request_timeout_seconds))
+            containers.insert(0, {
+                "name": "envoy", "image": ENVOY_IMAGE,
+                "args": ["-c", "/etc/envoy/envoy.yaml", "--log-level", "warn", "--drain-strategy", "immediate",
+                         "--drain-time-s", "15"],
+                "ports": [{"name": "http", "containerPort": routing.ROUTER_PORT},
+                          {"name": "ready", "containerPort": routing.ENVOY_READY_PORT}],
+                "resources": ENVOY_RESOURCES, "securityContext": security,
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": "ready"}, "periodSeconds": 5,
+                                   "failureThreshold": 2},
+                "livenessProbe": {"httpGet": {"path": "/ready", "port": "ready"}, "periodSeconds": 10,
+                                  "failureThreshold": 3},
+                "volumeMounts": [{"name": "envoy-config", "mountPath": "/etc/envoy", "readOnly": True},
+                                 {"name": "tmp", "mountPath": "/tmp"}]})
+        depends = [epp_config, account, role, binding, *([envoy_config] if not gateway else [])]
+        self.deployment = k8s.apps.v1.Deployment(
+            router, metadata={"name": router, **meta},
+            spec={"replicas": args.replicas,
+                  # One picker at a time: a rolling update would run an old and a new prefix index side by side.
+                  "strategy": {"type": "Recreate"},
+                  "selector": {"matchLabels": {"app.kubernetes.io/name": "vllm-router",
+                                               "app.kubernetes.io/instance": name}},
+                  "template": {"metadata": {"labels": labels}, "spec": {
+                      "serviceAccountName": router, "enableServiceLinks": False,
+                      "terminationGracePeriodSeconds": 30,
+                      "securityContext": pod_security_context(), "containers": containers, "volumes": volumes}}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
+
+        k8s.apiextensions.CustomResource(
+            f"{name}-router-podmonitoring", api_version="monitoring.googleapis.com/v1", kind="PodMonitoring",
+            metadata={"name": router, **meta},
+            spec={"selector": {"matchLabels": labels},
+                  "endpoints": [{"port": "metrics", "path": "/metrics", "interval": args.scrape_interval}]},
+            opts=child)
+
+        collectors = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GMP_NAMESPACE}}}
+        metrics_from = {"from": [collectors], "ports": [{"port": routing.EPP_METRICS_PORT, "protocol": "TCP"}]}
+        if gateway:
+            proxies = [{"ipBlock": {"cidr": args.proxy_subnet_cidr}}]
+            ingress = [{"from": proxies, "ports": [{"port": routing.EPP_GRPC_PORT, "protocol": "TCP"},
+                                                   {"port": routing.EPP_HEALTH_PORT, "protocol": "TCP"}]},
+                       metrics_from]
+        else:
+            clients: list[dict[str, Any]] = [{"podSelector": {}}]
+            clients += [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
+                        for n in args.allowed_namespaces]
+            clients += load_balancer_peers(args.expose, args.source_ranges)
+            ingress = [{"from": clients, "ports": [{"port": routing.ROUTER_PORT, "protocol": "TCP"}]}, metrics_from]
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-router-netpol", metadata={"name": router, **meta},
+            spec={"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": ingress},
+            opts=child)
+
+        self.gateway_address = None
+        if gateway:
+            self._gateway(name, args, meta, after=[self.deployment])
+        self.register_outputs({})
+
+    def _gateway(self, name: str, args: RouterArgs, meta: dict[str, Any], after: list[pulumi.Resource]) -> None:
+        """Gateway -> HTTPRoute -> InferencePool (leaders, picked by the EPP through its Service), the leaders'
+        health check on /health (vLLM answers 404 on /) and the backend timeout for long generations."""
+        child = pulumi.ResourceOptions(parent=self, depends_on=after)
+        epp_service = f"{name}-epp"
+        k8s.core.v1.Service(
+            f"{name}-epp-service", metadata={"name": epp_service, **meta},
+            spec={"type": "ClusterIP", "selector": {"app.kubernetes.io/name": "vllm-router",
+                                                    "app.kubernetes.io/instance": name},
+                  "ports": [{"name": "grpc", "port": routing.EPP_GRPC_PORT, "targetPort": "grpc",
+                             "protocol": "TCP", "appProtocol": "http2"}]},
+            opts=child)
+        pool_ref = {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": name}
+        pool = k8s.apiextensions.CustomResource(
+            f"{name}-inferencepool", api_version=f"{INFERENCE_GROUP}/v1", kind="InferencePool",
+            metadata={"name": name, **meta},
+            spec={"selector": {"matchLabels": dict(args.leader_selector)}, "targetPorts": [{"number": API_PORT}],
+                  "endpointPickerRef": {"name": epp_service, "port": {"number": routing.EPP_GRPC_PORT},
+                                        "failureMode": "FailOpen"}},
+            opts=child)
+        policy = pulumi.ResourceOptions(parent=self, depends_on=[pool])
+        k8s.apiextensions.CustomResource(
+            f"{name}-healthcheckpolicy", api_version="networking.gke.io/v1", kind="HealthCheckPolicy",
+            metadata={"name": name, **meta},
+            spec={"targetRef": pool_ref, "default": {"config": {"type": "HTTP", "httpHealthCheck": {
+                "requestPath": "/health", "port": API_PORT, "portSpecification": "USE_FIXED_PORT"}}}},
+            opts=policy)
+        k8s.apiextensions.CustomResource(
+            f"{name}-gcpbackendpolicy", api_version="networking.gke.io/v1", kind="GCPBackendPolicy",
+            metadata={"name": name, **meta},
+            spec={"targetRef": pool_ref, "default": {"timeoutSec": args.request_timeout_seconds,
+                                                     "logging": {"enabled": True}}},
+            opts=policy)
+        gateway = _Gateway(
+            f"{name}-gateway",
+            # The address the smoke Job and chat page use is known once the load balancer exists.
+            metadata={"name": name, **meta,
+                      "annotations": {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}},
+            spec={"gatewayClassName": args.gateway_class,
+                  "listeners": [{"name": "http", "protocol": "HTTP", "port": GATEWAY_PORT,
+                                 "allowedRoutes": {"namespaces": {"from": "Same"}}}]},
+            opts=child)
+        k8s.apiextensions.CustomResource(
+            f"{name}-httproute", api_version="gateway.networking.k8s.io/v1", kind="HTTPRoute",
+            metadata={"name": name, **meta},
+            spec={"parentRefs": [{"name": name}],
+                  "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                             "backendRefs": [pool_ref]}]},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway, pool]))
+        self.gateway_address = gateway.status.apply(
+            lambda status: (((status or {}).get("addresses") or [{}])[0]).get("value", ""))
+
+
+class _Gateway(k8s.apiextensions.CustomResource):
+    """A Gateway whose `status` is an output (the generic CustomResource exposes only what it was given): the
+    smoke Job and chat page reach the model through the address GKE writes there."""
+
+    status: pulumi.Output[Any]
+
+    def __init__(self, resource_name: str, metadata: dict[str, Any], spec: dict[str, Any],
+                 opts: pulumi.ResourceOptions) -> None:
+        props = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": metadata,
+                 "spec": spec, "status": None}
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s._utilities.get_version()))
+        pulumi.CustomResource.__init__(self, "kubernetes:gateway.networking.k8s.io/v1:Gateway", resource_name,
+                                       props, opts)
