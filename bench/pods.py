@@ -26,9 +26,10 @@ BENCH_VLLM = {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9, "dtype": "bfloat
 """The settings bench/run.py passes by default (--max-model-len, --gpu-memory-utilization, --dtype, ...)."""
 H200 = {"type": "nvidia-h200-141gb", "machineType": "a3-ultragpu-8g", "zones": ["us-central1-a"]}
 ONE_GPU_NODES = {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-1g", "zones": ["us-central1-a"],
-                 "provisioning": "spot"}
-"""GCE sells no one-GPU H200 machine; a group of one-GPU nodes is planned on A3 High's 1-GPU shape. The pods'
-command, env, mounts and probes do not depend on the GPU model (only nodeSelector and resources do)."""
+                 "provisioning": "spot", "spotMultiNode": True}
+"""GCE sells no one-GPU H200 machine; a group of one-GPU nodes is planned on A3 High's 1-GPU shape (sold as Spot or
+flex-start only; a Spot group needs the opt-in since issue 32). The pods' command, env, mounts and probes do not
+depend on the GPU model (only nodeSelector and resources do)."""
 STACKS: dict[str, dict[str, Any]] = {
     "tp1": {"accelerator": H200, "parallelism": {"tensor": 1, "pipeline": 1}},
     # Two one-GPU pods; bench/run.py's TCP layouts pass the same flag (vLLM's own all-reduce would use NVLink).

@@ -196,8 +196,11 @@ def run_one(work: Path, arm: str, workload: str, args: argparse.Namespace, seed:
 
 def run(args: argparse.Namespace) -> None:
     work = Path(args.work)
-    rows = []
+    out = Path(args.out)
+    rows = json.loads(out.read_text())["rows"] if args.skip and out.exists() else []
     for index, key in enumerate(ORDER[:args.runs]):
+        if index < args.skip:
+            continue
         arm = ARMS[key]
         log(f"{args.workload} run {index + 1}/{args.runs}: {arm}")
         row = run_one(work, arm, args.workload, args, seed=index // 2)
@@ -226,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--runs", type=int, default=len(ORDER), choices=range(2, len(ORDER) + 1))
+    r.add_argument("--skip", type=int, default=0, help="resume: skip the first N runs of the order (appended to "
+                                                      "--out when it exists)")
     r.add_argument("--prompts", type=int, default=400)
     r.add_argument("--rate", type=float, default=8.0)
     r.add_argument("--run-timeout", type=float, default=300)

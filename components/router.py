@@ -22,6 +22,8 @@ from planner.versions import ENVOY_IMAGE, EPP_IMAGE
 GMP_NAMESPACE = "gmp-system"
 INFERENCE_GROUP = "inference.networking.k8s.io"
 GATEWAY_PORT = 80
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where client-go's in-cluster config reads the token, CA and namespace."""
 EPP_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
 """The picker scrapes each leader every 50 ms and scores per request: one core holds tens of replicas (the upstream
 chart asks for none and its proxy for 4 CPUs / 8 GiB; both sized for a shared gateway, not one model)."""
@@ -87,7 +89,14 @@ class Router(pulumi.ComponentResource):
                                            data={routing.CONFIG_FILE: config.to_yaml()}, opts=child)
         volumes: list[dict[str, Any]] = [
             {"name": "epp-config", "configMap": {"name": f"{name}-epp"}},
-            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+            # The picker's API credentials, mounted into its container alone (Envoy gets none): what the automount
+            # would project, with a one-hour token that the kubelet rotates.
+            {"name": "api-token", "projected": {"defaultMode": 0o444, "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                                            "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}]
         checksum_of = [config.to_yaml()]
 
         # Least privilege: the picker reads pods (endpoints and their readiness) and, behind the gateway, its pool.
@@ -118,7 +127,8 @@ class Router(pulumi.ComponentResource):
             "livenessProbe": {"grpc": {"port": routing.EPP_HEALTH_PORT, "service": routing.EPP_HEALTH_SERVICE},
                               "initialDelaySeconds": 5, "periodSeconds": 10, "failureThreshold": 3},
             "volumeMounts": [{"name": "epp-config", "mountPath": "/config", "readOnly": True},
-                             {"name": "tmp", "mountPath": "/tmp"}]}
+                             {"name": "tmp", "mountPath": "/tmp"},
+                             {"name": "api-token", "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}]}
         containers = [epp]
         if not gateway:
             leaders_host = pulumi.Output.concat(args.leaders_service, ".", ns, ".svc.cluster.local")
@@ -151,6 +161,7 @@ class Router(pulumi.ComponentResource):
                                                "app.kubernetes.io/instance": name}},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "serviceAccountName": router, "enableServiceLinks": False,
+                      "automountServiceAccountToken": False,
                       "terminationGracePeriodSeconds": 30,
                       "securityContext": pod_security_context(), "containers": containers, "volumes": volumes}}},
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))

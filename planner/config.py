@@ -53,8 +53,25 @@ class ClusterSettings:
         return "-".join(parts[:2]) if len(parts) > 2 else self.location
 
 
+class _OnMachine:
+    """The catalog entries of a `type` and `machine_type` (an accelerator or one rung of it)."""
+
+    type: str
+    machine_type: str
+
+    @property
+    def catalog(self) -> Accelerator:
+        return ACCELERATORS[self.type]
+
+    @property
+    def machine(self) -> MachineType:
+        machine = self.catalog.machine(self.machine_type)
+        assert machine is not None  # checked when the settings were built
+        return machine
+
+
 @dataclass(frozen=True)
-class Rung:
+class Rung(_OnMachine):
     """One node configuration the cluster autoscaler may create: a machine type, one way of buying it, its zones.
     The stack's rungs, in order, are the ComputeClass's priorities (planner/compute_class.py)."""
 
@@ -66,22 +83,12 @@ class Rung:
     zones: tuple[str, ...]
     reservation: str | None = None
 
-    @property
-    def catalog(self) -> Accelerator:
-        return ACCELERATORS[self.type]
-
-    @property
-    def machine(self) -> MachineType:
-        machine = self.catalog.machine(self.machine_type)
-        assert machine is not None  # checked when the settings were built
-        return machine
-
     def describe(self) -> str:
         return f"{self.machine_type} ({self.type}) {self.provisioning} in {', '.join(self.zones)}"
 
 
 @dataclass(frozen=True)
-class AcceleratorSettings:
+class AcceleratorSettings(_OnMachine):
     type: str
     machine_type: str
     gpus_per_node: int
@@ -93,16 +100,6 @@ class AcceleratorSettings:
     rungs: tuple[Rung, ...] = ()
     """Every (machine, way of buying, zones) in the order the autoscaler tries them; the first is the pool's."""
     spot_multi_node: bool = False
-
-    @property
-    def catalog(self) -> Accelerator:
-        return ACCELERATORS[self.type]
-
-    @property
-    def machine(self) -> MachineType:
-        machine = self.catalog.machine(self.machine_type)
-        assert machine is not None  # checked when the settings were built
-        return machine
 
     @property
     def compute_class(self) -> bool:

@@ -37,3 +37,22 @@ def test_the_metrics_the_endpoint_picker_scores_with_are_exposed_by_the_real_ser
     assert [name for name in wanted if name not in names] == []
     cache_info = next(line for line in text.splitlines() if line.startswith("vllm:cache_config_info{"))
     assert "block_size=" in cache_info  # the picker reads the block size from this info metric's labels
+
+
+@pytest.mark.slow
+def test_the_routing_benchmark_reads_prefix_cache_and_request_counters_from_the_real_server(vllm_server):
+    """bench/routing.py judges each arm by deltas of these counters: they must exist and move with a request."""
+    from bench.routing import counters
+
+    def now() -> dict[str, float]:
+        with urllib.request.urlopen(vllm_server["url"] + "/metrics", timeout=30) as resp:
+            return counters(resp.read().decode())
+
+    before = now()
+    body = json.dumps({"model": "tiny", "prompt": "hello " * 40, "max_tokens": 2}).encode()
+    req = urllib.request.Request(vllm_server["url"] + "/v1/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {vllm_server['key']}"})
+    urllib.request.urlopen(req, timeout=60).read()
+    after = now()
+    assert after["requests"] == before["requests"] + 1
+    assert after["queries"] > before["queries"] >= before["hits"] >= 0

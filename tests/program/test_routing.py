@@ -95,6 +95,10 @@ def test_router_pods_run_non_root_read_only_with_least_privilege(epp, gateway):
         for container in spec["containers"]:
             assert container["securityContext"]["readOnlyRootFilesystem"] is True
             assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert spec["automountServiceAccountToken"] is False  # only the picker mounts API credentials
+        mounts = {c["name"]: {m["mountPath"] for m in c["volumeMounts"]} for c in spec["containers"]}
+        token = "/var/run/secrets/kubernetes.io/serviceaccount"
+        assert token in mounts["epp"] and all(token not in m for n, m in mounts.items() if n != "epp")
         role = find(objs, "Role", "vllm-router")
         assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}, *extra]
         assert find(objs, "PodMonitoring", "vllm-router")["spec"]["endpoints"][0]["port"] == "metrics"

@@ -26,10 +26,16 @@ def lws_pods(obj: dict) -> list[dict]:
     return pods
 
 
-def render(out: Path, stacks: tuple[str, ...] = ("dev", "prod", "multizone")) -> int:
+VARIANTS = {"dev-epp": ("dev", {"serving": {"routing": "epp"}}),
+            "dev-gke-gateway": ("dev", {"serving": {"routing": "gke-gateway"}})}
+"""Stack variants scanned besides the example stacks: the router pods and the Gateway API objects (issue 33)."""
+
+
+def render(out: Path, stacks: tuple[str, ...] = ("dev", "prod", "multizone", *VARIANTS)) -> int:
     count = 0
     for stack in stacks:
-        for kind, obj in run_program(full_config(stack), stack=stack).kubernetes_resources():
+        base, sections = VARIANTS.get(stack, (stack, {}))
+        for kind, obj in run_program(full_config(base, **sections), stack=base).kubernetes_resources():
             for i, doc in enumerate([obj, *(lws_pods(obj) if kind == LWS_TYPE else [])]):
                 path = out / stack / f"{doc['kind'].lower()}-{doc['metadata']['name']}-{i}.yaml"
                 path.parent.mkdir(parents=True, exist_ok=True)
