@@ -179,15 +179,10 @@ class GkeCluster(pulumi.ComponentResource):
             opts=pulumi.InvokeOptions(parent=self))
 
         def pick(values: list) -> str:
-            subnets, net = values
-            def field(subnet: object, snake: str, camel: str) -> str:
-                return (subnet.get(camel) or subnet.get(snake) if isinstance(subnet, dict)
-                        else getattr(subnet, snake, None)) or ""
-            ranges = [field(s, "ip_cidr_range", "ipCidrRange") for s in subnets or []
-                      if _network_name(field(s, "network_name", "networkName") or field(s, "network", "network"))
-                      == net]
+            result, net = values
+            ranges = [s.ip_cidr_range for s in result.subnetworks if _network_name(s.network_name or s.network) == net]
             _refuse(None if ranges else
                     f"network {net} has no proxy-only subnet in {args.region}; set serving.proxySubnetCidr (e.g. "
                     "10.129.0.0/23) and the program creates it")
             return ranges[0]
-        return pulumi.Output.all(found.subnetworks, network).apply(pick)
+        return pulumi.Output.all(found, network).apply(pick)

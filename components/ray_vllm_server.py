@@ -306,11 +306,10 @@ class RayVllmServer(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends, ignore_changes=["spec.replicas"]))
 
         # Behind an internal load balancer, the NetworkPolicy below repeats its sourceRanges. With routing epp the
-        # Service (and a load balancer) sends every request through the router, which picks a leader per request.
-        front = ({"selector": dict(args.router_labels), "ports": [
-            {"name": API_PORT_NAME, "port": spec.port, "targetPort": "http", "protocol": "TCP"}]}
-            if args.router_labels else {"selector": self.leader_selector, "ports": [
-                {"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]})
+        # Service (and a load balancer) sends every request through the router, which picks a leader per request;
+        # the router's Envoy names its listener API_PORT_NAME too, so the port is the same either way.
+        api_ports = [{"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]
+        front = {"selector": dict(args.router_labels or self.leader_selector), "ports": api_ports}
         service_spec, annotations = exposed_service(args.expose, args.source_ranges, front)
         self.service = k8s.core.v1.Service(
             f"{name}-service",
@@ -325,8 +324,7 @@ class RayVllmServer(pulumi.ComponentResource):
             k8s.core.v1.Service(
                 f"{name}-leaders-service",
                 metadata={"name": self.leaders_service_name, "namespace": args.namespace, "labels": labels},
-                spec={"clusterIP": "None", "selector": self.leader_selector, "ports": [
-                    {"name": API_PORT_NAME, "port": spec.port, "targetPort": API_PORT_NAME, "protocol": "TCP"}]},
+                spec={"clusterIP": "None", "selector": self.leader_selector, "ports": api_ports},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lws]))
 
         api_from: list[dict[str, Any]] = [{"podSelector": {}}]  # same namespace (smoke Job, router, gateways)

@@ -14,7 +14,7 @@ import yaml
 
 from components import load_balancer_peers
 from planner import routing
-from planner.commands import API_PORT
+from planner.commands import API_PORT, API_PORT_NAME
 from planner.config import Stack
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, pod_security_context
 from planner.versions import ENVOY_IMAGE, EPP_IMAGE
@@ -30,9 +30,14 @@ chart asks for none and its proxy for 4 CPUs / 8 GiB; both sized for a shared ga
 ENVOY_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 
 
+def router_selector(name: str) -> dict[str, str]:
+    """What selects the router pods (the Deployment, the picker's Service)."""
+    return {"app.kubernetes.io/name": "vllm-router", "app.kubernetes.io/instance": name}
+
+
 def router_labels(name: str) -> dict[str, str]:
     """The router pods' labels (vllm-leader selects them with routing epp)."""
-    return {"app.kubernetes.io/name": "vllm-router", "app.kubernetes.io/instance": name, PART_OF_LABEL: PART_OF}
+    return {**router_selector(name), PART_OF_LABEL: PART_OF}
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,6 @@ class Router(pulumi.ComponentResource):
                 {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
                 {"downwardAPI": {"items": [{"path": "namespace",
                                             "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}]
-        checksum_of = [config.to_yaml()]
 
         # Least privilege: the picker reads pods (endpoints and their readiness) and, behind the gateway, its pool.
         account = k8s.core.v1.ServiceAccount(f"{name}-epp-sa", metadata={"name": router, **meta}, opts=child)
@@ -137,12 +141,11 @@ class Router(pulumi.ComponentResource):
             envoy_config = k8s.core.v1.ConfigMap(f"{name}-envoy-config", metadata={"name": f"{name}-envoy", **meta},
                                                  data={"envoy.yaml": bootstrap}, opts=child)
             volumes.append({"name": "envoy-config", "configMap": {"name": f"{name}-envoy"}})
-            checksum_of.append(str(args.request_timeout_seconds))
             containers.insert(0, {
                 "name": "envoy", "image": ENVOY_IMAGE,
                 "args": ["-c", "/etc/envoy/envoy.yaml", "--log-level", "warn", "--drain-strategy", "immediate",
                          "--drain-time-s", "15"],
-                "ports": [{"name": "http", "containerPort": routing.ROUTER_PORT},
+                "ports": [{"name": API_PORT_NAME, "containerPort": routing.ROUTER_PORT},
                           {"name": "ready", "containerPort": routing.ENVOY_READY_PORT}],
                 "resources": ENVOY_RESOURCES, "securityContext": security,
                 "readinessProbe": {"httpGet": {"path": "/ready", "port": "ready"}, "periodSeconds": 5,
@@ -157,8 +160,7 @@ class Router(pulumi.ComponentResource):
             spec={"replicas": args.replicas,
                   # One picker at a time: a rolling update would run an old and a new prefix index side by side.
                   "strategy": {"type": "Recreate"},
-                  "selector": {"matchLabels": {"app.kubernetes.io/name": "vllm-router",
-                                               "app.kubernetes.io/instance": name}},
+                  "selector": {"matchLabels": router_selector(name)},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "serviceAccountName": router, "enableServiceLinks": False,
                       "automountServiceAccountToken": False,
@@ -203,8 +205,7 @@ class Router(pulumi.ComponentResource):
         epp_service = f"{name}-epp"
         k8s.core.v1.Service(
             f"{name}-epp-service", metadata={"name": epp_service, **meta},
-            spec={"type": "ClusterIP", "selector": {"app.kubernetes.io/name": "vllm-router",
-                                                    "app.kubernetes.io/instance": name},
+            spec={"type": "ClusterIP", "selector": router_selector(name),
                   "ports": [{"name": "grpc", "port": routing.EPP_GRPC_PORT, "targetPort": "grpc",
                              "protocol": "TCP", "appProtocol": "http2"}]},
             opts=child)

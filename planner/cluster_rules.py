@@ -37,7 +37,7 @@ from planner.labels import (
     SPOT_LABEL,
     ZONE_LABEL,
 )
-from planner.versions import IMAGE_SOURCES, unmirrored
+from planner.versions import EPP_IMAGE, IMAGE_SOURCES, unmirrored
 
 DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
 """Room kept on every node for GKE's own DaemonSets (logging, metrics agent, PD CSI node, Dataplane V2, GPU
@@ -699,25 +699,20 @@ def _leader_selectors(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]
             for o in objects if o.get("kind") == "LeaderWorkerSet"}
 
 
-def _container_ports(objects: list[dict[str, Any]], namespace: str, labels: dict[str, str]) -> set[Any]:
-    """Port numbers and names of the containers of every pod template in `namespace` that `labels` selects."""
+def _leader_ports(objects: list[dict[str, Any]], namespace: str, lws_name: str) -> set[Any]:
+    """Port numbers and names of the leader container(s) of a LeaderWorkerSet (its leaderTemplate, or the
+    workerTemplate of a one-pod group, whose only pod is the leader)."""
     found: set[Any] = set()
-    for template in pod_templates(objects):
-        owner = template.owner
-        if (owner.get("metadata") or {}).get("namespace", "") != namespace:
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") != "LeaderWorkerSet" or (meta.get("namespace", ""), meta.get("name")) != \
+                (namespace, lws_name):
             continue
-        if owner.get("kind") == "LeaderWorkerSet":
-            name = (owner.get("metadata") or {}).get("name")
-            pod_labels = {LWS_NAME_LABEL: name, LWS_WORKER_INDEX_LABEL: "0" if "leader" in template.where or
-                          "leaderTemplate" not in ((owner.get("spec") or {}).get("leaderWorkerTemplate") or {})
-                          else "1"}
-        else:
-            pod_labels = ((((owner.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels")
-                          or {})
-        if all(pod_labels.get(k) == v for k, v in labels.items()):
-            for container in template.spec.get("containers") or []:
-                for port in container.get("ports") or []:
-                    found |= {port.get("containerPort"), port.get("name")}
+        lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
+        leader = lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+        for container in (leader.get("spec") or {}).get("containers") or []:
+            for port in container.get("ports") or []:
+                found |= {port.get("containerPort"), port.get("name")}
     return found - {None}
 
 
@@ -748,7 +743,7 @@ def routing(objects: list[dict[str, Any]]) -> list[str]:
             problems.append(f"routing: {_where(pool)} selects {selector}, not the leaders of a LeaderWorkerSet "
                             f"({', '.join(str(v) for v in leaders.values()) or 'none rendered'})")
             continue
-        ports = _container_ports(objects, ns, selector)
+        ports = _leader_ports(objects, ns, selector[LWS_NAME_LABEL])
         for target in spec.get("targetPorts") or []:
             if target.get("number") not in ports:
                 problems.append(f"routing: {_where(pool)} targets port {target.get('number')}, which the leader "
@@ -777,7 +772,7 @@ def routing(objects: list[dict[str, Any]]) -> list[str]:
         owner = template.owner
         ns = (owner.get("metadata") or {}).get("namespace", "")
         for container in template.spec.get("containers") or []:
-            if unmirrored(container.get("image", "")) != unmirrored(rt.EPP_IMAGE_REF):
+            if unmirrored(container.get("image", "")) != unmirrored(EPP_IMAGE):
                 continue
             args = container.get("args") or []
             selector = rt.selector_flag(args)

@@ -28,10 +28,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import ConfigError
-from planner.versions import EPP_IMAGE
 
 SERVICE, EPP, GATEWAY = "service", "epp", "gke-gateway"
-EPP_IMAGE_REF = EPP_IMAGE
 
 ROUTER_PORT = 8081
 """Envoy's listener in the router pod (`vllm-leader` targets it with routing epp)."""
