@@ -50,6 +50,9 @@ CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: 
 PROFILE = re.compile(r"(MemoryProfilingResult\(.*?\)|Memory profiling takes.*)$", re.M)
 GRAPHS = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
 CUDAGRAPH = re.compile(r"(?:CUDA graph|cudagraph)[^\n]*?([\d.]+) GiB", re.I)
+GRAPH_ESTIMATE = re.compile(
+    r"^.*(?:Profiling CUDA graph memory|Estimated \w* ?CUDA graph memory|Using V2 Model Runner).*$", re.M)
+"""The V1 runner's graph estimate by parts (first capture + (N-1) x per-graph, debug log) and which runner served."""
 ERROR = re.compile(r"^(?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*$", re.M)
 
 # What Qwen2-VL's processor needs beside the tokenizer (preprocessor_config.json of Qwen/Qwen2.5-VL-7B-Instruct).
@@ -170,6 +173,8 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     graphs = GRAPHS.search(text)
     row["graphs_gib_measured"] = float(graphs.group(1)) if graphs else None
     row["cudagraph_lines"] = [m.group(0)[:300] for m in CUDAGRAPH.finditer(text)][-3:]
+    row["graph_estimate_lines"] = [m.group(0)[-300:] for m in GRAPH_ESTIMATE.finditer(text)][:8]
+    row["runner_v2"] = "Using V2 Model Runner" in text
     row["backend_lines"] = [line[:300] for line in text.splitlines()
                             if re.search(r"backend|Using .*kernel|quantiz", line, re.I)][:12]
     if row["kv_cache_tokens_measured"] is None:

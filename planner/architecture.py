@@ -75,6 +75,11 @@ class ModelArchitecture:
     """Gated DeltaNet layers: key heads, value heads, key head dim, value head dim, conv kernel."""
     vision_parameters: int = 0
     """The vision tower and its projector (multimodal wrappers), loaded beside the decoder."""
+    architecture: str = ""
+    """The config's first `architectures` entry (the wrapper's for multimodal models): the class vLLM loads, which
+    decides the model runner in some releases (planner/engine.py)."""
+    experts_per_token: int = 0
+    """Routed experts per token (num_experts_per_tok); 0 for dense models."""
 
     @property
     def quantized_parts(self) -> frozenset[str]:
@@ -398,6 +403,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if not isinstance(cfg, Mapping):
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
     raw_text = cfg.get("text_config")
+    architectures = cfg.get("architectures")
     refuse_unsized(raw_text if isinstance(raw_text, Mapping) else cfg, source)  # before transformers rewrites them
     cfg = as_vllm_reads(cfg, source)
     vision = cfg.get("vision_config")
@@ -463,6 +469,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
         gated_attention=str(cfg.get("model_type")) == "qwen3_next", linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden) if isinstance(vision, Mapping) else 0,
+        architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
+        experts_per_token=max(top_k, 0) if experts else 0,
     )
 
 

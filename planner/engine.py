@@ -42,7 +42,13 @@ class EngineProfile:
     cudagraph_reserved: bool
     """Model Runner V2 subtracts a measured CUDA-graph estimate before sizing the KV cache for every model
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory). 0.25.1: its V2 estimate was a stub
-    returning 0 (dense models); MoE, MLA and hybrid models ran the V1 runner, whose estimate the reserves hold."""
+    returning 0; the models it ran on the V1 runner (v2_moe_architectures) had V1's measured estimate subtracted."""
+    v2_moe_architectures: frozenset[str] | None
+    """None: Model Runner V2 serves every model (0.32.0). Otherwise (0.25.1, vllm/config/vllm.py,
+    VllmConfig.use_v2_model_runner and _is_default_v2_model_runner_model): V2 serves a model that is neither hybrid
+    (linear-attention layers) nor MoE, and the MoE architectures named here (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES);
+    the rest run the V1 runner, whose profiling samples with top-k and top-p (a full sort of the logits) and whose
+    CUDA-graph estimate is measured, not a stub."""
     large_gpu_max_num_seqs: int
     """--max-num-seqs on GPUs of 70 GiB or more (other than the A100): 1024 (vllm/engine/arg_utils.py,
     EngineArgs.get_batch_defaults)."""
@@ -62,12 +68,23 @@ class EngineProfile:
     def state_blocks(self, prefix_caching: bool) -> int:
         return self.linear_state_blocks if prefix_caching else 1
 
+    def runner_v2(self, architecture: str, moe: bool, hybrid: bool) -> bool:
+        """Whether Model Runner V2 serves a model of this class (`architecture`, the config's first entry)."""
+        if self.v2_moe_architectures is None:
+            return True
+        return not hybrid and (not moe or architecture in self.v2_moe_architectures)
+
+
+V2_MOE_ARCHITECTURES_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})
+"""vLLM 0.25.1's DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (vllm/config/vllm.py): the MoE classes it runs on V2."""
 
 PROFILES = {
     "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, grouped_kv=True,
-                            cudagraph_reserved=True, large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
+                            cudagraph_reserved=True, v2_moe_architectures=None, large_gpu_max_num_seqs=1024,
+                            huge_gpu_batched_tokens=16384),
     "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, grouped_kv=False,
-                            cudagraph_reserved=False, large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
+                            cudagraph_reserved=False, v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25,
+                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
 }
 
 _TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-.+][0-9A-Za-z.+-]*)?$")

@@ -43,39 +43,49 @@ RESERVE_MLA_GIB = 12.5
 """The same for multi-head latent attention (DeepSeek V3, 128 heads: 12.48 GiB)."""
 
 # Memory outside weights and KV cache, by parts (vLLM's MemoryProfilingResult: torch peak increase, non-torch
-# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted on 20 H200 runs of vLLM 0.25.1
-# (TP=1, --max-num-seqs 1024, --max-num-batched-tokens 8192; docs/benchmarks.md "Planner calibration": the fit,
-# its leave-one-out errors, and the two validation batches each predicted before its run).
+# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted by bench/fit.py on the 24 H200
+# checkpoints of vLLM 0.25.1 in docs/benchmarks/results.json (TP=1, --max-num-seqs 1024, --max-num-batched-tokens
+# 8192): the rows each constant is fitted on are named there, tests/unit/test_fit.py holds these values to it, and
+# docs/benchmarks.md "Planner calibration" keeps each validation batch as it was predicted before its run.
 PEAK_FIT_SETTINGS = (1024, 8192)
 """(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
-PEAK_BASE_GIB = -1.1953
-PEAK_PER_LOGITS = 2.4051
+PEAK_BASE_GIB = -1.0611
+PEAK_PER_LOGITS = 2.1899
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-PEAK_PER_HIDDEN = 17.4486
+PEAK_PER_HIDDEN = 17.3457
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
-two terms above: the activation peak of the 12 dense rows within 0.44 GiB (0.55 GiB leaving each one out)."""
-PEAK_MARGIN_GIB = 0.1
+two terms above: the activation peak of the 15 dense rows within -0.46..+0.42 GiB (-0.54..+0.47 leaving each out)."""
+PEAK_MARGIN_GIB = 0.2
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
-leaned 0.1 GiB to the safe side (gemma-3's decoder +0.60% without it, +0.46% with)."""
-MOE_PEAK_GIB = 1.716
-"""Fused-MoE workspaces on top of the dense peak: 1.45-2.06 GiB over the 5 MoE rows (mean)."""
-MLA_PEAK_PER_HEAD_GIB = 0.0459
+leaned to the safe side by a little less than the largest leave-one-out residual over (+0.47 GiB); at 0.1 GiB
+gemma-3's decoder came out +0.59%."""
+V1_SAMPLER_PER_LOGITS = 2.1312
+"""The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the profile
+batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run: a sort
+of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows ran on V2. Fitted on the 5 MoE
+rows 0.25.1 ran on V1 after their MoE workspace: residuals -0.15..+0.19 GiB (-0.21..+0.24 leaving each out)."""
+MOE_WORKSPACE_UNMANAGED = frozenset({"mxfp4"})
+"""Quantization methods whose fused-MoE kernel on Hopper allocates its buffers inside the kernel, not in vLLM's
+persistent workspace (vLLM's mxfp4 oracle picks OAITritonMxfp4ExpertsMonolithic), so nothing stays allocated."""
+MLA_PEAK_PER_HEAD_GIB = 0.0458
 """Multi-head latent attention on top of the dense peak, per attention head on the GPU (DeepSeek V3 128 heads,
-Kimi K2 / K2.5 64 heads: residuals -0.33, +0.28, +0.38 GiB)."""
-NON_TORCH_GIB = 0.225
-"""Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run)."""
+Kimi K2 / K2.5 64 heads: residuals -0.34, +0.29, +0.39 GiB)."""
+NON_TORCH_GIB = 0.2242
+"""Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
 BASELINE_GIB = 0.54
 """What the GPU holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
-logged non-KV total less the logged available KV memory, 0.531-0.541 GiB on every run."""
-GRAPHS_DENSE_BASE_GIB = 0.509
-GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1282
-"""CUDA graphs of a dense model as captured (0.25.1's V2 runner, "Graph capturing finished ... took N GiB"):
-0.83-2.56 GiB on 10 dense runs, 0.51 + 0.128 per 1,000 of hidden width (residuals -0.70..+0.28 GiB). vLLM 0.32.0
-keeps them out of the KV cache; 0.25.1 did not (not measurable here on 0.32.0: its torch needs 2.13)."""
-GRAPHS_MOE_GIB = 0.57
-"""The V1 runner's CUDA-graph estimate for MoE models (0.40-0.66 GiB on 5 MoE runs)."""
-GRAPHS_MLA_GIB = 4.23
-"""The V1 runner's CUDA-graph estimate for MLA models ("CUDA graph memory: 4.18-4.28 GiB" on 3 MLA runs)."""
+logged non-KV total less the logged available KV memory on the V2 runs (no graph estimate subtracted), the mean."""
+GRAPHS_DENSE_BASE_GIB = 0.5008
+GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1289
+"""CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
+on 15 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
+a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
+GRAPHS_MOE_GIB = 0.564
+"""The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.66 GiB on 5
+runs; the mean: the largest put Mixtral, whose weights leave it 36 GiB of KV cache, at -1.2%)."""
+GRAPHS_MLA_GIB = 4.28
+"""The V1 runner's CUDA-graph estimate for MLA models (2.24, 4.18, 4.28 GiB on 3 runs; the largest: Kimi-K2 and
+Kimi-K2.5 are one shape and their estimates differ by 2 GiB, so the safe side is kept)."""
 LOAD_OVERHEAD_GIB = 0.15
 """What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
 on the calibrated models, the middle of that kept."""
@@ -85,35 +95,53 @@ def default_engine(acc: Accelerator, version: str = "0.32.0") -> EngineSettings:
     return engine_settings(PROFILES[version], acc.memory_bytes, acc.type)
 
 
-def _v1_graph_family(arch: ModelArchitecture) -> bool:
-    """MoE, MLA and hybrid models: 0.25.1's V1 runner served them and reserved a CUDA-graph estimate, which the
-    measured family reserves already hold."""
-    return bool(arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds)
+def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:
+    """Whether the engine serves this model on Model Runner V2 (planner/engine.py, EngineProfile.runner_v2)."""
+    return engine.profile.runner_v2(arch.architecture, bool(arch.num_experts), "linear" in arch.kinds)
 
 
 def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
-    """CUDA-graph memory the engine keeps out of the KV cache on each GPU: vLLM 0.32.0 measures the capture for every
-    model (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory); 0.25.1 only for the models its V1
-    runner serves (MoE, MLA, hybrid) and not for dense ones (a stub returning 0). None with --enforce-eager."""
+    """CUDA-graph memory the engine keeps out of the KV cache on each GPU: Model Runner V2 measures the capture
+    (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory; 0.25.1's V2 had a stub returning 0), the V1
+    runner extrapolates from two captures (vllm/v1/worker/gpu_model_runner.py, profile_cudagraph_memory). MLA
+    models keep the V1 estimate on V2 too (0.32.0: not measured here, the larger of the two kept). None with
+    --enforce-eager."""
     if not engine.cudagraphs:
         return 0.0
-    if _v1_graph_family(arch):
-        return (GRAPHS_MLA_GIB if arch.kv_lora_rank else GRAPHS_MOE_GIB) * GIB
+    if arch.kv_lora_rank:
+        return GRAPHS_MLA_GIB * GIB if engine.profile.cudagraph_reserved or not runner_v2(arch, engine) else 0.0
+    if not runner_v2(arch, engine):
+        return GRAPHS_MOE_GIB * GIB
     if not engine.profile.cudagraph_reserved:
         return 0.0
     return (GRAPHS_DENSE_BASE_GIB + GRAPHS_DENSE_PER_KHIDDEN_GIB * arch.hidden_size / 1000) * GIB
 
 
+def moe_workspace_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """The fused-MoE workspace vLLM keeps allocated once the profiled forward has run (vllm/v1/worker/workspace.py,
+    get_simultaneous; sized in fused_moe/modular_kernel.py from TritonExperts.workspace_shapes): M tokens x top-k x
+    (max(I, K) + max(2I, K)) in the activation dtype, with M = max_num_batched_tokens, I the expert width on one GPU
+    and K the hidden size (workspace13 at least M x K)."""
+    if not arch.num_experts or arch.quant_method in MOE_WORKSPACE_UNMANAGED:
+        return 0.0
+    tokens, k = engine.max_num_batched_tokens, arch.hidden_size
+    width = (arch.moe_intermediate_size or arch.intermediate_size) // layout.tp
+    workspace13 = max(tokens * arch.experts_per_token * max(width, k), tokens * k)
+    return (workspace13 + tokens * arch.experts_per_token * max(2 * width, k)) * 2.0
+
+
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
-    """vLLM's profiled `torch peak memory increase` on one GPU, by parts (fitted at PEAK_FIT_SETTINGS)."""
+    """vLLM's profiled `torch peak memory increase` on one GPU, by parts (fitted at PEAK_FIT_SETTINGS, bench/fit.py):
+    the dense peak (logits and hidden states), the MoE workspace (from vLLM's source, not fitted), the V1 runner's
+    sampler where that runner serves the model, and multi-head latent attention per head."""
     logits = engine.max_num_seqs * arch.vocab_size * 4 / GIB
     hidden = engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB
     peak = PEAK_BASE_GIB + PEAK_PER_LOGITS * logits + PEAK_PER_HIDDEN * hidden + PEAK_MARGIN_GIB
-    if arch.num_experts and not arch.kv_lora_rank:
-        peak += MOE_PEAK_GIB
     if arch.kv_lora_rank:
-        peak += MLA_PEAK_PER_HEAD_GIB * arch.num_attention_heads / layout.tp
-    return peak * GIB
+        return (peak + MLA_PEAK_PER_HEAD_GIB * arch.num_attention_heads / layout.tp) * GIB
+    if not runner_v2(arch, engine):
+        peak += V1_SAMPLER_PER_LOGITS * logits
+    return peak * GIB + moe_workspace_bytes(arch, layout, engine)
 
 
 def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
@@ -122,7 +150,8 @@ def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSett
     graphs = cudagraph_bytes(arch, layout, engine)
     if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
         return activation_peak_bytes(arch, layout, engine) + (NON_TORCH_GIB + BASELINE_GIB) * GIB + graphs
-    return reserve_bytes(arch) + (0.0 if _v1_graph_family(arch) else graphs)
+    measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds)
+    return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs)
 
 
 def reserve_bytes(arch: ModelArchitecture) -> float:

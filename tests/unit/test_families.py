@@ -53,10 +53,11 @@ def test_current_families_plan_on_the_machine_they_need(name):
 
 
 UNDER_COUNTED = {
-    # (model, layers): the lowest KV error accepted, and why it is below the -1% bound (the safe side).
-    ("Kimi-K2-Instruct", 4): (-0.03, "its V1 CUDA-graph estimate is 2.24 GiB, the MLA term reserves 4.23 GiB as "
-                                     "DeepSeek V3 and Kimi K2.5 measured"),
-    ("Llama-3.1-70B-Instruct", 40): (-0.0125, "the dense peak fit over-reserves 0.56 GiB at hidden 8192"),
+    # (model, layers): the lowest KV error accepted, and why it is below the -1% bound (the safe side). Every other
+    # row of the fit (bench/fit.py) and of the validation batches stays within -1%..+0.5%.
+    ("Kimi-K2-Instruct", 4): (-0.031, "its V1 CUDA-graph estimate is 2.24 GiB, the MLA term reserves 4.28 GiB as "
+                                      "DeepSeek V3 and Kimi K2.5 (the same shape) measured"),
+    ("Llama-3.1-70B-Instruct", 40): (-0.014, "the dense peak fit over-reserves 0.46 GiB at hidden 8192"),
 }
 
 
@@ -169,15 +170,6 @@ def test_an_unknown_quantization_asks_for_model_weights_gib(tmp_path):
     assert given.weights_gib == 5.5
 
 
-VALIDATION_UNDER = {
-    # Rows predicted before their run and below -1% (the safe side), with the reason seen in vLLM's profile.
-    ("Qwen1.5-MoE-A2.7B-Chat", "all"): (-0.025, "vLLM 0.25.1 ran it on the V2 runner: torch peak 1.24 GiB with no "
-                                                "MoE workspace term and no V1 graph estimate"),
-    ("Kimi-K2-Instruct", 4): (-0.03, "V1 CUDA-graph estimate 2.24 GiB against the MLA term's 4.23"),
-    ("Llama-3.1-70B-Instruct", 40): (-0.0125, "dense peak over-reserved at hidden 8192"),
-}
-
-
 @pytest.mark.parametrize("row", VALIDATED, ids=lambda r: f"{r['model']}-{r['layers']}")
 def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     """Checkpoints measured after their prediction was committed: today's planner must not promise more KV tokens
@@ -186,6 +178,6 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     a = parse_hf_config(row["config"], row["model"], "validation")
     f = single_gpu_fit(a, "nvidia-h200-141gb", 0.9, row["max_model_len"])
     kv_error = (f.kv_tokens - row["kv_cache_tokens_measured"]) / row["kv_cache_tokens_measured"]
-    lowest = VALIDATION_UNDER.get((row["model"], row["layers"]), (-0.01, ""))[0]
+    lowest = UNDER_COUNTED.get((row["model"], row["layers"]), (-0.01, ""))[0]
     assert lowest <= kv_error <= 0.005, f"KV tokens {kv_error:+.2%} against vLLM"
     assert abs(f.weights_per_gpu / 2**30 / row["weights_gib_measured"] - 1) <= 0.03

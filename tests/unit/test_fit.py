@@ -1,0 +1,67 @@
+"""The planner's memory outside the KV cache is the fit bench/fit.py makes from the GPU rows in results.json: the
+constants in planner/sizing.py are that fit, each part is fitted on the rows it names, and the runner rule and the
+MoE workspace follow vLLM's source."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import planner.sizing as sizing
+from bench.fit import _lstsq, fit, leave_one_out, predicted_peak, rows
+from planner.architecture import parse_hf_config
+from planner.catalog import ACCELERATORS, GIB
+from planner.sizing import Layout, default_engine, moe_workspace_bytes, runner_v2
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = rows(json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text()))
+H200 = ACCELERATORS["nvidia-h200-141gb"]
+
+
+def arch(name: str):
+    return parse_hf_config(json.loads((ROOT / "models" / f"{name}.json").read_text()), name, "x")
+
+
+@pytest.mark.parametrize("name,value", sorted(fit(DATA).items()))
+def test_sizing_constants_are_the_fit_of_the_measured_rows(name, value):
+    assert getattr(sizing, name) == pytest.approx(value, abs=6e-4), f"re-run python bench/fit.py: {name}"
+
+
+def test_each_part_is_fitted_on_its_own_rows():
+    families = {r.family for r in DATA}
+    assert {"dense", "moe-v1", "mla", "moe-v2"} <= families
+    assert sum(r.family == "dense" for r in DATA) >= 12 and sum(r.family == "moe-v1" for r in DATA) >= 4
+    assert len({r.model for r in DATA}) == len(DATA), "one row per checkpoint"
+
+
+def test_the_fit_explains_every_peak_and_holds_out_of_sample():
+    constants = fit(DATA)
+    for r in DATA:
+        assert abs(r.peak - predicted_peak(r, constants)) < 0.5, r.model
+    loo = leave_one_out(DATA)
+    assert len(loo) >= len(DATA) - 1 and max(abs(v) for v in loo.values()) < 1.1
+
+
+def test_least_squares_recovers_known_coefficients():
+    xs = [[1.0, float(i), float(i * i % 7)] for i in range(9)]
+    ys = [0.5 - 2.0 * x[1] + 3.0 * x[2] for x in xs]
+    assert _lstsq(xs, ys) == pytest.approx([0.5, -2.0, 3.0])
+
+
+def test_vllm_0_25_runs_moe_on_v1_except_its_v2_list_and_0_32_runs_all_on_v2():
+    old, new = default_engine(H200, "0.25.1"), default_engine(H200, "0.32.0")
+    assert runner_v2(arch("Qwen3-8B"), old) and not runner_v2(arch("Mixtral-8x7B-Instruct-v0.1"), old)
+    assert runner_v2(arch("Qwen1.5-MoE-A2.7B-Chat"), old)  # Qwen2MoeForCausalLM: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
+    assert not runner_v2(arch("Qwen3-Next-80B-A3B-Instruct"), old)  # hybrid
+    assert all(runner_v2(arch(n), new) for n in ("Mixtral-8x7B-Instruct-v0.1", "Qwen3-Next-80B-A3B-Instruct"))
+
+
+def test_moe_workspace_is_tritons_two_buffers_and_mxfp4_keeps_none():
+    mixtral = arch("Mixtral-8x7B-Instruct-v0.1")  # M = 8192 tokens, top-2, I = 14336, K = 4096
+    engine = default_engine(H200, "0.25.1")
+    expected = (8192 * 2 * max(14336, 4096) + 8192 * 2 * max(2 * 14336, 4096)) * 2
+    assert moe_workspace_bytes(mixtral, Layout(1, 1, 1), engine) == expected
+    assert moe_workspace_bytes(mixtral, Layout(2, 1, 1), engine) == (8192 * 2 * 7168 + 8192 * 2 * 14336) * 2
+    assert moe_workspace_bytes(arch("gpt-oss-20b"), Layout(1, 1, 1), engine) == 0
+    assert moe_workspace_bytes(arch("Qwen3-8B"), Layout(1, 1, 1), engine) == 0
+    assert expected / GIB == pytest.approx(1.3125)
