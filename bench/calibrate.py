@@ -104,12 +104,30 @@ def entry_config(config: Path, layers: int | None, text_mode: bool) -> dict[str,
     return cut_layers(data, layers) if layers is not None else data
 
 
+GPTQ_METHODS = ("gptq", "gptq_marlin", "auto_gptq")
+GPTQ_LINEAR = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+               "mlp.up_proj", "mlp.down_proj"]
+"""What a GPTQ checkpoint quantizes in a decoder layer. vLLM 0.25.1 (AutoGPTQConfig.maybe_update_config) reads the
+quantized layers from the checkpoint's safetensors metadata (the int32 tensors) when the config names none; a dummy
+load has no safetensors, so every layer would load unquantized. The model directory names them in the config
+instead, as the checkpoint's tensors would."""
+
+
+def name_gptq_layers(data: dict[str, Any]) -> dict[str, Any]:
+    """The config with GPTQ's quantized layers named where it leaves them to the checkpoint's tensors."""
+    quant = data.get("quantization_config")
+    if not isinstance(quant, dict) or quant.get("quant_method") not in GPTQ_METHODS \
+            or quant.get("modules_in_block_to_quantize"):
+        return data
+    return {**data, "quantization_config": {**quant, "modules_in_block_to_quantize": GPTQ_LINEAR}}
+
+
 def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = False) -> tuple[Path, dict[str, Any]]:
     """config.json (cut), tokenizer, processor files: what vLLM reads with --load-format dummy."""
     data = entry_config(config, layers, text_mode)
     out = work / "models" / f"{config.stem}-{layers or 'all'}{'-text' if text_mode else ''}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(data, indent=2))
+    (out / "config.json").write_text(json.dumps(name_gptq_layers(data), indent=2))
     filled = as_vllm_reads(data, "calibrate")  # vocab_size and the like as transformers fills them for vLLM
     text = filled.get("text_config", filled)
     build_tokenizer({**text, **{k: v for k, v in data.items() if k.endswith("token_id")}}, out)

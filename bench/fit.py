@@ -2,19 +2,20 @@
 docs/benchmarks/results.json, written down so it can be re-run and checked.
 
 Each constant is fitted on the rows named here, from vLLM's own profiling lines (`torch peak memory increase`,
-`non-torch forward increase memory`, `CUDA graph memory`, `Graph capturing finished ... took`):
+`non-torch forward increase memory`, `CUDA graph memory`, `Graph capturing finished ... took`), on the features
+planner/sizing.py computes (peak_features) and through the same formula (fitted_peak_gib):
 
 - dense peak (PEAK_BASE_GIB, PEAK_PER_LOGITS, PEAK_PER_HIDDEN): least squares over the rows without experts or
   latent attention (all served by Model Runner V2 on 0.25.1);
-- V1 sampler (V1_SAMPLER_PER_LOGITS): the MoE rows without latent attention that vLLM 0.25.1 runs on the V1 runner,
-  after the dense peak and the MoE workspace (taken from vLLM's source, not fitted);
-- latent attention (MLA_PEAK_PER_HEAD_GIB): the MLA rows, after the dense peak;
+- the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
+  the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the dense peak and the MoE
+  workspace (taken from vLLM's source, not fitted);
 - non-torch memory, the baseline before profiling, the dense CUDA-graph line and the V1 graph estimates.
 
-The rows are every started checkpoint up to the last validation batch; a new batch is predicted with these constants
-before it runs (`python bench/calibrate.py --predict`) and only then joins this set. `python bench/fit.py` prints the
-constants, each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds planner/sizing.py's
-constants to this fit.
+The rows are every started checkpoint up to the last validation batch, and the ablations (a checkpoint's config with
+one field changed, run to separate two terms); a new batch is predicted with these constants before it runs
+(`python bench/calibrate.py --predict-only`) and only then joins this set. `python bench/fit.py` prints the constants,
+each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds planner/sizing.py's constants to it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from planner.architecture import ModelArchitecture, parse_hf_config  # noqa: E402
-from planner.catalog import ACCELERATORS, GIB  # noqa: E402
-from planner.sizing import PEAK_FIT_SETTINGS, Layout, default_engine, moe_workspace_bytes, runner_v2  # noqa: E402
+from planner.catalog import ACCELERATORS  # noqa: E402
+from planner.sizing import (  # noqa: E402
+    Layout,
+    PeakFeatures,
+    default_engine,
+    fitted_peak_gib,
+    peak_features,
+    runner_v2,
+)
 
 RESULTS = ROOT / "docs" / "benchmarks" / "results.json"
 PEAK = re.compile(r"torch peak memory increase: ([\d.]+)GiB")
@@ -42,14 +50,18 @@ NON_KV = re.compile(r"Total non KV cache memory: ([\d.]+)GiB")
 V1_GRAPHS = re.compile(r"^CUDA graph memory: ([\d.]+) GiB")
 
 
+ACCELERATOR = "nvidia-h200-141gb"
+ENGINE = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1")
+
+
 @dataclass(frozen=True)
 class Row:
     model: str
     arch: ModelArchitecture
     peak: float
     non_torch: float
-    non_kv: float
-    available: float
+    non_kv: float | None
+    available: float | None
     graphs_estimate: float | None
     """What the V1 runner subtracted for CUDA graphs (its `CUDA graph memory` line); None on V2."""
     graphs_captured: float | None
@@ -58,16 +70,8 @@ class Row:
     source: str
 
     @property
-    def logits(self) -> float:
-        return PEAK_FIT_SETTINGS[0] * self.arch.vocab_size * 4 / GIB
-
-    @property
-    def hidden(self) -> float:
-        return PEAK_FIT_SETTINGS[1] * self.arch.hidden_size * 2 / GIB
-
-    @property
-    def workspace(self) -> float:
-        return moe_workspace_bytes(self.arch, Layout(1, 1, 1), ENGINE) / GIB
+    def features(self) -> PeakFeatures:
+        return peak_features(self.arch, Layout(1, 1, 1), ENGINE)
 
     @property
     def family(self) -> str:
@@ -78,10 +82,6 @@ class Row:
         return "dense"
 
 
-ACCELERATOR = "nvidia-h200-141gb"
-ENGINE = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1")
-
-
 def _profile(row: dict[str, Any]) -> str:
     profile = row.get("profile") or []
     return profile if isinstance(profile, str) else " ".join(profile)
@@ -89,14 +89,17 @@ def _profile(row: dict[str, Any]) -> str:
 
 def rows(results: dict[str, Any]) -> list[Row]:
     """Every started checkpoint of the calibration and validation runs, once per model (the 32k rows repeat the 8k
-    profile)."""
+    profile), less the rows marked `excluded` (a harness artifact, not vLLM's behaviour on the checkpoint), and the
+    ablation rows."""
     raw = [(r, "families") for r in results["calibration_families"]["rows"]]
     for batch in results["calibration_validation"]["batches"]:
         raw += [(r, batch["name"]) for r in batch["measured"]]
+    raw += [(r, "ablation") for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}
     for row, source in raw:
         text = _profile(row)
-        if not row.get("kv_cache_tokens_measured") or not PEAK.search(text) or row["model"] in seen:
+        if not row.get("kv_cache_tokens_measured") or not PEAK.search(text) or row["model"] in seen \
+                or row.get("excluded"):
             continue
         arch = parse_hf_config(row["config"], row["model"], "results.json")
         lines = row.get("cudagraph_lines") or []
@@ -107,7 +110,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
         seen[row["model"]] = Row(
             model=row["model"], arch=arch, peak=float(PEAK.search(text).group(1)),
             non_torch=float(NON_TORCH.search(text).group(1)), non_kv=float(NON_KV.search(text).group(1)),
-            available=float(row["available_kv_gib_measured"]), graphs_estimate=None if v2 else estimate,
+            available=row.get("available_kv_gib_measured"), graphs_estimate=None if v2 else estimate,
             graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source)
     return list(seen.values())
 
@@ -129,47 +132,32 @@ def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
     return [aty[i] / ata[i][i] for i in range(n)]
 
 
-def _through_origin(xs: list[float], ys: list[float]) -> float:
-    return sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
-
-
 def fit(data: list[Row]) -> dict[str, float]:
     """The constants of planner/sizing.py's parts model, from these rows."""
     dense = [r for r in data if r.family == "dense"]
-    base, per_logits, per_hidden = _lstsq([[1.0, r.logits, r.hidden] for r in dense], [r.peak for r in dense])
-
-    def dense_peak(r: Row) -> float:
-        return base + per_logits * r.logits + per_hidden * r.hidden
-
-    v1 = [r for r in data if r.family == "moe-v1"]
-    sampler = _through_origin([r.logits for r in v1], [r.peak - dense_peak(r) - r.workspace for r in v1])
+    base, per_logits, per_hidden = _lstsq([[1.0, r.features.logits, r.features.hidden] for r in dense],
+                                          [r.peak for r in dense])
+    c = {"PEAK_BASE_GIB": base, "PEAK_PER_LOGITS": per_logits, "PEAK_PER_HIDDEN": per_hidden,
+         "V1_SAMPLER_PER_LOGITS": 0.0, "V1_ATTENTION_PER_QUERY": 0.0, "V1_WORKSPACE_REUSE": 0.0}
+    v1 = [r for r in data if not r.v2]
+    c["V1_SAMPLER_PER_LOGITS"], c["V1_ATTENTION_PER_QUERY"], c["V1_WORKSPACE_REUSE"] = _lstsq(
+        [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
+        [r.peak - fitted_peak_gib(r.features, c) for r in v1])
     mla = [r for r in data if r.family == "mla"]
-    per_head = _through_origin([float(r.arch.num_attention_heads) for r in mla], [r.peak - dense_peak(r) for r in mla])
-    total = ACCELERATORS[ACCELERATOR].memory_bytes * 0.9 / GIB
-    on_v2 = [r for r in data if r.v2]
+    total = ACCELERATORS[ACCELERATOR].memory_bytes * 0.9 / 2**30
+    on_v2 = [r for r in data if r.v2 and r.available is not None and r.non_kv is not None]
     graphs = [r for r in on_v2 if r.graphs_captured]
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
                                              [float(r.graphs_captured or 0) for r in graphs])
+    estimates = [float(r.graphs_estimate or 0) for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
     return {
-        "PEAK_BASE_GIB": base, "PEAK_PER_LOGITS": per_logits, "PEAK_PER_HIDDEN": per_hidden,
-        "V1_SAMPLER_PER_LOGITS": sampler, "MLA_PEAK_PER_HEAD_GIB": per_head,
+        **c,
         "NON_TORCH_GIB": sum(r.non_torch for r in data) / len(data),
-        "BASELINE_GIB": sum(total - r.non_kv - r.available for r in on_v2) / len(on_v2),
+        "BASELINE_GIB": sum(total - (r.non_kv or 0) - (r.available or 0) for r in on_v2) / len(on_v2),
         "GRAPHS_DENSE_BASE_GIB": graphs_base, "GRAPHS_DENSE_PER_KHIDDEN_GIB": graphs_per_khidden,
-        "GRAPHS_MOE_GIB": sum(float(r.graphs_estimate or 0) for r in v1) / len(v1),
-        "GRAPHS_MLA_GIB": max(float(r.graphs_estimate or 0) for r in mla),
+        "GRAPHS_MOE_GIB": sum(estimates) / len(estimates),
+        "GRAPHS_MLA_GIB": max(float(r.graphs_estimate or 0) for r in mla if not r.v2),
     }
-
-
-def predicted_peak(r: Row, constants: dict[str, float]) -> float:
-    """The peak the fitted constants give this row (without the planner's safety margin)."""
-    c = constants
-    peak = c["PEAK_BASE_GIB"] + c["PEAK_PER_LOGITS"] * r.logits + c["PEAK_PER_HIDDEN"] * r.hidden
-    if r.family == "mla":
-        return peak + constants["MLA_PEAK_PER_HEAD_GIB"] * r.arch.num_attention_heads
-    if r.family == "moe-v1":
-        peak += constants["V1_SAMPLER_PER_LOGITS"] * r.logits
-    return peak + r.workspace
 
 
 def leave_one_out(data: list[Row]) -> dict[str, float]:
@@ -177,9 +165,9 @@ def leave_one_out(data: list[Row]) -> dict[str, float]:
     out = {}
     for r in data:
         rest = [o for o in data if o is not r]
-        if r.family != "dense" and not any(o.family == r.family for o in rest) and r.family != "moe-v2":
-            continue  # the only row of its family: nothing to fit its term on without it
-        out[r.model] = r.peak - predicted_peak(r, fit(rest))
+        if r.family == "moe-v2" and not any(o.family == r.family for o in rest):
+            pass  # the V2 MoE row has no term of its own: its workspace is from vLLM's source
+        out[r.model] = r.peak - fitted_peak_gib(r.features, fit(rest))
     return out
 
 
@@ -195,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
     for r in data:
         left = f"{loo[r.model]:+.2f}" if r.model in loo else "-"
-        print(f"{r.model[:40]:40} {r.family:7} {r.source:13} {r.peak:6.2f} {predicted_peak(r, constants):6.2f} "
-              f"{r.peak - predicted_peak(r, constants):+6.2f} {left:>6}")
+        predicted = fitted_peak_gib(r.features, constants)
+        print(f"{r.model[:40]:40} {r.family:7} {r.source:13} {r.peak:6.2f} {predicted:6.2f} "
+              f"{r.peak - predicted:+6.2f} {left:>6}")
     return 0
 
 

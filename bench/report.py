@@ -417,7 +417,7 @@ def validation_section(found: dict) -> list[str]:
     lines = ["", "### Validation: predicted before the run", "", found.get("note", ""), ""]
     for batch in batches:
         measured = {f"{r['model']}:{r['layers']}": r for r in batch["measured"]}
-        table, kv_err = [], []
+        table, kv_err, notes = [], [], []
         for p in batch["predictions"]:
             path, *rest = p["entry"].split(":")
             text = bool(rest) and rest[-1] == "text"
@@ -430,6 +430,12 @@ def validation_section(found: dict) -> list[str]:
                 continue
             k = error_pct(r["kv_cache_tokens_measured"], p["kv_cache_tokens_predicted"])
             w = error_pct(r["weights_gib_measured"], p["weights_gib_predicted"])
+            if r.get("excluded"):
+                notes.append(f"{p['entry']} is not counted: {r['excluded']}.")
+                table.append([p["entry"], _fmt(p["kv_cache_tokens_predicted"]), _fmt(r["kv_cache_tokens_measured"]),
+                              "not counted", f"{p['weights_gib_predicted']:.2f}", f"{r['weights_gib_measured']:.2f}",
+                              "not counted"])
+                continue
             kv_err.append(k)
             table.append([p["entry"], _fmt(p["kv_cache_tokens_predicted"]), _fmt(r["kv_cache_tokens_measured"]),
                           f"{k:+.2f}", f"{p['weights_gib_predicted']:.2f}", f"{r['weights_gib_measured']:.2f}",
@@ -439,6 +445,9 @@ def validation_section(found: dict) -> list[str]:
                   f"{inside} of {len(kv_err)} started checkpoints within the KV bound.", ""]
         lines += _table(["entry", "predicted KV tokens", "vLLM KV tokens", "KV error %", "predicted weights GiB",
                          "vLLM weights GiB", "weights error %"], table)
+        notes += [f"First run of {r['model']} not counted: {r['excluded']}."
+                  for r in batch.get("harness_artifacts", [])]
+        lines += ["", *notes] if notes else []
         lines.append("")
     return lines
 

@@ -43,46 +43,53 @@ RESERVE_MLA_GIB = 12.5
 """The same for multi-head latent attention (DeepSeek V3, 128 heads: 12.48 GiB)."""
 
 # Memory outside weights and KV cache, by parts (vLLM's MemoryProfilingResult: torch peak increase, non-torch
-# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted by bench/fit.py on the 24 H200
-# checkpoints of vLLM 0.25.1 in docs/benchmarks/results.json (TP=1, --max-num-seqs 1024, --max-num-batched-tokens
-# 8192): the rows each constant is fitted on are named there, tests/unit/test_fit.py holds these values to it, and
-# docs/benchmarks.md "Planner calibration" keeps each validation batch as it was predicted before its run.
+# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted by bench/fit.py on the 31
+# started H200 checkpoints and 2 ablations of vLLM 0.25.1 in docs/benchmarks/results.json (TP=1, --max-num-seqs
+# 1024, --max-num-batched-tokens 8192): the rows each constant is fitted on are named there, tests/unit/test_fit.py
+# holds these values to it, and docs/benchmarks.md "Planner calibration" keeps each validation batch as it was
+# predicted before its run.
 PEAK_FIT_SETTINGS = (1024, 8192)
 """(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
-PEAK_BASE_GIB = -1.0611
-PEAK_PER_LOGITS = 2.1899
+PEAK_BASE_GIB = -0.841
+PEAK_PER_LOGITS = 1.9131
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-PEAK_PER_HIDDEN = 17.3457
+PEAK_PER_HIDDEN = 17.0072
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
-two terms above: the activation peak of the 15 dense rows within -0.46..+0.42 GiB (-0.54..+0.47 leaving each out)."""
-PEAK_MARGIN_GIB = 0.2
+two terms above: the activation peak of the 19 dense rows within -0.50..+0.37 GiB (-0.57..+0.42 leaving each out)."""
+PEAK_MARGIN_GIB = 0.25
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
-leaned to the safe side by a little less than the largest leave-one-out residual over (+0.47 GiB); at 0.1 GiB
-gemma-3's decoder came out +0.59%."""
-V1_SAMPLER_PER_LOGITS = 2.1312
+leaned to the safe side by about the largest leave-one-out residual over, less the 1% a KV pool of 70 GiB allows
+under; at 0.2 GiB gemma-3's decoder (whose load also counts 0.28 GiB over the planner's weights) came out +0.57%."""
+V1_SAMPLER_PER_LOGITS = 1.2396
 """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the profile
 batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run: a sort
-of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows ran on V2. Fitted on the 5 MoE
-rows 0.25.1 ran on V1 after their MoE workspace: residuals -0.15..+0.19 GiB (-0.21..+0.24 leaving each out)."""
+of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows ran on V2."""
+V1_ATTENTION_PER_QUERY = 11.2749
+"""The V1 runner's attention, per GiB of one bf16 query tensor of the batch on this GPU: V1's profile runs attention
+(profile_run -> _dummy_run), V2's skips it (skip_attn=True). Measured directly by GLM-4.5-Air cut to 8 layers with 96
+and with 64 heads (docs/benchmarks/results.json calibration_ablations: 4.64 against 4.32 GiB)."""
+V1_WORKSPACE_REUSE = -0.6575
+"""Per GiB of MoE workspace, what the V1 transients above give back (negative): the peak is a maximum over the
+forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of workspace,
+shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served (MoE, MLA and
+hybrid)."""
 MOE_WORKSPACE_UNMANAGED = frozenset({"mxfp4"})
 """Quantization methods whose fused-MoE kernel on Hopper allocates its buffers inside the kernel, not in vLLM's
 persistent workspace (vLLM's mxfp4 oracle picks OAITritonMxfp4ExpertsMonolithic), so nothing stays allocated."""
-MLA_PEAK_PER_HEAD_GIB = 0.0458
-"""Multi-head latent attention on top of the dense peak, per attention head on the GPU (DeepSeek V3 128 heads,
-Kimi K2 / K2.5 64 heads: residuals -0.34, +0.29, +0.39 GiB)."""
 NON_TORCH_GIB = 0.2242
 """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
-BASELINE_GIB = 0.54
+BASELINE_GIB = 0.5403
 """What the GPU holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
 logged non-KV total less the logged available KV memory on the V2 runs (no graph estimate subtracted), the mean."""
-GRAPHS_DENSE_BASE_GIB = 0.5008
-GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1289
+GRAPHS_DENSE_BASE_GIB = 0.5407
+GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1237
 """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
 on 15 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
 a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
-GRAPHS_MOE_GIB = 0.564
-"""The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.66 GiB on 5
-runs; the mean: the largest put Mixtral, whose weights leave it 36 GiB of KV cache, at -1.2%)."""
+GRAPHS_MOE_GIB = 0.61
+"""The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
+runs; the mean). It is the largest FULL graph's first capture plus 1 MiB per further graph, and that first capture
+moves in steps of the allocator's segments (512 MiB with 64 heads, 768 MiB with 96 on GLM-4.5-Air)."""
 GRAPHS_MLA_GIB = 4.28
 """The V1 runner's CUDA-graph estimate for MLA models (2.24, 4.18, 4.28 GiB on 3 runs; the largest: Kimi-K2 and
 Kimi-K2.5 are one shape and their estimates differ by 2 GiB, so the safe side is kept)."""
@@ -130,18 +137,56 @@ def moe_workspace_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineS
     return (workspace13 + tokens * arch.experts_per_token * max(2 * width, k)) * 2.0
 
 
+@dataclass(frozen=True)
+class PeakFeatures:
+    """What the profiled peak on one GPU is a function of, each in GiB (bench/fit.py fits on these)."""
+
+    logits: float
+    """The sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
+    hidden: float
+    """One bf16 hidden-state tensor of max_num_batched_tokens tokens."""
+    query: float
+    """One bf16 query tensor of max_num_batched_tokens tokens on this GPU (heads x query head width)."""
+    workspace: float
+    """The fused-MoE workspace (moe_workspace_bytes)."""
+    v1: bool
+    """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
+
+
+def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
+    heads = arch.num_attention_heads / layout.tp
+    width = (arch.qk_nope_head_dim or arch.head_dim - arch.qk_rope_head_dim) + arch.qk_rope_head_dim \
+        if arch.kv_lora_rank else arch.head_dim
+    return PeakFeatures(
+        logits=engine.max_num_seqs * arch.vocab_size * 4 / GIB,
+        hidden=engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB,
+        query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
+        workspace=moe_workspace_bytes(arch, layout, engine) / GIB, v1=not runner_v2(arch, engine))
+
+
+def fitted_peak_gib(f: PeakFeatures, c: dict[str, float]) -> float:
+    """The parts model with constants `c` (planner/sizing.py's, or bench/fit.py's while fitting): the dense peak
+    (Model Runner V2's profile: the forward without attention, then a sampler without top-k/top-p), the MoE workspace
+    (from vLLM's source, not fitted), and the V1 runner's own terms where it serves the model (its profile runs
+    attention and sorts the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent
+    attention needs no term of its own: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the
+    four MLA rows after these came out at -0.002 GiB per head)."""
+    peak = c["PEAK_BASE_GIB"] + c["PEAK_PER_LOGITS"] * f.logits + c["PEAK_PER_HIDDEN"] * f.hidden + f.workspace
+    if f.v1:
+        peak += (c["V1_SAMPLER_PER_LOGITS"] * f.logits + c["V1_ATTENTION_PER_QUERY"] * f.query
+                 + c["V1_WORKSPACE_REUSE"] * f.workspace)
+    return peak
+
+
+PEAK_CONSTANTS = ("PEAK_BASE_GIB", "PEAK_PER_LOGITS", "PEAK_PER_HIDDEN", "V1_SAMPLER_PER_LOGITS",
+                  "V1_ATTENTION_PER_QUERY", "V1_WORKSPACE_REUSE")
+
+
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
-    """vLLM's profiled `torch peak memory increase` on one GPU, by parts (fitted at PEAK_FIT_SETTINGS, bench/fit.py):
-    the dense peak (logits and hidden states), the MoE workspace (from vLLM's source, not fitted), the V1 runner's
-    sampler where that runner serves the model, and multi-head latent attention per head."""
-    logits = engine.max_num_seqs * arch.vocab_size * 4 / GIB
-    hidden = engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB
-    peak = PEAK_BASE_GIB + PEAK_PER_LOGITS * logits + PEAK_PER_HIDDEN * hidden + PEAK_MARGIN_GIB
-    if arch.kv_lora_rank:
-        return (peak + MLA_PEAK_PER_HEAD_GIB * arch.num_attention_heads / layout.tp) * GIB
-    if not runner_v2(arch, engine):
-        peak += V1_SAMPLER_PER_LOGITS * logits
-    return peak * GIB + moe_workspace_bytes(arch, layout, engine)
+    """vLLM's profiled `torch peak memory increase` on one GPU (fitted at PEAK_FIT_SETTINGS by bench/fit.py), leaned
+    PEAK_MARGIN_GIB to the safe side."""
+    constants = {name: globals()[name] for name in PEAK_CONSTANTS}
+    return (fitted_peak_gib(peak_features(arch, layout, engine), constants) + PEAK_MARGIN_GIB) * GIB
 
 
 def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
