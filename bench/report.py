@@ -441,12 +441,14 @@ def validation_section(found: dict) -> list[str]:
                           f"{k:+.2f}", f"{p['weights_gib_predicted']:.2f}", f"{r['weights_gib_measured']:.2f}",
                           f"{w:+.2f}"])
         inside = sum(-1 <= k <= 0.5 for k in kv_err)
-        lines += [f"**{batch['name']}** (predicted at commit `{batch['predicted_at_commit']}`: {batch['planner']}): "
-                  f"{inside} of {len(kv_err)} started checkpoints within the KV bound.", ""]
+        gpu = (batch.get("host", {}).get("gpus") or ["NVIDIA H200"])[0].split(",")[0]
+        lines += [f"**{batch['name']}** on {gpu} (predicted at commit `{batch['predicted_at_commit']}`: "
+                  f"{batch['planner']}): {inside} of {len(kv_err)} started checkpoints within the KV bound.", ""]
         lines += _table(["entry", "predicted KV tokens", "vLLM KV tokens", "KV error %", "predicted weights GiB",
                          "vLLM weights GiB", "weights error %"], table)
         notes += [f"First run of {r['model']} not counted: {r['excluded']}."
                   for r in batch.get("harness_artifacts", [])]
+        notes += batch.get("notes", [])
         lines += ["", *notes] if notes else []
         lines.append("")
     return lines

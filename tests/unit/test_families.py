@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
 CALIBRATED = RESULTS["calibration_families"]["rows"]
-VALIDATED = [r for batch in RESULTS["calibration_validation"]["batches"] for r in batch["measured"]
+VALIDATED = [{**r, "accelerator": batch.get("accelerator", "nvidia-h200-141gb")}
+             for batch in RESULTS["calibration_validation"]["batches"] for r in batch["measured"]
              if r.get("kv_cache_tokens_measured") and not r.get("excluded")]
+"""Every started validation row, with the GPU its batch ran on (H200 unless the batch names another)."""
 
 # (model file, accelerator, machine, expected tensor x pipeline x nodes): sensible GKE machines for each.
 PLANS = {
@@ -171,13 +173,13 @@ def test_an_unknown_quantization_asks_for_model_weights_gib(tmp_path):
     assert given.weights_gib == 5.5
 
 
-@pytest.mark.parametrize("row", VALIDATED, ids=lambda r: f"{r['model']}-{r['layers']}")
+@pytest.mark.parametrize("row", VALIDATED, ids=lambda r: f"{r['model']}-{r['layers']}-{r['accelerator']}")
 def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     """Checkpoints measured after their prediction was committed: today's planner must not promise more KV tokens
     than vLLM allocated by more than 0.5% (the side that lets a plan pass that vLLM refuses), and stays within 1%
     under except where the reason is known; weights within 3%."""
     a = parse_hf_config(row["config"], row["model"], "validation")
-    f = single_gpu_fit(a, "nvidia-h200-141gb", 0.9, row["max_model_len"])
+    f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"])
     kv_error = (f.kv_tokens - row["kv_cache_tokens_measured"]) / row["kv_cache_tokens_measured"]
     lowest = UNDER_COUNTED.get((row["model"], row["layers"]), (-0.01, ""))[0]
     assert lowest <= kv_error <= 0.005, f"KV tokens {kv_error:+.2%} against vLLM"
