@@ -10,7 +10,9 @@ planner/sizing.py computes (peak_features) and through the same formula (fitted_
 - the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
   the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the dense peak and the MoE
   workspace (taken from vLLM's source, not fitted);
-- non-torch memory, the baseline before profiling, the dense CUDA-graph line and the V1 graph estimates.
+- non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
+  dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
+  ratio).
 
 The rows are every started checkpoint up to the last validation batch, and the ablations (a checkpoint's config with
 one field changed, run to separate two terms); a new batch is predicted with these constants before it runs
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ if str(ROOT) not in sys.path:
 from planner.architecture import ModelArchitecture, parse_hf_config  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.sizing import (  # noqa: E402
+    BASELINE_BY_GPU,
     Layout,
     PeakFeatures,
     default_engine,
@@ -68,6 +72,8 @@ class Row:
     """`Graph capturing finished ... took N GiB` (V2 runs)."""
     v2: bool
     source: str
+    accelerator: str = ACCELERATOR
+    """The GPU it ran on (the batch's `accelerator`; the H200 where a batch names none)."""
 
     @property
     def features(self) -> PeakFeatures:
@@ -91,12 +97,12 @@ def rows(results: dict[str, Any]) -> list[Row]:
     """Every started checkpoint of the calibration and validation runs, once per model (the 32k rows repeat the 8k
     profile), less the rows marked `excluded` (a harness artifact, not vLLM's behaviour on the checkpoint), and the
     ablation rows."""
-    raw = [(r, "families") for r in results["calibration_families"]["rows"]]
+    raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
     for batch in results["calibration_validation"]["batches"]:
-        raw += [(r, batch["name"]) for r in batch["measured"]]
-    raw += [(r, "ablation") for r in (results.get("calibration_ablations") or {}).get("rows", [])]
+        raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
+    raw += [(r, "ablation", ACCELERATOR) for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}
-    for row, source in raw:
+    for row, source, accelerator in raw:
         text = _profile(row)
         if not row.get("kv_cache_tokens_measured") or not PEAK.search(text) or row["model"] in seen \
                 or row.get("excluded"):
@@ -111,7 +117,8 @@ def rows(results: dict[str, Any]) -> list[Row]:
             model=row["model"], arch=arch, peak=float(PEAK.search(text).group(1)),
             non_torch=float(NON_TORCH.search(text).group(1)), non_kv=float(NON_KV.search(text).group(1)),
             available=row.get("available_kv_gib_measured"), graphs_estimate=None if v2 else estimate,
-            graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source)
+            graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source,
+            accelerator=accelerator)
     return list(seen.values())
 
 
@@ -143,8 +150,7 @@ def fit(data: list[Row]) -> dict[str, float]:
     c["V1_SAMPLER_PER_LOGITS"], c["V1_ATTENTION_PER_QUERY"], c["V1_WORKSPACE_REUSE"] = _lstsq(
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, c) for r in v1])
-    mla = [r for r in data if r.family == "mla"]
-    total = ACCELERATORS[ACCELERATOR].memory_bytes * 0.9 / 2**30
+    mla = [r for r in data if r.family == "mla" and not r.v2]
     on_v2 = [r for r in data if r.v2 and r.available is not None and r.non_kv is not None]
     graphs = [r for r in on_v2 if r.graphs_captured]
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
@@ -153,11 +159,18 @@ def fit(data: list[Row]) -> dict[str, float]:
     return {
         **c,
         "NON_TORCH_GIB": sum(r.non_torch for r in data) / len(data),
-        "BASELINE_GIB": sum(total - (r.non_kv or 0) - (r.available or 0) for r in on_v2) / len(on_v2),
+        **{name: _baseline([r for r in on_v2 if r.accelerator == gpu]) for gpu, name in BASELINE_BY_GPU.items()},
         "GRAPHS_DENSE_BASE_GIB": graphs_base, "GRAPHS_DENSE_PER_KHIDDEN_GIB": graphs_per_khidden,
-        "GRAPHS_MOE_GIB": sum(estimates) / len(estimates),
-        "GRAPHS_MLA_GIB": max(float(r.graphs_estimate or 0) for r in mla if not r.v2),
+        "GRAPHS_MOE_GIB": statistics.median(estimates),
+        "GRAPHS_MLA_PER_KHIDDEN_GIB": max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
     }
+
+
+def _baseline(on_gpu: list[Row]) -> float:
+    """What the GPU held before profiling: 0.9 x its memory less the logged non-KV total and available KV memory (V2
+    rows: no graph estimate subtracted), the mean over the rows run on it."""
+    total = ACCELERATORS[on_gpu[0].accelerator].memory_bytes * 0.9 / 2**30
+    return sum(total - (r.non_kv or 0) - (r.available or 0) for r in on_gpu) / len(on_gpu)
 
 
 def leave_one_out(data: list[Row]) -> dict[str, float]:

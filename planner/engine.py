@@ -145,6 +145,8 @@ class EngineSettings:
     async_scheduling: bool
     cudagraphs: bool
     """False with --enforce-eager (no graphs captured, none reserved)."""
+    gpu: str = ""
+    """The accelerator type (planner/catalog.py) it runs on: what the GPU holds before profiling depends on it."""
 
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
@@ -176,4 +178,5 @@ def engine_settings(profile: EngineProfile, memory_bytes: int, accelerator_type:
         prefix_caching="--no-enable-prefix-caching" not in args,
         async_scheduling="--no-async-scheduling" not in args,
         cudagraphs="--enforce-eager" not in args,
+        gpu=accelerator_type,
     )

@@ -50,25 +50,26 @@ RESERVE_MLA_GIB = 12.5
 # predicted before its run.
 PEAK_FIT_SETTINGS = (1024, 8192)
 """(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
-PEAK_BASE_GIB = -0.841
-PEAK_PER_LOGITS = 1.9131
+PEAK_BASE_GIB = -0.7927
+PEAK_PER_LOGITS = 1.8843
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-PEAK_PER_HIDDEN = 17.0072
+PEAK_PER_HIDDEN = 16.7346
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
 two terms above: the activation peak of the 19 dense rows within -0.50..+0.37 GiB (-0.57..+0.42 leaving each out)."""
-PEAK_MARGIN_GIB = 0.25
+PEAK_MARGIN_GIB = 0.26
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
 leaned to the safe side by about the largest leave-one-out residual over, less the 1% a KV pool of 70 GiB allows
-under; at 0.2 GiB gemma-3's decoder (whose load also counts 0.28 GiB over the planner's weights) came out +0.57%."""
-V1_SAMPLER_PER_LOGITS = 1.2396
+under; the smallest margin in 0.01 GiB steps under which no fit row is over +0.5% (gemma-3's decoder, whose load also
+counts 0.28 GiB over the planner's weights: +0.57% at 0.2 GiB, +0.50% at 0.25 after batch 5's refit)."""
+V1_SAMPLER_PER_LOGITS = 1.3252
 """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the profile
 batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run: a sort
 of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows ran on V2."""
-V1_ATTENTION_PER_QUERY = 11.2749
+V1_ATTENTION_PER_QUERY = 10.6179
 """The V1 runner's attention, per GiB of one bf16 query tensor of the batch on this GPU: V1's profile runs attention
 (profile_run -> _dummy_run), V2's skips it (skip_attn=True). Measured directly by GLM-4.5-Air cut to 8 layers with 96
 and with 64 heads (docs/benchmarks/results.json calibration_ablations: 4.64 against 4.32 GiB)."""
-V1_WORKSPACE_REUSE = -0.6575
+V1_WORKSPACE_REUSE = -0.6732
 """Per GiB of MoE workspace, what the V1 transients above give back (negative): the peak is a maximum over the
 forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of workspace,
 shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served (MoE, MLA and
@@ -76,23 +77,39 @@ hybrid)."""
 MOE_WORKSPACE_UNMANAGED = frozenset({"mxfp4"})
 """Quantization methods whose fused-MoE kernel on Hopper allocates its buffers inside the kernel, not in vLLM's
 persistent workspace (vLLM's mxfp4 oracle picks OAITritonMxfp4ExpertsMonolithic), so nothing stays allocated."""
-NON_TORCH_GIB = 0.2242
+NON_TORCH_GIB = 0.2241
 """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
 BASELINE_GIB = 0.5403
-"""What the GPU holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
+"""What an H200 holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
 logged non-KV total less the logged available KV memory on the V2 runs (no graph estimate subtracted), the mean."""
-GRAPHS_DENSE_BASE_GIB = 0.5407
-GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1237
+BASELINE_H100_GIB = 0.4227
+"""The same on an H100 80GB (0.42 GiB on each of the six rows of validation batch 5)."""
+BASELINE_BY_GPU = {"nvidia-h200-141gb": "BASELINE_GIB", "nvidia-h100-80gb": "BASELINE_H100_GIB"}
+"""The GPUs the baseline was measured on, and the constant that holds each (bench/fit.py fits one per GPU)."""
+
+
+def baseline_gib(gpu: str) -> float:
+    """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
+    promises fewer KV tokens)."""
+    measured = {kind: globals()[name] for kind, name in BASELINE_BY_GPU.items()}
+    return measured.get(gpu, max(measured.values()))
+GRAPHS_DENSE_BASE_GIB = 0.5106
+GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1257
 """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
 on 15 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
 a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
-GRAPHS_MOE_GIB = 0.61
+GRAPHS_MOE_GIB = 0.62
 """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
-runs; the mean). It is the largest FULL graph's first capture plus 1 MiB per further graph, and that first capture
-moves in steps of the allocator's segments (512 MiB with 64 heads, 768 MiB with 96 on GLM-4.5-Air)."""
-GRAPHS_MLA_GIB = 4.28
-"""The V1 runner's CUDA-graph estimate for MLA models (2.24, 4.18, 4.28 GiB on 3 runs; the largest: Kimi-K2 and
-Kimi-K2.5 are one shape and their estimates differ by 2 GiB, so the safe side is kept)."""
+runs, 2.07 on GLM-4.5; the median). It is the largest FULL graph's first capture plus the second capture's delta
+times the further graphs, and that first capture moves in steps of the allocator's segments (512 MiB with 64 heads,
+768 MiB with 96 on GLM-4.5-Air). The median, not the mean: on GLM-4.5 the second PIECEWISE capture took 26 MiB where
+every other row took 1 MiB, so vLLM extrapolated 2.07 GiB for a capture that then took 1.04; the mean would take
+0.18 GiB from every other MoE model for that one row."""
+GRAPHS_MLA_PER_KHIDDEN_GIB = 0.5971
+"""The V1 runner's CUDA-graph estimate for MLA models, per 1,000 of hidden size (4.28, 4.18 and 2.24 GiB at hidden
+7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and Kimi-K2.5 are
+one shape and their estimates differ by 2 GiB, so the safe side is kept; a constant (4.28 GiB) reserved 3.4 GiB too
+much for Moonlight."""
 LOAD_OVERHEAD_GIB = 0.15
 """What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
 on the calibrated models, the middle of that kept."""
@@ -116,7 +133,8 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
     if not engine.cudagraphs:
         return 0.0
     if arch.kv_lora_rank:
-        return GRAPHS_MLA_GIB * GIB if engine.profile.cudagraph_reserved or not runner_v2(arch, engine) else 0.0
+        mla = GRAPHS_MLA_PER_KHIDDEN_GIB * arch.hidden_size / 1000 * GIB
+        return mla if engine.profile.cudagraph_reserved or not runner_v2(arch, engine) else 0.0
     if not runner_v2(arch, engine):
         return GRAPHS_MOE_GIB * GIB
     if not engine.profile.cudagraph_reserved:
@@ -194,7 +212,7 @@ def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSett
     settings are the fitted ones; the measured family reserves (plus 0.32.0's dense graphs) elsewhere."""
     graphs = cudagraph_bytes(arch, layout, engine)
     if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
-        return activation_peak_bytes(arch, layout, engine) + (NON_TORCH_GIB + BASELINE_GIB) * GIB + graphs
+        return activation_peak_bytes(arch, layout, engine) + (NON_TORCH_GIB + baseline_gib(engine.gpu)) * GIB + graphs
     measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds)
     return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs)
 

@@ -57,10 +57,12 @@ def test_current_families_plan_on_the_machine_they_need(name):
 UNDER_COUNTED = {
     # (model, layers): the lowest KV error accepted, and why it is below the -1% bound (the safe side). Every other
     # row of the fit (bench/fit.py) and of the validation batches stays within -1%..+0.5%.
-    ("Kimi-K2-Instruct", 4): (-0.041, "its V1 CUDA-graph estimate is 2.24 GiB; the MLA graph term reserves 4.28 GiB "
-                                      "as DeepSeek V3 and Kimi K2.5 (the same shape) measured"),
+    ("Kimi-K2-Instruct", 4): (-0.041, "its V1 CUDA-graph estimate is 2.24 GiB; the MLA graph term reserves 0.597 GiB "
+                                      "per 1,000 of hidden size, 4.28 GiB at 7168 as DeepSeek V3 and Kimi K2.5 (the "
+                                      "same shape) measured"),
     ("Llama-3.1-70B-Instruct", 40): (-0.016, "the dense peak fit over-reserves 0.50 GiB at hidden 8192"),
     ("Qwen3-235B-A22B-FP8", 10): (-0.011, "its V1 peak is 0.59 GiB under the fit, the only FP8 MoE without MLA"),
+    ("phi-4", "all"): (-0.011, "on an H100 its KV pool is 42 GiB, where the 0.26 GiB peak margin alone is 0.6%"),
 }
 
 
