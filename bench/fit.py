@@ -94,11 +94,13 @@ def _profile(row: dict[str, Any]) -> str:
 
 
 def rows(results: dict[str, Any]) -> list[Row]:
-    """Every started checkpoint of the calibration and validation runs, once per model (the 32k rows repeat the 8k
-    profile), less the rows marked `excluded` (a harness artifact, not vLLM's behaviour on the checkpoint), and the
-    ablation rows."""
+    """Every started checkpoint of the calibration and of the finished validation batches (none with entries still
+    pending), once per model (the 32k rows repeat the 8k profile), less the rows marked `excluded` (a harness
+    artifact, not vLLM's behaviour on the checkpoint), and the ablation rows."""
     raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
     for batch in results["calibration_validation"]["batches"]:
+        if batch.get("pending"):
+            continue  # predictions still to run: the batch joins the fit once every entry has run
         raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
     raw += [(r, "ablation", ACCELERATOR) for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}

@@ -424,6 +424,10 @@ def validation_section(found: dict) -> list[str]:
             layers = (rest[:-1] if text else rest) or ["all"]
             stem = path.rsplit("/", 1)[-1].removesuffix(".json") + (" (decoder)" if text else "")
             r = measured.get(f"{stem}:{layers[0] if layers[0] == 'all' else int(layers[0])}")
+            if p["entry"] in batch.get("pending", []):
+                table.append([p["entry"], _fmt(p["kv_cache_tokens_predicted"]), "not run yet", "-",
+                              f"{p['weights_gib_predicted']:.2f}", "-", "-"])
+                continue
             if r is None or not r.get("kv_cache_tokens_measured"):
                 table.append([p["entry"], _fmt(p["kv_cache_tokens_predicted"]), "did not start", "-",
                               f"{p['weights_gib_predicted']:.2f}", "-", "-"])
@@ -449,7 +453,8 @@ def validation_section(found: dict) -> list[str]:
         notes += [f"First run of {r['model']} not counted: {r['excluded']}."
                   for r in batch.get("harness_artifacts", [])]
         notes += batch.get("notes", [])
-        lines += ["", *notes] if notes else []
+        for note in notes:
+            lines += ["", note]
         lines.append("")
     return lines
 
