@@ -101,3 +101,18 @@ def test_moe_workspace_is_tritons_two_buffers_and_mxfp4_keeps_none():
     assert moe_workspace_bytes(arch("gpt-oss-20b"), Layout(1, 1, 1), engine) == 0
     assert moe_workspace_bytes(arch("Qwen3-8B"), Layout(1, 1, 1), engine) == 0
     assert expected / GIB == pytest.approx(1.3125)
+
+
+def test_a_batch_with_entries_still_to_run_stays_out_of_the_fit():
+    """Its predictions validate the planner that made them, so its first rows must not refit that planner."""
+    results = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
+    finished = rows(results)
+    batch = json.loads(json.dumps(next(b for b in results["calibration_validation"]["batches"]
+                                       if b["name"] == "validation 5")))
+    batch.update(name="validation x", pending=["models/a.json"])
+    for r in batch["measured"]:
+        r["model"] += "-again"
+    results["calibration_validation"]["batches"].append(batch)
+    assert [r.model for r in rows(results)] == [r.model for r in finished]
+    batch["pending"] = []
+    assert len(rows(results)) == len(finished) + len(batch["measured"])
