@@ -14,10 +14,11 @@ planner/sizing.py computes (peak_features) and through the same formula (fitted_
   dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
   ratio).
 
-The rows are every started checkpoint up to the last validation batch, and the ablations (a checkpoint's config with
-one field changed, run to separate two terms); a new batch is predicted with these constants before it runs
-(`python bench/calibrate.py --predict-only`) and only then joins this set. `python bench/fit.py` prints the constants,
-each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds planner/sizing.py's constants to it.
+The rows are every started checkpoint up to the last finished validation batch, and the ablations (a checkpoint's
+config with one field changed, run to separate two terms); a new batch is predicted with these constants before it
+runs (`python bench/calibrate.py --predict-only`) and joins this set once all of it has run. `python bench/fit.py`
+prints the constants, each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds
+planner/sizing.py's constants to it.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ PEAK_PER_LOGITS = 1.8843
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
 PEAK_PER_HIDDEN = 16.7346
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
-two terms above: the activation peak of the 19 dense rows within -0.50..+0.37 GiB (-0.57..+0.42 leaving each out)."""
+two terms above: the activation peak of the 21 dense rows within -0.50..+0.35 GiB (-0.57..+0.59 leaving each out)."""
 PEAK_MARGIN_GIB = 0.26
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
 leaned to the safe side by about the largest leave-one-out residual over, less the 1% a KV pool of 70 GiB allows
@@ -87,12 +87,6 @@ BASELINE_H100_GIB = 0.4227
 BASELINE_BY_GPU = {"nvidia-h200-141gb": "BASELINE_GIB", "nvidia-h100-80gb": "BASELINE_H100_GIB"}
 """The GPUs the baseline was measured on, and the constant that holds each (bench/fit.py fits one per GPU)."""
 
-
-def baseline_gib(gpu: str) -> float:
-    """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
-    promises fewer KV tokens)."""
-    measured = {kind: globals()[name] for kind, name in BASELINE_BY_GPU.items()}
-    return measured.get(gpu, max(measured.values()))
 GRAPHS_DENSE_BASE_GIB = 0.5106
 GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1257
 """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
@@ -113,6 +107,13 @@ much for Moonlight."""
 LOAD_OVERHEAD_GIB = 0.15
 """What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
 on the calibrated models, the middle of that kept."""
+
+
+def baseline_gib(gpu: str) -> float:
+    """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
+    promises fewer KV tokens)."""
+    measured = {kind: globals()[name] for kind, name in BASELINE_BY_GPU.items()}
+    return measured.get(gpu, max(measured.values()))
 
 
 def default_engine(acc: Accelerator, version: str = "0.32.0") -> EngineSettings:
