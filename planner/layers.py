@@ -43,20 +43,31 @@ def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
 
 KIND_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
               "linear_attention": "linear", "attention": "full"}
-UNSIZED_KEYS = ("layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size", "mamba_expand",
-                "attn_layer_indices", "kv_lora_rank_per_layer", "compress_ratios")
-"""config.json keys of families vLLM serves whose per-layer state the planner does not size yet (Mamba / SSM
-hybrids such as Jamba, Granite 4, Nemotron-H, Falcon-H1; DeepSeek V4's compressed attention)."""
+MAMBA = "Mamba/SSM state"
+UNSIZED_KEYS = {
+    "layers_block_type": MAMBA, "hybrid_override_pattern": MAMBA, "mamba_d_state": MAMBA, "ssm_state_size": MAMBA,
+    "mamba_expand": MAMBA, "attn_layer_indices": MAMBA,
+    "kv_lora_rank_per_layer": "compressed attention", "compress_ratios": "compressed attention",
+    "num_kv_shared_layers": "layers that reuse another layer's KV cache, with per-layer input embeddings",
+    "zero_expert_num": "two attention blocks per decoder layer and zero-computation experts",
+}
+"""config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
+Mamba / SSM hybrids (Jamba, Granite 4, Nemotron-H, Falcon-H1), DeepSeek V4's compressed attention, Gemma 3n (KV
+sharing in its last num_kv_shared_layers layers, vllm/model_executor/models/gemma3n.py kv_sharing_target_layer_name;
+embed_tokens_per_layer, vocab_size_per_layer_input x layers x hidden_size_per_layer_input weights), LongCat-Flash
+(vllm/model_executor/models/longcat_flash.py: two MLA blocks per layer). Read as any other decoder they plan wrong,
+the weights of Gemma 3n by about 2.3B parameters under."""
 
 
 def refuse_unsized(cfg: Mapping[str, Any], source: str) -> None:
     """One line naming the key, instead of a plan that would be wrong in either direction."""
-    for key in UNSIZED_KEYS:
+    for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None:
-            raise ConfigError(source, key, f"{key} in the model config marks a layer type (Mamba/SSM state or "
-                                           "compressed attention) the planner does not size yet; set model.weightsGib "
-                                           "and parallelism.tensor/pipeline from a measured start, or use a model "
-                                           "with attention and gated-delta-net layers only")
+            raise ConfigError(source, key, f"{key} in the model config marks {what}, a layer structure the planner "
+                                           "does not size yet, so it cannot plan this model (model.weightsGib does "
+                                           "not help: the KV cache per token is unknown too); it plans decoders of "
+                                           "full, sliding, chunked and latent (MLA) attention and gated-delta-net "
+                                           "layers")
     types = cfg.get("layer_types")
     if isinstance(types, list):
         unknown = sorted({str(t) for t in types if t not in KIND_NAMES})

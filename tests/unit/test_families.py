@@ -157,6 +157,8 @@ def test_cut_layers_keeps_the_pattern():
     ({"layers_block_type": ["mamba", "attention"]}, "layers_block_type"),
     ({"mamba_d_state": 128}, "mamba_d_state"),
     ({"layer_types": ["mamba"] * 48}, "mamba"),
+    ({"num_kv_shared_layers": 15, "hidden_size_per_layer_input": 256}, "num_kv_shared_layers"),
+    ({"zero_expert_num": 256}, "zero_expert_num"),
 ])
 def test_families_not_sized_are_refused_naming_the_key(change, key):
     cfg = {**json.loads((ROOT / "models" / "Qwen3-30B-A3B.json").read_text()), **change}
@@ -188,3 +190,19 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     lowest = UNDER_COUNTED.get((row["model"], row["layers"]), (-0.01, ""))[0]
     assert lowest <= kv_error <= 0.005, f"KV tokens {kv_error:+.2%} against vLLM"
     assert abs(f.weights_per_gpu / 2**30 / row["weights_gib_measured"] - 1) <= 0.03
+
+
+@pytest.mark.parametrize("model_type, key", [("gemma3n_text", "num_kv_shared_layers"),
+                                             ("longcat_flash", "zero_expert_num")])
+def test_families_that_would_plan_wrong_are_refused_as_transformers_writes_their_configs(model_type, key):
+    """Gemma 3n (KV shared by its last layers, 2.3B parameters of per-layer embeddings) and LongCat-Flash (two MLA
+    blocks per layer) read as plain decoders gave plans wrong both ways (LongCat-Flash: 6,498B parameters for a 560B
+    model); transformers' own default config of each is refused naming the key, also inside a wrapper."""
+    from transformers import CONFIG_MAPPING
+
+    cfg = {**CONFIG_MAPPING[model_type]().to_dict(), "architectures": ["X"]}
+    with pytest.raises(ConfigError) as err:
+        parse_hf_config(cfg, "m", "model.configFile")
+    assert err.value.value == key and "cannot plan this model" in str(err.value)
+    with pytest.raises(ConfigError):
+        parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m", "model.configFile")
