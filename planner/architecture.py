@@ -80,6 +80,9 @@ class ModelArchitecture:
     decides the model runner in some releases (planner/engine.py)."""
     experts_per_token: int = 0
     """Routed experts per token (num_experts_per_tok); 0 for dense models."""
+    mlp_matrices: int = 3
+    """Weight matrices of a dense layer's MLP: 3 gated (gate, up, down), 2 where the family's MLP is not gated
+    (NON_GATED_MLP)."""
 
     @property
     def quantized_parts(self) -> frozenset[str]:
@@ -126,7 +129,7 @@ class ModelArchitecture:
         return {
             "attention": attention_layers * attention,
             "linear": (len(kinds) - attention_layers) * linear,
-            "mlp": dense_layers * 3 * h * self.intermediate_size,
+            "mlp": dense_layers * self.mlp_matrices * h * self.intermediate_size,
             "experts": moe_layers * self.num_experts * 3 * h * expert_inter,
             "shared": moe_layers * shared,
             "router": moe_layers * h * self.num_experts,
@@ -336,6 +339,12 @@ def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str)
     return value
 
 
+NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", "falcon", "gpt_bigcode", "gpt2"})
+"""Families whose MLP is two matrices, up and down, without a gate (vLLM: starcoder2.py c_fc/c_proj, gpt_neox.py
+dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
+gpt2.py). Counted with three they were planned 27-57% heavier than transformers builds them."""
+LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
+
 WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
 """What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
 
@@ -425,8 +434,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     inter = _intermediate(cfg, layers, hidden, source)
     vocab = _count(cfg, source, ("vocab_size",))
     max_pos = context_length(cfg, source)
-    experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts"), minimum=0, default=0)
-    top_k = _count(cfg, source, ("num_experts_per_tok", "moe_topk"), minimum=0, default=-1)  # -1: not given
+    experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
+                     minimum=0, default=0)
+    top_k = _count(cfg, source, ("num_experts_per_tok", "moe_topk", "moe_k"), minimum=0, default=-1)  # -1: not given
     if experts == 0 and top_k > 0:
         named = next((n for n in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(n) is not None),
                      "num_local_experts")
@@ -439,7 +449,15 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                            default=0)
               for name in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
                            "qk_rope_head_dim", "q_lora_rank", "qk_nope_head_dim", "v_head_dim",
-                           "shared_expert_intermediate_size")}
+                           "shared_expert_intermediate_size", "moe_num_shared_experts")}
+    if counts["moe_num_shared_experts"]:  # vllm/model_executor/models/ernie45_moe.py: shared, of the expert width
+        counts["n_shared_experts"] = counts["moe_num_shared_experts"]
+    if str(cfg.get("model_type")) in LLAMA4_TYPES and experts:
+        # vllm/model_executor/models/llama4.py: MoE layers hold the routed experts and one shared expert, both of
+        # intermediate_size; dense layers (interleave_moe_layer_step > 1) are intermediate_size_mlp wide.
+        counts["moe_intermediate_size"] = counts["moe_intermediate_size"] or int(inter)
+        counts["n_shared_experts"] = 1
+        inter = _count(cfg, source, ("intermediate_size_mlp",), default=int(inter))
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
@@ -471,6 +489,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         vision_parameters=vision_parameters(vision, hidden) if isinstance(vision, Mapping) else 0,
         architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
         experts_per_token=max(top_k, 0) if experts else 0,
+        mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
     )
 
 

@@ -127,6 +127,13 @@ def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_d
     step = cfg.get("interleave_moe_layer_step")
     if isinstance(step, int) and step > 1:  # vllm/model_executor/models/llama4.py: (i + 1) % step == 0
         return [i for i in range(layers) if (i + 1) % step == 0]
+    start = cfg.get("moe_layer_start_index")
+    if isinstance(start, int) and not isinstance(start, bool):
+        # vllm/model_executor/models/ernie45_moe.py: sparse when start <= i <= end and (i + 1) % interval == 0.
+        end, interval = cfg.get("moe_layer_end_index"), cfg.get("moe_layer_interval")
+        end = end if isinstance(end, int) and not isinstance(end, bool) else layers - 1
+        interval = interval if isinstance(interval, int) and interval > 0 else 1
+        return [i for i in range(layers) if start <= i <= end and (i + 1) % interval == 0]
     sparse = cfg.get("decoder_sparse_step")
     only = cfg.get("mlp_only_layers")
     if (isinstance(sparse, int) and sparse > 0) or (isinstance(only, list) and only):
@@ -225,7 +232,7 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
                       layers: dict[str, list[int]]) -> tuple[str, float, dict[str, float]]:
     """(method, bytes per parameter of the quantized parts, share of each part quantized) of a checkpoint, as vLLM
     loads it. An unknown method gives bytes 0: sizing then needs model.weightsGib."""
-    shared = "shared_experts" if cfg.get("n_shared_experts") else "shared_expert"
+    shared = "shared_experts" if cfg.get("n_shared_experts") or cfg.get("moe_num_shared_experts") else "shared_expert"
     quant = cfg.get("quantization_config")
     every = {part: 1.0 for part, indices in layers.items() if indices}
     if not isinstance(quant, Mapping):

@@ -1,0 +1,45 @@
+"""The planner's parameter count of a family is the count of the model transformers builds from the same config.
+
+transformers' own default config of each decoder family the planner sizes, built on torch's meta device (no memory,
+no weights): the planner's sum of parts (attention, MLP or experts and shared experts, router, embeddings, norms)
+must equal the built model's parameters. Weights the planner leaves out are KV tokens it promises that vLLM does not
+have; weights it adds are tokens it withholds."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from planner.architecture import parse_hf_config  # noqa: E402
+
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "gemma2",
+            "gemma3_text", "phi3", "phimoe", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2", "glm4",
+            "glm4_moe", "deepseek_v2", "deepseek_v3", "olmo2", "olmo3", "olmoe", "exaone4", "seed_oss", "smollm3",
+            "minimax_m2", "gpt_oss", "stablelm", "ernie4_5", "ernie4_5_moe", "llama4_text", "starcoder2", "gpt_neox",
+            "phi", "apertus", "arcee")
+"""Each was read exactly after three fixes found by this test: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's
+shared expert and dense width (5.6% light), and the families whose MLP has no gate (27-37% heavy)."""
+
+
+def built_parameters(model_type: str) -> tuple[dict, int]:
+    config = transformers.CONFIG_MAPPING[model_type]()
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return {**config.to_dict(), "architectures": [type(model).__name__]}, sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_planner_counts_the_parameters_transformers_builds(model_type):
+    config, built = built_parameters(model_type)
+    planned = parse_hf_config(config, model_type, "model.configFile").parameter_count()
+    assert planned == pytest.approx(built, rel=5e-4), f"{planned / 1e9:.3f}B planned, {built / 1e9:.3f}B built"
+
+
+def test_a_gate_the_family_has_is_counted_and_one_it_lacks_is_not():
+    gated, _ = built_parameters("llama")
+    plain, _ = built_parameters("starcoder2")
+    wide = parse_hf_config(gated, "l", "x")
+    assert wide.mlp_matrices == 3 and parse_hf_config(plain, "s", "x").mlp_matrices == 2
+    narrow = parse_hf_config({**gated, "model_type": "starcoder2"}, "l", "x")
+    h, i, layers = wide.hidden_size, wide.intermediate_size, wide.num_layers
+    assert wide.parameter_count() - narrow.parameter_count() == layers * h * i
