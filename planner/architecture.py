@@ -415,7 +415,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     architectures = cfg.get("architectures")
     refuse_unsized(raw_text if isinstance(raw_text, Mapping) else cfg, source)  # before transformers rewrites them
     cfg = as_vllm_reads(cfg, source)
-    vision = cfg.get("vision_config")
+    vision, wrapper = cfg.get("vision_config"), cfg
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
         text = cfg["text_config"]
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
@@ -486,7 +486,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
         gated_attention=str(cfg.get("model_type")) == "qwen3_next", linear_attention=linear,  # type: ignore[arg-type]
-        vision_parameters=vision_parameters(vision, hidden) if isinstance(vision, Mapping) else 0,
+        vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
         architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,

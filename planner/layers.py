@@ -275,34 +275,51 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
 
 # ----------------------------------------------------------------------------------------- vision towers
 
-def vision_parameters(vision: Mapping[str, Any], text_hidden: int) -> int:
-    """A vision tower's parameters (transformer blocks, patch embedding, projector into the decoder). Gated
-    (SwiGLU) MLPs where the tower uses SiLU, as Qwen2.5-VL's does; a two-matrix MLP for CLIP/SigLIP towers."""
-    def integer(*names: str, default: int = 0) -> int:
+def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapping[str, Any] | None = None) -> int:
+    """A vision tower's parameters (transformer blocks, patch embedding, projector into the decoder), as vLLM builds
+    the tower of each family (vllm/model_executor/models/<family>.py; transformers builds the same). Gated (SwiGLU)
+    MLPs where the tower uses SiLU, as Qwen2.5-VL's does, and in Pixtral's and GLM-4V's; a two-matrix MLP for
+    CLIP/SigLIP towers. `wrapper`: the multimodal config around it (Mistral 3 keeps its merge size there)."""
+    def integer(*names: str, default: int = 0, source: Mapping[str, Any] = vision) -> int:
         for name in names:
-            value = vision.get(name)
+            value = source.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
         return default
 
-    h = integer("hidden_size", "embed_dim", "vt_hidden_size")
-    depth = integer("depth", "num_hidden_layers", "vt_num_hidden_layers")
+    kind = str(vision.get("model_type", ""))
+    # Qwen2-VL's vision config names the tower's width embed_dim and the decoder's width hidden_size.
+    h = integer("embed_dim", "hidden_size", "vt_hidden_size") if kind == "qwen2_vl_vision" \
+        else integer("hidden_size", "embed_dim", "vt_hidden_size")
+    depth = integer("depth", "num_hidden_layers", "vt_num_hidden_layers") + integer("num_global_layers")
     if not h or not depth:
         return 0
+    out = integer("hidden_size", default=text_hidden) if kind == "qwen2_vl_vision" \
+        else integer("out_hidden_size", "text_hidden_size", default=text_hidden)
     inter = integer("intermediate_size", "vt_intermediate_size", default=4 * h)
-    gated = str(vision.get("hidden_act", "")) == "silu"
+    gated = str(vision.get("hidden_act", "")) == "silu" or kind == "pixtral"
+    block_inter = out if kind == "glm4v_vision" else inter  # GLM-4V: blocks out_hidden_size wide, merger inter
     patch = integer("patch_size", "spatial_patch_size", default=14)
-    blocks = depth * (4 * h * h + (3 if gated else 2) * h * inter + 4 * h)
-    embed = integer("in_chans", "num_channels", default=3) * integer("temporal_patch_size", default=1) * patch ** 2 * h
+    blocks = depth * (4 * h * h + (3 if gated else 2) * h * block_inter + 4 * h)
+    embed = integer("in_chans", "num_channels", "in_channels", default=3) * integer("temporal_patch_size", default=1) \
+        * patch ** 2 * h
     kernel = vision.get("merge_kernel_size")  # Kimi's MoonViT: a [2, 2] patch merger
     merge = integer("spatial_merge_size") or (kernel[0] if isinstance(kernel, list) and kernel
                                               and isinstance(kernel[0], int) else 0)
-    out = integer("out_hidden_size", "text_hidden_size", default=text_hidden)
-    if merge:  # Qwen2-VL family: merger MLP over merge x merge patches
+    positions = (integer("image_size", default=0) // patch) ** 2
+    if kind == "glm4v_vision":  # a merge x merge downsampling conv, then a gated MLP of intermediate_size
+        return blocks + embed + positions * h + h * out * merge * merge + out * out + 3 * out * inter
+    if kind == "pixtral":  # Mistral 3's projector: patch merger, then two linear layers into the decoder
+        wrapped = integer("spatial_merge_size", default=2, source=wrapper or {})
+        return blocks + embed + h * h * wrapped * wrapped + h * out + out * out
+    if merge:  # Qwen2-VL family: merger MLP over merge x merge patches (Qwen3-VL: one more per deepstack layer)
         width = h * merge * merge
-        projector = width * width + width * out
-    else:
-        positions = (integer("image_size", default=0) // patch) ** 2
-        embed += positions * h
-        projector = h * out
+        deepstack = vision.get("deepstack_visual_indexes")
+        mergers = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
+        return blocks + embed + integer("num_position_embeddings") * h + mergers * (width * width + width * out)
+    embed += positions * h
+    projector = integer("vision_output_dim", default=h) * out
+    tiles = vision.get("supported_aspect_ratios")
+    if isinstance(tiles, list):  # Mllama: a tile embedding per aspect ratio, tile and patch
+        embed += (len(tiles) + 1) * integer("max_num_tiles") * (positions + 1) * h
     return blocks + embed + projector

@@ -1,4 +1,5 @@
-"""The planner's parameter count of a family is the count of the model transformers builds from the same config.
+"""The planner's parameter count of a family is the count of the model transformers builds from the same config
+(decoders, and the vision tower with its projector of multimodal ones).
 
 transformers' own default config of each decoder family the planner sizes, built on torch's meta device (no memory,
 no weights): the planner's sum of parts (attention, MLP or experts and shared experts, router, embeddings, norms)
@@ -43,3 +44,26 @@ def test_a_gate_the_family_has_is_counted_and_one_it_lacks_is_not():
     narrow = parse_hf_config({**gated, "model_type": "starcoder2"}, "l", "x")
     h, i, layers = wide.hidden_size, wide.intermediate_size, wide.num_layers
     assert wide.parameter_count() - narrow.parameter_count() == layers * h * i
+
+
+VISION = {
+    # model_type: how far (relative) the planner's tower + projector may be from the built one. Exact where the
+    # family's tower is written out (planner/layers.py vision_parameters: Qwen2-VL's embed_dim, Qwen3-VL's deepstack
+    # mergers, Pixtral's gated MLP and Mistral 3's projector, GLM-4V's merger, Mllama's global layers and tiles);
+    # the generic CLIP/SigLIP/InternViT/Llama 4 reading is under by the share named, 7-40M parameters (0.08 GiB).
+    "qwen2_vl": 0.005, "qwen2_5_vl": 0.005, "qwen3_vl": 0.005, "qwen3_vl_moe": 0.005, "mistral3": 0.005,
+    "paligemma": 0.005, "glm4v": 0.005, "mllama": 0.005,
+    "gemma3": 0.08, "llava": 0.06, "llava_onevision": 0.05, "internvl": 0.10, "llama4": 0.09,
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(VISION))
+def test_the_planner_counts_the_vision_tower_transformers_builds(model_type):
+    config = transformers.CONFIG_MAPPING[model_type]()
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    built = sum(p.numel() for n, p in model.named_parameters()
+                if "language_model" not in n and not n.startswith("lm_head"))
+    planned = parse_hf_config({**config.to_dict(), "architectures": [type(model).__name__]}, model_type,
+                              "model.configFile").vision_parameters
+    assert planned == pytest.approx(built, rel=VISION[model_type]), f"{planned / 1e6:.1f}M planned, {built / 1e6:.1f}M"
