@@ -203,22 +203,28 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     return row
 
 
-def predict(args: argparse.Namespace) -> int:
-    """The planner's numbers for each entry under the settings the GPU run uses, before it runs."""
+def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_model_len: int = 8192,
+                dtype: str = "auto", kv_cache_dtype: str = "auto") -> dict[str, Any]:
+    """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1)."""
     from planner.architecture import parse_hf_config
     from planner.sizing import GIB, Layout, cudagraph_bytes, default_engine, single_gpu_fit
 
+    config, layers, text_mode = parse_entry(entry)
+    arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
+    fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype)
+    return {"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
+            "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
+            "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
+                                                               default_engine(ACCELERATORS[accelerator], "0.32.0"))
+                                               / GIB, 3)}
+
+
+def predict(args: argparse.Namespace) -> int:
+    """The planner's numbers for each entry under the settings the GPU run uses, before it runs."""
     rows = []
     for entry in args.entries:
-        config, layers, text_mode = parse_entry(entry)
-        arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
-        fit = single_gpu_fit(arch, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
-                             args.kv_cache_dtype)
-        acc = ACCELERATORS[args.accelerator]
-        rows.append({"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
-                     "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
-                     "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
-                                                                        default_engine(acc, "0.32.0")) / GIB, 3)})
+        rows.append(predict_row(entry, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
+                                args.kv_cache_dtype))
         log(f"predict {entry}: {rows[-1]}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "predictions.json"

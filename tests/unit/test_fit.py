@@ -116,3 +116,26 @@ def test_a_batch_with_entries_still_to_run_stays_out_of_the_fit():
     assert [r.model for r in rows(results)] == [r.model for r in finished]
     batch["pending"] = []
     assert len(rows(results)) == len(finished) + len(batch["measured"])
+
+
+PENDING = sorted((ROOT / "docs" / "benchmarks").glob("validation*-predictions*.json"))
+
+
+@pytest.mark.parametrize("path", PENDING, ids=lambda p: p.name)
+def test_predictions_waiting_for_their_run_are_what_todays_planner_predicts(path):
+    """A batch predicted and committed before its run validates the planner only while that planner still predicts
+    the same numbers: a change that moves them must re-predict (bench/calibrate.py --predict-only) and commit again
+    before the run."""
+    from bench.calibrate import predict_row
+
+    committed = json.loads(path.read_text())
+    s = committed["settings"]
+    for row in committed["rows"]:
+        assert predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
+                           s["dtype"], s["kv_cache_dtype"]) == row, row["entry"]
+
+
+def test_some_predictions_are_waiting_while_a_batch_has_entries_pending():
+    batches = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())["calibration_validation"]
+    if any(b.get("pending") for b in batches["batches"]):
+        assert PENDING
