@@ -16,6 +16,7 @@ from typing import Any
 
 from planner.errors import ConfigError
 from planner.layers import (
+    checkpoint_kv_cache_dtype,
     layer_kinds,
     moe_layer_indices,
     part_layers,
@@ -80,6 +81,9 @@ class ModelArchitecture:
     decides the model runner in some releases (planner/engine.py)."""
     experts_per_token: int = 0
     """Routed experts per token (num_experts_per_tok); 0 for dense models."""
+    checkpoint_kv_dtype: str = ""
+    """The KV-cache dtype the checkpoint's quantization config declares ("fp8"), which vLLM takes under
+    --kv-cache-dtype auto (planner/layers.py checkpoint_kv_cache_dtype); "" for none."""
     mlp_matrices: int = 3
     """Weight matrices of a dense layer's MLP: 3 gated (gate, up, down), 2 where the family's MLP is not gated
     (NON_GATED_MLP)."""
@@ -490,6 +494,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
+        checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
     )
 
 

@@ -43,6 +43,10 @@ class EngineProfile:
     """Model Runner V2 subtracts a measured CUDA-graph estimate before sizing the KV cache for every model
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory). 0.25.1: its V2 estimate was a stub
     returning 0; the models it ran on the V1 runner (v2_moe_architectures) had V1's measured estimate subtracted."""
+    checkpoint_kv_dtype: bool
+    """Under --kv-cache-dtype auto the KV cache takes the dtype the checkpoint declares (0.32.0:
+    vllm/utils/torch_utils.py resolve_kv_cache_dtype_string, and attention.py for compressed-tensors' kv_cache_scheme).
+    0.25.1: not read from its source here, so its plan keeps the model dtype (fewer tokens promised)."""
     v2_moe_architectures: frozenset[str] | None
     """None: Model Runner V2 serves every model (0.32.0). Otherwise (0.25.1, vllm/config/vllm.py,
     VllmConfig.use_v2_model_runner and _is_default_v2_model_runner_model): V2 serves a model that is neither hybrid
@@ -80,10 +84,11 @@ V2_MOE_ARCHITECTURES_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCaus
 
 PROFILES = {
     "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, grouped_kv=True,
-                            cudagraph_reserved=True, v2_moe_architectures=None, large_gpu_max_num_seqs=1024,
-                            huge_gpu_batched_tokens=16384),
+                            cudagraph_reserved=True, checkpoint_kv_dtype=True, v2_moe_architectures=None,
+                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
     "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, grouped_kv=False,
-                            cudagraph_reserved=False, v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25,
+                            cudagraph_reserved=False, checkpoint_kv_dtype=False,
+                            v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
 }
 

@@ -6,6 +6,7 @@ local attention, MLA, Mamba / linear-attention state); the planner reads the sam
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -209,6 +210,11 @@ def quantized_share(quant: Mapping[str, Any], method: str, layers: dict[str, lis
         def quantized(name: str) -> bool:
             return (any(_compressed_tensors_match(name, t) for t in targets)
                     and not any(_compressed_tensors_match(name, p) for p in ignore))
+    elif method == "modelopt":
+        exclude = [str(p) for p in ((quant.get("quantization") or quant).get("exclude_modules") or [])]
+
+        def quantized(name: str) -> bool:  # modelopt.py is_layer_excluded: exact or substring, then wildcards
+            return not (_prefix_skipped(name, exclude) or any(fnmatch.fnmatchcase(name, p) for p in exclude))
     else:
         skip = [str(p) for p in (quant.get("ignored_layers") or quant.get("modules_to_not_convert")
                                  or quant.get("ignore") or [])]
@@ -270,7 +276,44 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
         if weights.get("strategy") == "group":
             overhead = _group_overhead(bits, weights.get("group_size"), weights.get("symmetric", True) is not False)
         return method, bits / 8 + overhead, quantized_share(quant, method, layers, shared)
+    if method == "modelopt":
+        # vllm/model_executor/layers/quantization/modelopt.py: FP8 (1 byte) or NVFP4 (4-bit values with an FP8 scale
+        # per 16, 0.5625 bytes) for every linear layer that exclude_modules leaves in.
+        algo = str((quant.get("quantization") or quant).get("quant_algo", "")).upper()
+        per_param = {"FP8": 1.0, "NVFP4": MODELOPT_NVFP4_BYTES_PER_PARAM}.get(algo)
+        if per_param is None:
+            raise ConfigError(source, algo, "quantization_config.quant_algo of a modelopt checkpoint: the planner "
+                                            "weighs FP8 and NVFP4; set model.weightsGib for another")
+        return method, per_param, quantized_share(quant, method, layers, shared)
     return method or "unknown", 0.0, every
+
+
+MODELOPT_NVFP4_BYTES_PER_PARAM = 0.5 + 1 / 16
+"""NVFP4: a 4-bit value per weight and an FP8 (E4M3) scale per 16 weights; the per-tensor scales are negligible."""
+
+
+def checkpoint_kv_cache_dtype(cfg: Mapping[str, Any]) -> str:
+    """The KV-cache dtype a checkpoint declares, which vLLM 0.32.0 takes under --kv-cache-dtype auto: modelopt's
+    kv_cache_quant_algo / kv_cache_scheme (vllm/utils/torch_utils.py, get_kv_cache_quant_algo_string and
+    resolve_kv_cache_dtype_string) and compressed-tensors' kv_cache_scheme (vllm/model_executor/layers/attention/
+    attention.py: fp8 whenever the scheme is set). "" where it declares none, or one the planner does not size
+    (NVFP4 KV): the model dtype is then planned, which promises fewer tokens."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        return ""
+    method = str(quant.get("quant_method", ""))
+    if method == "compressed-tensors":
+        return "fp8" if quant.get("kv_cache_scheme") is not None else ""
+    if not method.startswith("modelopt"):
+        return ""
+    inner = quant.get("quantization", quant)
+    inner = inner if isinstance(inner, Mapping) else quant
+    algo = (inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+            or quant.get("kv_cache_quant_algo"))
+    if isinstance(algo, Mapping):
+        fp8 = algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float"
+        return "fp8" if fp8 else ""
+    return "fp8" if isinstance(algo, str) and algo.lower() == "fp8" else ""
 
 
 # ----------------------------------------------------------------------------------------- vision towers

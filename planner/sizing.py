@@ -435,9 +435,14 @@ def model_weight_bytes(arch: ModelArchitecture, dtype: str) -> float:
     return arch.weight_bytes(unquantized_bytes(dtype))
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, dtype: str) -> float:
+def kv_dtype_bytes(kv_cache_dtype: str, dtype: str, arch: ModelArchitecture | None = None,
+                   engine: EngineSettings | None = None) -> float:
+    """Bytes per KV-cache element: vllm.kvCacheDtype, or under auto the dtype the checkpoint declares where the
+    engine takes it (EngineProfile.checkpoint_kv_dtype), else the model dtype."""
     if kv_cache_dtype != "auto":
         return DTYPE_BYTES[kv_cache_dtype]
+    if arch is not None and engine is not None and engine.profile.checkpoint_kv_dtype and arch.checkpoint_kv_dtype:
+        return DTYPE_BYTES[arch.checkpoint_kv_dtype]
     return 4.0 if dtype == "float32" else 2.0
 
 
@@ -769,9 +774,9 @@ def plan(settings: Settings) -> Sizing:
                               "does not weigh yet (it reads fp8, fbgemm_fp8, mxfp4, awq, gptq and compressed-tensors); "
                               "set model.weightsGib to the checkpoint's size")
         weights_bytes = model_weight_bytes(arch, settings.vllm.dtype)
-    kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype)
     choice = engine_choice(settings)
     engine = stack_engine(settings, choice)
+    kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
 
     if par.tensor is None and par.pipeline is None:
         layout, source = _auto(settings, engine, weights_bytes, kv_bytes), "auto"
@@ -907,5 +912,6 @@ def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float
     GPU hosts run 0.25.1, so that profile by default)."""
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
+    engine = default_engine(acc, version)
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
-               kv_dtype_bytes(kv_cache_dtype, dtype), max_len, default_engine(acc, version))
+               kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine)
