@@ -210,7 +210,7 @@ def quantized_share(quant: Mapping[str, Any], method: str, layers: dict[str, lis
         def quantized(name: str) -> bool:
             return (any(_compressed_tensors_match(name, t) for t in targets)
                     and not any(_compressed_tensors_match(name, p) for p in ignore))
-    elif method == "modelopt":
+    elif method.startswith("modelopt"):
         exclude = [str(p) for p in ((quant.get("quantization") or quant).get("exclude_modules") or [])]
 
         def quantized(name: str) -> bool:  # modelopt.py is_layer_excluded: exact or substring, then wildcards
@@ -276,7 +276,7 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
         if weights.get("strategy") == "group":
             overhead = _group_overhead(bits, weights.get("group_size"), weights.get("symmetric", True) is not False)
         return method, bits / 8 + overhead, quantized_share(quant, method, layers, shared)
-    if method == "modelopt":
+    if method in ("modelopt", "modelopt_fp4"):
         # vllm/model_executor/layers/quantization/modelopt.py: FP8 (1 byte) or NVFP4 (4-bit values with an FP8 scale
         # per 16, 0.5625 bytes) for every linear layer that exclude_modules leaves in.
         algo = str((quant.get("quantization") or quant).get("quant_algo", "")).upper()

@@ -18,6 +18,7 @@ import yaml
 
 from planner.catalog import GIB
 from planner.config import NAMESPACE, PROJECT_DIR, build_settings, check_namespaces
+from planner.engine import PROFILES
 from planner.errors import ConfigError
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
 from planner.versions import chat_ui_image, own_images
@@ -99,6 +100,17 @@ def custom_resource_problems(objects: list[dict[str, Any]]) -> list[str]:
     kinds = crds.checked_kinds()
     return [line for obj in objects if (obj.get("apiVersion"), obj.get("kind")) in kinds
             for line in crds.problems(obj)]
+
+
+def kv_cache_dtype_line(settings: Any, sizing: Sizing) -> str:
+    """The KV-cache dtype vLLM runs with: vllm.kvCacheDtype, or under auto the one the checkpoint declares where the
+    engine profile takes it (planner/sizing.py kv_dtype_bytes), else the model dtype."""
+    if settings.vllm.kv_cache_dtype != "auto":
+        return f"{settings.vllm.kv_cache_dtype} (vllm.kvCacheDtype)"
+    declared = settings.model.architecture.checkpoint_kv_dtype
+    if declared and PROFILES[sizing.engine_profile].checkpoint_kv_dtype:
+        return f"{declared} (declared by the checkpoint; vllm.kvCacheDtype auto)"
+    return "in the model dtype (vllm.kvCacheDtype auto)"
 
 
 def routing_line(settings: Any) -> str:
@@ -274,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})")
         print(f"engine profile: vLLM {sizing.engine_profile} rules for {settings.vllm.image} (max_num_seqs "
-              f"{sizing.max_num_seqs}, max_num_batched_tokens {sizing.max_num_batched_tokens})\n")
+              f"{sizing.max_num_seqs}, max_num_batched_tokens {sizing.max_num_batched_tokens}, KV cache "
+              f"{kv_cache_dtype_line(settings, sizing)})\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
         print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
         if sizing.rungs:

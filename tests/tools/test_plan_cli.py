@@ -133,3 +133,16 @@ def test_chat_ui_image_prints_where_make_chat_ui_image_pushes_it():
     result = run_plan("--stack", "prod", "--chat-ui-image")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"us-central1-docker.pkg.dev/my-gcp-project/vllm-gke-images/chat-ui:{chat_ui_tag()}"
+
+
+def test_the_plan_names_the_kv_cache_dtype_a_checkpoint_declares(tmp_path):
+    cfg = json.loads((PROJECT_DIR / "models" / "Meta-Llama-3.1-8B-Instruct-FP8.json").read_text())
+    cfg["quantization_config"]["kv_cache_scheme"] = {"num_bits": 8, "type": "float", "strategy": "tensor",
+                                                     "dynamic": False, "symmetric": True}
+    (tmp_path / "fp8kv.json").write_text(json.dumps(cfg))
+    model = {"id": "org/llama-fp8-kv", "configFile": str(tmp_path / "fp8kv.json")}
+    declared = run_plan("--config", str(_stack(tmp_path, model=model)))
+    assert declared.returncode == 0, declared.stderr
+    assert "KV cache fp8 (declared by the checkpoint; vllm.kvCacheDtype auto)" in declared.stdout
+    chosen = run_plan("--config", str(_stack(tmp_path, model=model, vllm={"kvCacheDtype": "bfloat16"})))
+    assert "KV cache bfloat16 (vllm.kvCacheDtype)" in chosen.stdout

@@ -64,6 +64,9 @@ def test_modelopt_weights_are_fp8_or_nvfp4_except_the_excluded_modules():
     fp8 = parse_hf_config({**BASE, "quantization_config": CONFIGS["modelopt without KV"]}, "q", "x")
     nvfp4 = parse_hf_config({**BASE, "quantization_config": CONFIGS["modelopt nested, FP8 KV"]}, "q", "x")
     assert (fp8.weight_bytes_per_param, nvfp4.weight_bytes_per_param) == (1.0, MODELOPT_NVFP4_BYTES_PER_PARAM)
+    fp4_name = {"quant_method": "modelopt_fp4", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}
+    assert parse_hf_config({**BASE, "quantization_config": fp4_name}, "q", "x").weight_bytes_per_param == \
+        MODELOPT_NVFP4_BYTES_PER_PARAM
     assert fp8.quantized_parts == {"attention", "mlp"}
     wildcard = {**CONFIGS["modelopt without KV"], "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}
     no_attention = parse_hf_config({**BASE, "quantization_config": wildcard}, "q", "x")
