@@ -30,7 +30,7 @@ from planner.catalog import (
 from planner.commands import DRAIN_SECONDS, RAY_JOIN_TIMEOUT
 from planner.compute_class import AUTO_CREATION_MIN_GKE, FLEX_START_MIN_GKE
 from planner.config import Rung, Settings
-from planner.engine import PROFILES, EngineChoice, EngineSettings, engine_settings, profile_for_image
+from planner.engine import PROFILES, EngineChoice, EngineProfile, EngineSettings, engine_settings, profile_for_image
 from planner.errors import ConfigError
 from planner.stack_schema import VllmConfig
 
@@ -435,14 +435,21 @@ def model_weight_bytes(arch: ModelArchitecture, dtype: str) -> float:
     return arch.weight_bytes(unquantized_bytes(dtype))
 
 
+def resolved_kv_cache_dtype(kv_cache_dtype: str, arch: ModelArchitecture | None, profile: EngineProfile) -> str:
+    """The KV-cache dtype the engine runs with: vllm.kvCacheDtype, or under auto the dtype the checkpoint declares
+    where the profile takes it (EngineProfile.checkpoint_kv_dtype); "auto" still means the model dtype."""
+    if kv_cache_dtype == "auto" and arch is not None and profile.checkpoint_kv_dtype and arch.checkpoint_kv_dtype:
+        return arch.checkpoint_kv_dtype
+    return kv_cache_dtype
+
+
 def kv_dtype_bytes(kv_cache_dtype: str, dtype: str, arch: ModelArchitecture | None = None,
                    engine: EngineSettings | None = None) -> float:
-    """Bytes per KV-cache element: vllm.kvCacheDtype, or under auto the dtype the checkpoint declares where the
-    engine takes it (EngineProfile.checkpoint_kv_dtype), else the model dtype."""
+    """Bytes per KV-cache element of the resolved KV-cache dtype (the model dtype's under auto)."""
+    if engine is not None:
+        kv_cache_dtype = resolved_kv_cache_dtype(kv_cache_dtype, arch, engine.profile)
     if kv_cache_dtype != "auto":
         return DTYPE_BYTES[kv_cache_dtype]
-    if arch is not None and engine is not None and engine.profile.checkpoint_kv_dtype and arch.checkpoint_kv_dtype:
-        return DTYPE_BYTES[arch.checkpoint_kv_dtype]
     return 4.0 if dtype == "float32" else 2.0
 
 

@@ -13,6 +13,13 @@ from planner.sizing import Sizing, plan
 
 STACKS = Path(__file__).parent / "stacks"
 NODE_POOL = "gcp:container/nodePool:NodePool"
+DECODER_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "gemma2", "gemma3_text",
+    "phi3", "phimoe", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2", "glm4", "glm4_moe",
+    "deepseek_v2", "deepseek_v3", "olmo2", "olmo3", "olmoe", "exaone4", "seed_oss", "smollm3", "minimax_m2", "gpt_oss",
+    "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi", "apertus", "arcee")
+"""transformers model_types of decoder families the planner sizes, checked from transformers' default config of
+each (tests/unit/test_parameter_counts.py, tests/unit/test_vllm_reads_configs.py)."""
 
 
 def stack_file(name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from planner.catalog import GIB
 from planner.config import NAMESPACE, PROJECT_DIR, build_settings, check_namespaces
 from planner.engine import PROFILES
 from planner.errors import ConfigError
-from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
+from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan, resolved_kv_cache_dtype
 from planner.versions import chat_ui_image, own_images
 
 
@@ -103,13 +103,13 @@ def custom_resource_problems(objects: list[dict[str, Any]]) -> list[str]:
 
 
 def kv_cache_dtype_line(settings: Any, sizing: Sizing) -> str:
-    """The KV-cache dtype vLLM runs with: vllm.kvCacheDtype, or under auto the one the checkpoint declares where the
-    engine profile takes it (planner/sizing.py kv_dtype_bytes), else the model dtype."""
-    if settings.vllm.kv_cache_dtype != "auto":
-        return f"{settings.vllm.kv_cache_dtype} (vllm.kvCacheDtype)"
-    declared = settings.model.architecture.checkpoint_kv_dtype
-    if declared and PROFILES[sizing.engine_profile].checkpoint_kv_dtype:
-        return f"{declared} (declared by the checkpoint; vllm.kvCacheDtype auto)"
+    """The KV-cache dtype vLLM runs with (planner/sizing.py resolved_kv_cache_dtype) and where it comes from."""
+    chosen = settings.vllm.kv_cache_dtype
+    if chosen != "auto":
+        return f"{chosen} (vllm.kvCacheDtype)"
+    runs = resolved_kv_cache_dtype(chosen, settings.model.architecture, PROFILES[sizing.engine_profile])
+    if runs != "auto":
+        return f"{runs} (declared by the checkpoint; vllm.kvCacheDtype auto)"
     return "in the model dtype (vllm.kvCacheDtype auto)"
 
 

@@ -13,13 +13,10 @@ pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 
 from planner.architecture import parse_hf_config  # noqa: E402
+from tests.helpers import DECODER_FAMILIES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "gemma2",
-            "gemma3_text", "phi3", "phimoe", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2", "glm4",
-            "glm4_moe", "deepseek_v2", "deepseek_v3", "olmo2", "olmo3", "olmoe", "exaone4", "seed_oss", "smollm3",
-            "minimax_m2", "gpt_oss", "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi",
-            "apertus", "arcee")
+FAMILIES = DECODER_FAMILIES
 MODEL_FILES = sorted(p for p in (ROOT / "models").glob("*.json")
                      if not {"text_config", "vision_config"} & set(json.loads(p.read_text()))  # multimodal: vLLM's
                      # processors need torchvision, which the test venv leaves out (it breaks transformers there)
