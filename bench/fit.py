@@ -5,8 +5,9 @@ Each constant is fitted on the rows named here, from vLLM's own profiling lines 
 `non-torch forward increase memory`, `CUDA graph memory`, `Graph capturing finished ... took`), on the features
 planner/sizing.py computes (peak_features) and through the same formula (fitted_peak_gib):
 
-- dense peak (PEAK_BASE_GIB, PEAK_PER_LOGITS, PEAK_PER_HIDDEN): least squares over the rows without experts or
-  latent attention (all served by Model Runner V2 on 0.25.1);
+- dense peak, the larger of the sampling phase (PEAK_BASE_GIB, PEAK_PER_LOGITS, PEAK_PER_HIDDEN) and the forward
+  phase (FORWARD_BASE_GIB, FORWARD_PER_HIDDEN, FORWARD_PER_MLP): two lines fitted by least squares over the rows
+  without experts or latent attention (all served by Model Runner V2 on 0.25.1), each row on the phase that sets it;
 - the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
   the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the dense peak and the MoE
   workspace (taken from vLLM's source, not fitted);
@@ -145,9 +146,9 @@ def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
 def fit(data: list[Row]) -> dict[str, float]:
     """The constants of planner/sizing.py's parts model, from these rows."""
     dense = [r for r in data if r.family == "dense"]
-    base, per_logits, per_hidden = _lstsq([[1.0, r.features.logits, r.features.hidden] for r in dense],
-                                          [r.peak for r in dense])
-    c = {"PEAK_BASE_GIB": base, "PEAK_PER_LOGITS": per_logits, "PEAK_PER_HIDDEN": per_hidden,
+    sampling, forward = _two_phases(dense)
+    c = {"PEAK_BASE_GIB": sampling[0], "PEAK_PER_LOGITS": sampling[1], "PEAK_PER_HIDDEN": sampling[2],
+         "FORWARD_BASE_GIB": forward[0], "FORWARD_PER_HIDDEN": forward[1], "FORWARD_PER_MLP": forward[2],
          "V1_SAMPLER_PER_LOGITS": 0.0, "V1_ATTENTION_PER_QUERY": 0.0, "V1_WORKSPACE_REUSE": 0.0}
     v1 = [r for r in data if not r.v2]
     c["V1_SAMPLER_PER_LOGITS"], c["V1_ATTENTION_PER_QUERY"], c["V1_WORKSPACE_REUSE"] = _lstsq(
@@ -167,6 +168,31 @@ def fit(data: list[Row]) -> dict[str, float]:
         "GRAPHS_MOE_GIB": statistics.median(estimates),
         "GRAPHS_MLA_PER_KHIDDEN_GIB": max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
     }
+
+
+def _two_phases(dense: list[Row]) -> tuple[list[float], list[float]]:
+    """The dense peak as the larger of two lines, the sampling phase (1, logits, hidden) and the forward phase
+    (1, hidden, mlp): each row is given to the phase that predicts it higher and each line refitted on its rows by
+    least squares, until no row changes phase (both start as the fit over every row; at least four rows a phase)."""
+    sampling_x = [[1.0, r.features.logits, r.features.hidden] for r in dense]
+    forward_x = [[1.0, r.features.hidden, r.features.mlp] for r in dense]
+    peaks = [r.peak for r in dense]
+    sampling, forward = _lstsq(sampling_x, peaks), _lstsq(forward_x, peaks)
+    phases: list[bool] = []
+    for _ in range(100):
+        new = [_dot(s, sampling) >= _dot(f, forward) for s, f in zip(sampling_x, forward_x, strict=True)]
+        if new == phases or min(sum(new), len(new) - sum(new)) < 4:
+            break
+        phases = new
+        sampling = _lstsq([x for x, p in zip(sampling_x, phases, strict=True) if p],
+                          [y for y, p in zip(peaks, phases, strict=True) if p])
+        forward = _lstsq([x for x, p in zip(forward_x, phases, strict=True) if not p],
+                         [y for y, p in zip(peaks, phases, strict=True) if not p])
+    return sampling, forward
+
+
+def _dot(x: list[float], c: list[float]) -> float:
+    return sum(a * b for a, b in zip(x, c, strict=True))
 
 
 def _baseline(on_gpu: list[Row]) -> float:

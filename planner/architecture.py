@@ -87,6 +87,8 @@ class ModelArchitecture:
     mlp_matrices: int = 3
     """Weight matrices of a dense layer's MLP: 3 gated (gate, up, down), 2 where the family's MLP is not gated
     (NON_GATED_MLP)."""
+    rotary_cache_elements: int = 0
+    """Elements of the rotary cos/sin caches vLLM builds at load, in the model dtype (rotary_cache_elements)."""
 
     @property
     def quantized_parts(self) -> frozenset[str]:
@@ -328,6 +330,45 @@ def context_length(cfg: Mapping[str, Any], source: str) -> int:
     return int(length)
 
 
+def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int) -> int:
+    """Elements of the cos/sin caches vLLM 0.32.0 keeps on each GPU from the load on
+    (vllm/model_executor/layers/rotary_embedding/__init__.py get_rope: one cache per distinct set of parameters,
+    shared by every layer that uses it; each is positions x rotary_dim, registered in the default dtype). The positions
+    are max_position_embeddings, except: `linear` caches factor x that (linear_scaling_rope.py), `yarn` and
+    `deepseek_yarn` original_max_position_embeddings x factor (yarn_scaling_rope.py, deepseek_scaling_rope.py),
+    `longrope` a short and a long cache (phi3_long_rope_scaled_rope.py) and M-RoPE 4 x (mrope.py positions_factor).
+    Gemma 3 keeps one parameter set per layer type (vllm/model_executor/models/gemma3.py). Latent attention
+    rotates qk_rope_head_dim channels (deepseek_v2.py)."""
+    positions = cfg.get("max_position_embeddings")
+    if not _positive_int(positions):
+        return 0
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, Mapping):
+        return 0
+    nested = bool(params) and all(isinstance(v, Mapping) for v in params.values())
+    sets = {json.dumps(p, sort_keys=True, default=str): p for p in (params.values() if nested else [params])}
+    width = int(cfg.get("qk_rope_head_dim") or 0) or head_dim
+    total = 0
+    for p in sets.values():
+        partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor")) or 1.0
+        rotary_dim = int(p.get("rope_dim") or int(width * float(partial)))
+        kind = p.get("rope_type") or p.get("type") or "default"
+        factor = p.get("factor") or 1
+        original = p.get("original_max_position_embeddings") or positions
+        if kind == "linear":
+            length = positions * factor
+        elif kind in ("yarn", "deepseek_yarn"):
+            length = original * factor
+        elif kind in ("longrope", "su"):
+            length = original + positions
+        elif "mrope_section" in p:
+            length = positions * 4
+        else:
+            length = positions
+        total += int(length) * rotary_dim
+    return total
+
+
 def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str) -> int:
     """The MLP width; a per-layer list (vLLM accepts one, one entry per layer) counts as its mean."""
     value = cfg.get("intermediate_size")
@@ -495,6 +536,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
+        rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
     )
 
 

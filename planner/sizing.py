@@ -50,26 +50,32 @@ RESERVE_MLA_GIB = 12.5
 # predicted before its run.
 PEAK_FIT_SETTINGS = (1024, 8192)
 """(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
-PEAK_BASE_GIB = -0.7927
-PEAK_PER_LOGITS = 1.8843
+PEAK_BASE_GIB = -1.0882
+PEAK_PER_LOGITS = 2.1810
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-PEAK_PER_HIDDEN = 16.7346
+PEAK_PER_HIDDEN = 17.3802
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
-two terms above: the activation peak of the 21 dense rows within -0.50..+0.35 GiB (-0.57..+0.59 leaving each out)."""
-PEAK_MARGIN_GIB = 0.26
+two terms above: the peak while the profile samples (fitted_peak_gib)."""
+FORWARD_BASE_GIB = 0.1890
+FORWARD_PER_HIDDEN = 1.4954
+FORWARD_PER_MLP = 0.9963
+"""The peak while the profile runs the forward: a base, per GiB of the hidden-state tensor and per GiB of the
+widest dense MLP's activations (PeakFeatures.mlp). The dense peak is the larger of the two phases, since V2's
+profile runs the forward, then the sampler (vllm/v1/worker/gpu/model_runner.py profile_run)."""
+PEAK_MARGIN_GIB = 0.35
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
-leaned to the safe side by about the largest leave-one-out residual over, less the 1% a KV pool of 70 GiB allows
-under; the smallest margin in 0.01 GiB steps under which no fit row is over +0.5% (gemma-3's decoder, whose load also
-counts 0.28 GiB over the planner's weights: +0.57% at 0.2 GiB, +0.50% at 0.25 after batch 5's refit)."""
-V1_SAMPLER_PER_LOGITS = 1.3252
+leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no fit or
+validation row is over +0.5%. The row that sets it is GLM-4.5 cut to 6 layers (+0.50% at 0.34), whose V1 CUDA-graph
+estimate was 2.07 GiB against the 0.60 reserved (GRAPHS_MOE_GIB)."""
+V1_SAMPLER_PER_LOGITS = 1.4485
 """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the profile
 batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run: a sort
 of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows ran on V2."""
-V1_ATTENTION_PER_QUERY = 10.6179
+V1_ATTENTION_PER_QUERY = 10.8245
 """The V1 runner's attention, per GiB of one bf16 query tensor of the batch on this GPU: V1's profile runs attention
 (profile_run -> _dummy_run), V2's skips it (skip_attn=True). Measured directly by GLM-4.5-Air cut to 8 layers with 96
 and with 64 heads (docs/benchmarks/results.json calibration_ablations: 4.64 against 4.32 GiB)."""
-V1_WORKSPACE_REUSE = -0.6732
+V1_WORKSPACE_REUSE = -0.7135
 """Per GiB of MoE workspace, what the V1 transients above give back (negative): the peak is a maximum over the
 forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of workspace,
 shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served (MoE, MLA and
@@ -77,7 +83,7 @@ hybrid)."""
 MOE_WORKSPACE_UNMANAGED = frozenset({"mxfp4"})
 """Quantization methods whose fused-MoE kernel on Hopper allocates its buffers inside the kernel, not in vLLM's
 persistent workspace (vLLM's mxfp4 oracle picks OAITritonMxfp4ExpertsMonolithic), so nothing stays allocated."""
-NON_TORCH_GIB = 0.2241
+NON_TORCH_GIB = 0.2238
 """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
 BASELINE_GIB = 0.5403
 """What an H200 holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
@@ -87,12 +93,12 @@ BASELINE_H100_GIB = 0.4227
 BASELINE_BY_GPU = {"nvidia-h200-141gb": "BASELINE_GIB", "nvidia-h100-80gb": "BASELINE_H100_GIB"}
 """The GPUs the baseline was measured on, and the constant that holds each (bench/fit.py fits one per GPU)."""
 
-GRAPHS_DENSE_BASE_GIB = 0.5106
-GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1257
+GRAPHS_DENSE_BASE_GIB = 0.4896
+GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1279
 """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
 on 15 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
 a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
-GRAPHS_MOE_GIB = 0.62
+GRAPHS_MOE_GIB = 0.6000
 """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
 runs, 2.07 on GLM-4.5; the median). It is the largest FULL graph's first capture plus the second capture's delta
 times the further graphs, and that first capture moves in steps of the allocator's segments (512 MiB with 64 heads,
@@ -104,9 +110,11 @@ GRAPHS_MLA_PER_KHIDDEN_GIB = 0.5971
 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and Kimi-K2.5 are
 one shape and their estimates differ by 2 GiB, so the safe side is kept; a constant (4.28 GiB) reserved 3.4 GiB too
 much for Moonlight."""
-LOAD_OVERHEAD_GIB = 0.15
-"""What vLLM's `Model loading took` counts beyond the parameters (rotary caches, kernel workspaces): 0.01-0.23 GiB
-on the calibrated models, the middle of that kept."""
+LOAD_OVERHEAD_GIB = 0.05
+"""What vLLM's `Model loading took` counts beyond the parameters and the rotary caches (rotary_cache_bytes): -0.01 to
++0.18 GiB on the 43 started checkpoints, median 0.02; the unquantized ones up to 0.06 but Gemma 3 (0.15) and
+Qwen2.5-VL (0.10), the quantized ones up to 0.18 (AWQ, kernel workspaces). 0.05 keeps every row within the 3%
+weights bound (-2.5% on the AWQ 7B)."""
 
 
 def baseline_gib(gpu: str) -> float:
@@ -168,6 +176,9 @@ class PeakFeatures:
     """One bf16 query tensor of max_num_batched_tokens tokens on this GPU (heads x query head width)."""
     workspace: float
     """The fused-MoE workspace (moe_workspace_bytes)."""
+    mlp: float
+    """The widest dense MLP's activations for max_num_batched_tokens tokens on this GPU (dense_mlp_width): the
+    up (and gate) projection's output and the activation's, tokens x width x matrices x 2 bytes."""
     v1: bool
     """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
 
@@ -180,7 +191,19 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         logits=engine.max_num_seqs * arch.vocab_size * 4 / GIB,
         hidden=engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB,
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
-        workspace=moe_workspace_bytes(arch, layout, engine) / GIB, v1=not runner_v2(arch, engine))
+        workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
+        mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * arch.mlp_matrices * 2 / GIB,
+        v1=not runner_v2(arch, engine))
+
+
+def dense_mlp_width(arch: ModelArchitecture) -> int:
+    """The widest MLP outside the routed experts: intermediate_size where any layer is dense, and the shared
+    expert(s) of MoE layers (shared_expert_intermediate_size, or n_shared_experts x moe_intermediate_size)."""
+    if not arch.num_experts:
+        return arch.intermediate_size
+    dense_layers = arch.first_dense_layers > 0 or 0 <= arch.moe_layer_count < arch.num_layers
+    shared = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
+    return max(arch.intermediate_size if dense_layers else 0, shared)
 
 
 def fitted_peak_gib(f: PeakFeatures, c: dict[str, float]) -> float:
@@ -190,14 +213,17 @@ def fitted_peak_gib(f: PeakFeatures, c: dict[str, float]) -> float:
     attention and sorts the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent
     attention needs no term of its own: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the
     four MLA rows after these came out at -0.002 GiB per head)."""
-    peak = c["PEAK_BASE_GIB"] + c["PEAK_PER_LOGITS"] * f.logits + c["PEAK_PER_HIDDEN"] * f.hidden + f.workspace
+    sampling = c["PEAK_BASE_GIB"] + c["PEAK_PER_LOGITS"] * f.logits + c["PEAK_PER_HIDDEN"] * f.hidden
+    forward = c["FORWARD_BASE_GIB"] + c["FORWARD_PER_HIDDEN"] * f.hidden + c["FORWARD_PER_MLP"] * f.mlp
+    peak = max(sampling, forward) + f.workspace
     if f.v1:
         peak += (c["V1_SAMPLER_PER_LOGITS"] * f.logits + c["V1_ATTENTION_PER_QUERY"] * f.query
                  + c["V1_WORKSPACE_REUSE"] * f.workspace)
     return peak
 
 
-PEAK_CONSTANTS = ("PEAK_BASE_GIB", "PEAK_PER_LOGITS", "PEAK_PER_HIDDEN", "V1_SAMPLER_PER_LOGITS",
+PEAK_CONSTANTS = ("PEAK_BASE_GIB", "PEAK_PER_LOGITS", "PEAK_PER_HIDDEN", "FORWARD_BASE_GIB", "FORWARD_PER_HIDDEN",
+                  "FORWARD_PER_MLP", "V1_SAMPLER_PER_LOGITS",
                   "V1_ATTENTION_PER_QUERY", "V1_WORKSPACE_REUSE")
 
 
@@ -429,6 +455,12 @@ def unquantized_bytes(dtype: str) -> float:
     return 2.0 if dtype == "auto" else DTYPE_BYTES[dtype]
 
 
+def rotary_cache_bytes(arch: ModelArchitecture) -> float:
+    """The rotary cos/sin caches every GPU holds from the load on (planner/architecture.py rotary_cache_elements),
+    in the 16-bit serving dtype; vLLM's `Model loading took` counts them with the weights (gemma-3-12b: 0.56 GiB)."""
+    return arch.rotary_cache_elements * 2.0
+
+
 def model_weight_bytes(arch: ModelArchitecture, dtype: str) -> float:
     """The checkpoint's weights as vLLM holds them: quantized parts at their format's rate (the dtype flag sets
     activations only there), the rest at the serving dtype."""
@@ -466,7 +498,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
     linear attention): vLLM reports those tokens per max_len-long request."""
     engine = engine or default_engine(acc)
-    per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB
+    per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine)
     length = max_len or arch.max_position_embeddings
     if not engine.profile.grouped_kv:

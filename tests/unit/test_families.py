@@ -60,11 +60,13 @@ UNDER_COUNTED = {
     ("Kimi-K2-Instruct", 4): (-0.041, "its V1 CUDA-graph estimate is 2.24 GiB; the MLA graph term reserves 0.597 GiB "
                                       "per 1,000 of hidden size, 4.28 GiB at 7168 as DeepSeek V3 and Kimi K2.5 (the "
                                       "same shape) measured"),
-    ("Llama-3.1-70B-Instruct", 40): (-0.016, "the dense peak fit over-reserves 0.50 GiB at hidden 8192"),
-    ("Qwen3-235B-A22B-FP8", 10): (-0.011, "its V1 peak is 0.59 GiB under the fit, the only FP8 MoE without MLA"),
-    ("Mixtral-8x22B-Instruct-v0.1", 8): (-0.035, "batch 6 (H100): its V1 peak is 0.52 GiB under the fit with a "
+    ("Llama-3.1-70B-Instruct", 40): (-0.016, "the dense peak fit over-reserves 0.43 GiB at hidden 8192"),
+    ("Mixtral-8x22B-Instruct-v0.1", 8): (-0.028, "batch 6 (H100): its V1 peak is 0.30 GiB under the fit with a "
                                                   "1.5 GiB MoE workspace, on a 30 GiB KV pool"),
-    ("phi-4", "all"): (-0.011, "on an H100 its KV pool is 42 GiB, where the 0.26 GiB peak margin alone is 0.6%"),
+    ("Qwen2.5-32B-Instruct", "all"): (-0.043, "batch 6 (H100): a KV pool of 8.4 GiB, where the 0.35 GiB peak margin "
+                                              "and the 0.05 GiB load overhead alone are 4.8%"),
+    ("Qwen2-57B-A14B-Instruct", 14): (-0.024, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
+                                              "load overhead are 2.8%"),
 }
 
 

@@ -1,0 +1,91 @@
+"""The rotary cos/sin caches vLLM keeps on every GPU from the load on, counted as vLLM 0.32.0 builds them: for each
+config under models/ (multimodal wrappers by their decoder, remote-code configs by the class vLLM has for their
+model_type), vLLM's own get_rope is called the way its model files call it and the caches it registers are
+counted on torch's meta device; the planner's rotary_cache_elements must be that count."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+torch = pytest.importorskip("torch")
+
+from bench.calibrate import entry_config, parse_entry  # noqa: E402
+from planner.architecture import parse_hf_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_FILES = sorted((ROOT / "models").glob("*.json"))
+
+
+def decoder_config(path: Path) -> dict:
+    config = {k: v for k, v in json.loads(path.read_text()).items() if k != "auto_map"}
+    if "text_config" in config:
+        return entry_config(*parse_entry(f"{path.relative_to(ROOT)}:text"))
+    return config
+
+
+def vllm_cache_elements(config: dict, tmp_path: Path) -> int:
+    """Elements of every cos/sin cache get_rope registers for this config: one call per distinct parameter set
+    (Gemma 3: one per layer type, vllm/model_executor/models/gemma3.py), with head_size = the head size (latent
+    attention: qk_rope_head_dim, not neox style, rope_type deepseek_yarn where scaled: deepseek_v2.py) and
+    max_position = max_position_embeddings."""
+    from vllm.config import ModelConfig
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
+                        max_model_len=min(4096, int(config.get("max_position_embeddings") or 4096)))
+    text = model.hf_text_config
+    params = text.rope_parameters or {}
+    sets = list(params.values()) if params and all(isinstance(v, dict) for v in params.values()) else [params]
+    head = text.qk_rope_head_dim if model.use_mla else model.get_head_size()
+    return _cache_elements(model, text, sets, head)
+
+
+def _cache_elements(model, text, sets: list, head: int) -> int:
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import _ROPE_DICT, get_rope
+
+    total = 0
+    for p in sets:
+        p = dict(p)
+        if getattr(model, "use_mla", False) and p.get("rope_type", "default") != "default":
+            p["rope_type"] = "deepseek_yarn"
+        _ROPE_DICT.clear()
+        with torch.device("meta"), set_current_vllm_config(VllmConfig(model_config=model) if model else VllmConfig()):
+            rope = get_rope(head, max_position=text.max_position_embeddings, rope_parameters=p,
+                            is_neox_style=not getattr(model, "use_mla", False), dtype=torch.bfloat16)
+        total += sum(b.numel() for name, b in rope.named_buffers() if "cos_sin_cache" in name)
+    return total
+
+
+def transformers_cache_elements(config: dict) -> int:
+    """The same count where vLLM's ModelConfig cannot load the config here (Qwen2.5-VL: its processor imports
+    torchvision, which the test venv leaves out): the decoder config as transformers normalizes it, which is the
+    object vLLM's model file reads rope_parameters from (qwen2_5_vl.py -> qwen2.py get_rope, M-RoPE)."""
+    import transformers
+
+    text = transformers.AutoConfig.for_model(**config).get_text_config()
+    params = text.rope_parameters or {}
+    return _cache_elements(None, text, [params], text.hidden_size // text.num_attention_heads)
+
+
+NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct"}
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
+def test_rotary_caches_are_the_ones_vllm_builds(path, tmp_path):
+    config = decoder_config(path)
+    if path.stem in NEEDS_TORCHVISION:
+        assert parse_hf_config(config, path.stem, "x").rotary_cache_elements == transformers_cache_elements(config)
+        return
+    assert parse_hf_config(config, path.stem, "x").rotary_cache_elements == vllm_cache_elements(config, tmp_path)
+
+
+def test_a_linear_scaled_rope_caches_factor_times_the_positions():
+    """gemma-3-12b's global layers: rope_scaling linear x8 on 131,072 positions and head_dim 256 (0.5 GiB in bf16),
+    beside the sliding layers' unscaled cache (64 MiB): what vLLM's load counted over the parameters on the H100."""
+    arch = parse_hf_config(decoder_config(ROOT / "models" / "gemma-3-12b-it.json"), "g", "x")
+    assert arch.rotary_cache_elements == 131072 * 8 * 256 + 131072 * 256
