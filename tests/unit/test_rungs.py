@@ -61,11 +61,11 @@ def test_each_refusal_is_one_line_naming_the_rung(overrides, key, accepted):
 
 
 def test_a_gpu_too_small_for_the_layout_planned_on_the_primary_is_refused():
-    # Llama-3.1-70B on H200s plans tensor=2 (one pod per two GPUs); on H100s that layout holds about 7,400 KV
-    # tokens, less than one 8,192-token sequence.
+    # Llama-3.1-70B on H200s plans tensor=2 (one pod per two GPUs); on H100s that layout holds about 8,200 KV
+    # tokens, less than one 16,384-token sequence.
     overrides = {"accelerator": {"type": "nvidia-h200-141gb", "zones": ZONES[:1], "provisioning": "flex-start",
                                  "fallbacks": [{"type": "nvidia-h100-80gb", "provisioning": "flex-start"}]},
-                 "model": LLAMA_70B, "vllm": {"maxModelLen": 8192}, "parallelism": {"minConcurrentSequences": 1}}
+                 "model": LLAMA_70B, "vllm": {"maxModelLen": 16384}, "parallelism": {"minConcurrentSequences": 1}}
     assert sizing("dev", **{**overrides, "accelerator": {**overrides["accelerator"], "fallbacks": []}}
                   ).tensor_parallel_size == 2
     with pytest.raises(ConfigError) as err:
@@ -73,7 +73,7 @@ def test_a_gpu_too_small_for_the_layout_planned_on_the_primary_is_refused():
     message = str(err.value)
     assert message.startswith("vllm-gke:accelerator.fallbacks[0].type = nvidia-h100-80gb")
     held = re.search(r"holds only (\d+) KV tokens", message)
-    assert held and 6000 < int(held.group(1)) < 8192 and "tensor=2" in message and "\n" not in message, message
+    assert held and 6000 < int(held.group(1)) < 16384 and "tensor=2" in message and "\n" not in message, message
 
 
 def test_spot_for_a_multi_node_group_needs_the_opt_in():
