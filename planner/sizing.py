@@ -43,41 +43,41 @@ RESERVE_MLA_GIB = 12.5
 """The same for multi-head latent attention (DeepSeek V3, 128 heads: 12.48 GiB)."""
 
 # Memory outside weights and KV cache, by parts (vLLM's MemoryProfilingResult: torch peak increase, non-torch
-# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted by bench/fit.py on the 48
-# started checkpoints (31 on an H200, 17 on an H100) and 2 ablations of vLLM 0.25.1 in docs/benchmarks/results.json
+# increase, and the CUDA-graph memory the runner keeps out of the KV cache). Fitted by bench/fit.py on the 52
+# started checkpoints (31 on an H200, 21 on an H100) and 2 ablations of vLLM 0.25.1 in docs/benchmarks/results.json
 # (TP=1, --max-num-seqs 1024, --max-num-batched-tokens 8192): the rows each constant is fitted on are named there,
 # tests/unit/test_fit.py holds these values to it, and docs/benchmarks.md "Planner calibration" keeps each
 # validation batch as it was predicted before its run.
 PEAK_FIT_SETTINGS = (1024, 8192)
 """(max_num_seqs, max_num_batched_tokens) of the runs the peak was fitted on; elsewhere the reserves above apply."""
-PEAK_BASE_GIB = -1.1323
-PEAK_PER_LOGITS = 2.2022
+PEAK_BASE_GIB = -1.0928
+PEAK_PER_LOGITS = 2.1236
 """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-PEAK_PER_HIDDEN = 17.5334
+PEAK_PER_HIDDEN = 17.5904
 """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
 two terms above: the peak while the profile samples (fitted_peak_gib)."""
-FORWARD_BASE_GIB = 0.1544
-FORWARD_PER_HIDDEN = 0.7196
-FORWARD_PER_MLP = 1.6141
+FORWARD_BASE_GIB = 0.1541
+FORWARD_PER_HIDDEN = 0.8541
+FORWARD_PER_MLP = 1.6032
 """The peak while the profile runs the forward: a base, per GiB of the hidden-state tensor and per GiB of the
 widest dense MLP's up-projection output (PeakFeatures.mlp). The dense peak is the larger of the two phases, since
-V2's profile runs the forward, then the sampler (vllm/v1/worker/gpu/model_runner.py profile_run). On the 31 dense
-rows the two lines leave residuals of -0.42..+0.28 GiB (-0.48..+0.49 leaving each out); one line over both phases
+V2's profile runs the forward, then the sampler (vllm/v1/worker/gpu/model_runner.py profile_run). On the 35 dense
+rows the two lines leave residuals of -0.43..+0.32 GiB (-0.48..+0.40 leaving each out); one line over both phases
 left -0.53..+0.39 on 26 of them, and over-promised 0.3-0.4 GiB where the MLP is wide for the vocabulary."""
 PEAK_MARGIN_GIB = 0.35
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
 leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no fit or
 validation row is over +0.5%. The row that sets it is GLM-4.5 cut to 6 layers (+0.50% at 0.34), whose V1 CUDA-graph
 estimate was 2.07 GiB against the 0.60 reserved (GRAPHS_MOE_GIB)."""
-V1_SAMPLER_PER_LOGITS = 1.4793
+V1_SAMPLER_PER_LOGITS = 1.5046
 """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the profile
 batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run: a sort
 of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows ran on V2."""
-V1_ATTENTION_PER_QUERY = 10.7213
+V1_ATTENTION_PER_QUERY = 10.7812
 """The V1 runner's attention, per GiB of one bf16 query tensor of the batch on this GPU: V1's profile runs attention
 (profile_run -> _dummy_run), V2's skips it (skip_attn=True). Measured directly by GLM-4.5-Air cut to 8 layers with 96
 and with 64 heads (docs/benchmarks/results.json calibration_ablations: 4.64 against 4.32 GiB)."""
-V1_WORKSPACE_REUSE = -0.6945
+V1_WORKSPACE_REUSE = -0.7156
 """Per GiB of MoE workspace, what the V1 transients above give back (negative): the peak is a maximum over the
 forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of workspace,
 shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served (MoE, MLA and
@@ -85,18 +85,18 @@ hybrid)."""
 MOE_WORKSPACE_UNMANAGED = frozenset({"mxfp4"})
 """Quantization methods whose fused-MoE kernel on Hopper allocates its buffers inside the kernel, not in vLLM's
 persistent workspace (vLLM's mxfp4 oracle picks OAITritonMxfp4ExpertsMonolithic), so nothing stays allocated."""
-NON_TORCH_GIB = 0.2234
+NON_TORCH_GIB = 0.2231
 """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
 BASELINE_GIB = 0.5403
 """What an H200 holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
 logged non-KV total less the logged available KV memory on the V2 runs (no graph estimate subtracted), the mean."""
-BASELINE_H100_GIB = 0.4220
+BASELINE_H100_GIB = 0.4222
 """The same on an H100 80GB (0.42 GiB on each of the six rows of validation batch 5)."""
 BASELINE_BY_GPU = {"nvidia-h200-141gb": "BASELINE_GIB", "nvidia-h100-80gb": "BASELINE_H100_GIB"}
 """The GPUs the baseline was measured on, and the constant that holds each (bench/fit.py fits one per GPU)."""
 
-GRAPHS_DENSE_BASE_GIB = 0.4494
-GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1285
+GRAPHS_DENSE_BASE_GIB = 0.4316
+GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1288
 """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
 on 15 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
 a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
