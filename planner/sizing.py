@@ -91,14 +91,15 @@ BASELINE_GIB = 0.5403
 """What an H200 holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total less the
 logged non-KV total less the logged available KV memory on the V2 runs (no graph estimate subtracted), the mean."""
 BASELINE_H100_GIB = 0.4222
-"""The same on an H100 80GB (0.42 GiB on each of the six rows of validation batch 5)."""
+"""The same on an H100 80GB: 0.41-0.42 GiB on the 18 V2 rows of validation batches 5-8, the mean. Set from batch 5
+alone first (0.423), it held on the 14 rows of batches 6-8 before they joined the fit."""
 BASELINE_BY_GPU = {"nvidia-h200-141gb": "BASELINE_GIB", "nvidia-h100-80gb": "BASELINE_H100_GIB"}
 """The GPUs the baseline was measured on, and the constant that holds each (bench/fit.py fits one per GPU)."""
 
 GRAPHS_DENSE_BASE_GIB = 0.4316
 GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1288
-"""CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.72-2.56 GiB
-on 15 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
+"""CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.48-2.56 GiB
+on 36 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its estimate
 a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
 GRAPHS_MOE_GIB = 0.6000
 """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7

