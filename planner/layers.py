@@ -78,9 +78,7 @@ def refuse_unsized(cfg: Mapping[str, Any], source: str) -> None:
 
 
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
-    """(kind per layer, window) as vLLM builds the layers (cited per rule). When a config's sliding window is not
-    one vLLM applies per layer, the layer counts as full attention: the planner then under-counts tokens, never
-    over-counts them."""
+    """(kind per layer, window) as vLLM builds the layers (cited per rule)."""
     window = cfg.get("sliding_window")
     window = window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else 0
     types = cfg.get("layer_types")
@@ -115,6 +113,12 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # transformers Qwen2Config: layers from max_window_layers on slide.
         first = cfg["max_window_layers"]
         return tuple("sliding" if i >= first else "full" for i in range(layers)), window
+    if window:
+        # A window with no per-layer types is the model's (Mistral v0.1, Ministral-8B, Starcoder2, Phi-3/4-mini):
+        # vLLM sets CacheConfig.sliding_window to it when the config is not interleaved (vllm/engine/arg_utils.py
+        # create_engine_config, 0.25.1 and 0.32.0), and every Attention layer given no window of its own takes that
+        # one (vllm/model_executor/layers/attention/attention.py), so every layer slides.
+        return ("sliding",) * layers, window
     return ("full",) * layers, 0
 
 

@@ -54,7 +54,9 @@ def assert_read_as_vllm(config: dict, name: str, tmp_path: Path) -> None:
         if "sliding" in ours.kinds:
             assert ours.window == model.get_sliding_window()
     elif model.get_sliding_window():
-        # A window vLLM applies to every layer (Mistral v0.1): counted as full attention, fewer tokens promised.
+        # No per-layer types: vLLM gives the model's window to every layer (CacheConfig.sliding_window).
+        assert ours.kinds == ("sliding",) * layers and ours.window == model.get_sliding_window()
+    else:
         assert set(ours.kinds) == {"full"}
 
 
@@ -69,7 +71,8 @@ def test_each_decoder_config_under_models_is_read_as_vllm_reads_it(path, tmp_pat
 
 
 @pytest.mark.parametrize("model_type, wrong", [("qwen3", {"head_dim": 96}), ("gemma3_text", {"layer_kinds": ()}),
-                                               ("mixtral", {"num_kv_heads": 32}), ("deepseek_v3", {"kv_lora_rank": 0})])
+                                               ("mixtral", {"num_kv_heads": 32}), ("deepseek_v3", {"kv_lora_rank": 0}),
+                                               ("mistral", {"layer_kinds": (), "window": 0})])
 def test_the_comparison_sees_a_wrong_reading(model_type, wrong, tmp_path, monkeypatch):
     """The same check fails when the planner's reading differs from vLLM's in one field."""
     import dataclasses
