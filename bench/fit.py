@@ -17,7 +17,10 @@ planner/sizing.py computes (peak_features) and through the same formula (fitted_
 
 The rows are every started checkpoint up to the last finished validation batch, and the ablations (a checkpoint's
 config with one field changed, run to separate two terms); a new batch is predicted with these constants before it
-runs (`python bench/calibrate.py --predict-only`) and joins this set once all of it has run. `python bench/fit.py`
+runs (`python bench/calibrate.py --predict-only`) and joins this set once all of it has run, unless it is marked
+`held_out`: a batch that checks the constants as they are stays out of their fit, so the constants in
+planner/sizing.py are the ones it validated (tests/unit/test_fit.py holds today's planner to its predictions). The
+next refit takes it in and needs a new held-out batch. `python bench/fit.py`
 prints the constants, each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds
 planner/sizing.py's constants to it.
 """
@@ -97,12 +100,12 @@ def _profile(row: dict[str, Any]) -> str:
 
 def rows(results: dict[str, Any]) -> list[Row]:
     """Every started checkpoint of the calibration and of the finished validation batches (none with entries still
-    pending), once per model (the 32k rows repeat the 8k profile), less the rows marked `excluded` (a harness
-    artifact, not vLLM's behaviour on the checkpoint), and the ablation rows."""
+    pending, none held out), once per model (the 32k rows repeat the 8k profile), less the rows marked `excluded` (a
+    harness artifact, not vLLM's behaviour on the checkpoint), and the ablation rows."""
     raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
     for batch in results["calibration_validation"]["batches"]:
-        if batch.get("pending"):
-            continue  # predictions still to run: the batch joins the fit once every entry has run
+        if batch.get("pending") or batch.get("held_out"):
+            continue  # predictions still to run, or a check of these constants: neither may refit them
         raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
     raw += [(r, "ablation", ACCELERATOR) for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}
