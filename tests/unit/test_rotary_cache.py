@@ -66,7 +66,7 @@ def transformers_cache_elements(config: dict) -> int:
     return _cache_elements(None, text, text.hidden_size // text.num_attention_heads)
 
 
-NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct"}
+NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct"}
 
 
 @pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
