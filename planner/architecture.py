@@ -384,10 +384,12 @@ def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str)
     return value
 
 
-NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", "falcon", "gpt_bigcode", "gpt2"})
+NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", "falcon", "gpt_bigcode", "gpt2",
+                           "gptj", "opt", "nemotron"})
 """Families whose MLP is two matrices, up and down, without a gate (vLLM: starcoder2.py c_fc/c_proj, gpt_neox.py
 dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
-gpt2.py). Counted with three they were planned 27-57% heavier than transformers builds them."""
+gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py up_proj/down_proj with squared ReLU). Counted with three
+they were planned 21-57% heavier than transformers builds them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
 
 WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")

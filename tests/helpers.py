@@ -19,9 +19,21 @@ DECODER_FAMILIES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "gemma2", "gemma3_text",
     "phi3", "phimoe", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2", "glm4", "glm4_moe",
     "deepseek_v2", "deepseek_v3", "olmo2", "olmo3", "olmoe", "exaone4", "seed_oss", "smollm3", "minimax_m2", "gpt_oss",
-    "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi", "apertus", "arcee")
+    "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi", "apertus", "arcee", "nemotron")
 """transformers model_types of decoder families the planner sizes, checked from transformers' default config of
 each (tests/unit/test_parameter_counts.py, tests/unit/test_vllm_reads_configs.py)."""
+
+FAMILY_DEFAULTS = {"nemotron": {"head_dim": 128, "num_key_value_heads": 8}}
+"""What a family's default config leaves unset that its model needs (transformers' NemotronConfig: head_dim and
+num_key_value_heads None, which neither transformers' model nor vLLM's ModelConfig builds with; set as Nemotron-4
+checkpoints write them: 128 = hidden_size / num_attention_heads, 8 KV heads)."""
+
+
+def family_default_config(model_type: str) -> Any:
+    """transformers' default config of a decoder family (FAMILY_DEFAULTS added)."""
+    from transformers import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[model_type](**FAMILY_DEFAULTS.get(model_type, {}))
 
 
 def vllm_model_config(config: dict[str, Any], tmp_path: Path) -> Any:

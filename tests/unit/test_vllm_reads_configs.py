@@ -12,7 +12,7 @@ pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 
 from planner.architecture import parse_hf_config  # noqa: E402
-from tests.helpers import DECODER_FAMILIES, vllm_model_config  # noqa: E402
+from tests.helpers import DECODER_FAMILIES, family_default_config, vllm_model_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = DECODER_FAMILIES
@@ -27,7 +27,7 @@ KIND = {"full_attention": "full", "sliding_attention": "sliding", "chunked_atten
 def family_config(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return {**transformers.CONFIG_MAPPING[model_type]().to_dict(),
+    return {**family_default_config(model_type).to_dict(),
             "architectures": [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]}
 
 
