@@ -71,7 +71,7 @@ class ModelArchitecture:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     gated_attention: bool = False
-    """Qwen3-Next's full-attention layers project a gate beside each query (q_proj is twice as wide)."""
+    """Qwen3-Next's and Qwen3.5's full-attention layers project a gate beside each query (q_proj is twice as wide)."""
     linear_attention: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
     """Gated DeltaNet layers: key heads, value heads, key head dim, value head dim, conv kernel."""
     vision_parameters: int = 0
@@ -391,6 +391,10 @@ dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/dow
 gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py up_proj/down_proj with squared ReLU). Counted with three
 they were planned 21-57% heavier than transformers builds them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
+GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+"""Families whose full-attention layers are vLLM's Qwen3NextAttention, which projects an output gate beside each
+query unless the config sets attn_output_gate false (vllm/model_executor/models/qwen3_next.py; qwen3_5.py uses the
+same class). Without it Qwen3.5's attention planned 134M parameters light per 8 full layers at hidden 4,096."""
 
 WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
 """What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
@@ -532,7 +536,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         moe_layer_count=len(moe), q_lora_rank=counts["q_lora_rank"],
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
-        gated_attention=str(cfg.get("model_type")) == "qwen3_next", linear_attention=linear,  # type: ignore[arg-type]
+        gated_attention=(str(cfg.get("model_type")) in GATED_ATTENTION_TYPES
+                         and cfg.get("attn_output_gate") is not False),
+        linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
         architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
         experts_per_token=max(top_k, 0) if experts else 0,
