@@ -53,7 +53,7 @@ VISION = {
     # mergers, Pixtral's gated MLP and Mistral 3's projector, GLM-4V's merger, Mllama's global layers and tiles);
     # the generic CLIP/SigLIP/InternViT/Llama 4 reading is under by the share named, 7-40M parameters (0.08 GiB).
     "qwen2_vl": 0.005, "qwen2_5_vl": 0.005, "qwen3_vl": 0.005, "qwen3_vl_moe": 0.005, "mistral3": 0.005,
-    "paligemma": 0.005, "glm4v": 0.005, "mllama": 0.005,
+    "paligemma": 0.005, "glm4v": 0.005, "mllama": 0.005, "qwen3_5": 0.005, "qwen3_5_moe": 0.005,
     "gemma3": 0.08, "llava": 0.06, "llava_onevision": 0.05, "internvl": 0.10, "llama4": 0.09,
 }
 
