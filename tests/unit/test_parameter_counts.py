@@ -17,10 +17,10 @@ from tests.helpers import DECODER_FAMILIES, family_default_config  # noqa: E402
 FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text")
 # vLLM's Llama 4 and Qwen3.5 import torchvision (which the test venv leaves out), and vLLM 0.32.0's ModelConfig finds no
 # KV-head count in GPT-J's config (n_head), so only this test has them.
-"""Each was read exactly after three fixes found by this test: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's
-shared expert and dense width (5.6% light), and the families whose MLP has no gate (27-37% heavy; GPT-J 31% and
-Nemotron heavy until they joined NON_GATED_MLP) and Qwen3.5's attention output gate (1.5% light), found by building
-every causal-LM family transformers and vLLM share."""
+"""Each was read exactly after the fixes this test found: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's shared
+expert and dense width (5.6% light), the families whose MLP has no gate (27-37% heavy; GPT-J 31% and
+Nemotron-Mini-4B 22%, found by building every causal-LM family transformers and vLLM share) and Qwen3.5's attention
+output gate (1.5% light)."""
 
 
 def built_parameters(model_type: str) -> tuple[dict, int]:
