@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import planner.sizing as sizing  # noqa: E402
 from planner.architecture import ModelArchitecture, parse_hf_config  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.sizing import (  # noqa: E402
@@ -50,6 +51,7 @@ from planner.sizing import (  # noqa: E402
     fitted_peak_gib,
     peak_features,
     runner_v2,
+    single_gpu_fit,
 )
 
 RESULTS = ROOT / "docs" / "benchmarks" / "results.json"
@@ -216,6 +218,39 @@ def leave_one_out(data: list[Row]) -> dict[str, float]:
     return out
 
 
+OVER_BOUND = 0.005
+"""The KV bound's over side: the planner may promise at most 0.5% more tokens than vLLM allocated."""
+
+
+def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """(row, GPU) of every KV measurement the margin is set on: the calibration rows (8k and 32k) and the rows of the
+    validation batches that joined the fit (finished, not held out)."""
+    out = [(r, ACCELERATOR) for r in results["calibration_families"]["rows"]]
+    for batch in results["calibration_validation"]["batches"]:
+        if not (batch.get("pending") or batch.get("held_out")):
+            out += [(r, batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
+    return [(r, gpu) for r, gpu in out if r.get("kv_cache_tokens_measured")]
+
+
+def smallest_margin(results: dict[str, Any], step: float = 0.01) -> tuple[float, str]:
+    """PEAK_MARGIN_GIB: the smallest multiple of `step` under which no row of kv_rows is more than OVER_BOUND over,
+    and the row that is over at one step less (the one that sets it)."""
+    rows = [(parse_hf_config(r["config"], r["model"], "results.json"), gpu, r["max_model_len"],
+             r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}") for r, gpu in kv_rows(results)]
+    saved, setter = sizing.PEAK_MARGIN_GIB, ""
+    try:
+        for i in range(round(2.0 / step) + 1):
+            sizing.PEAK_MARGIN_GIB = round(i * step, 6)
+            error, name = max(((single_gpu_fit(a, gpu, 0.9, length).kv_tokens - measured) / measured, name)
+                              for a, gpu, length, measured, name in rows)
+            if error <= OVER_BOUND:
+                return sizing.PEAK_MARGIN_GIB, setter
+            setter = f"{name} at {error:+.2%} with {sizing.PEAK_MARGIN_GIB:.2f} GiB"
+    finally:
+        sizing.PEAK_MARGIN_GIB = saved
+    raise ValueError(f"no margin up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -224,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     constants = fit(data)
     for name, value in constants.items():
         print(f"{name} = {value:.4f}")
+    margin, setter = smallest_margin(json.loads(args.results.read_text()))
+    print(f"PEAK_MARGIN_GIB = {margin:.2f} (the smallest with no KV row over +{OVER_BOUND:.1%}; set by {setter})")
     loo = leave_one_out(data)
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
     for r in data:

@@ -66,9 +66,10 @@ rows the two lines leave residuals of -0.43..+0.32 GiB (-0.48..+0.40 leaving eac
 left -0.53..+0.39 on 26 of them, and over-promised 0.3-0.4 GiB where the MLP is wide for the vocabulary."""
 PEAK_MARGIN_GIB = 0.35
 """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit is
-leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no fit or
-validation row is over +0.5%. The row that sets it is GLM-4.5 cut to 6 layers (+0.50% at 0.34), whose V1 CUDA-graph
-estimate was 2.07 GiB against the 0.60 reserved (GRAPHS_MOE_GIB)."""
+leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no calibration
+row and no row of a batch in the fit is over +0.5% (bench/fit.py smallest_margin prints it). The row that sets it is
+GLM-4.5 cut to 6 layers (+0.50% at 0.34), whose V1 CUDA-graph estimate was 2.07 GiB against the 0.60 reserved
+(GRAPHS_MOE_GIB)."""
 V1_SAMPLER_PER_LOGITS = 1.5046
 """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the profile
 batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run: a sort
