@@ -100,14 +100,18 @@ def _profile(row: dict[str, Any]) -> str:
     return profile if isinstance(profile, str) else " ".join(profile)
 
 
+def batches_in_fit(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The validation batches the constants are fitted on: every one but those with entries still pending or marked
+    held_out (predictions still to run, or a check of these constants: neither may refit them)."""
+    return [b for b in results["calibration_validation"]["batches"] if not (b.get("pending") or b.get("held_out"))]
+
+
 def rows(results: dict[str, Any]) -> list[Row]:
     """Every started checkpoint of the calibration and of the finished validation batches (none with entries still
     pending, none held out), once per model (the 32k rows repeat the 8k profile), less the rows marked `excluded` (a
     harness artifact, not vLLM's behaviour on the checkpoint), and the ablation rows."""
     raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
-    for batch in results["calibration_validation"]["batches"]:
-        if batch.get("pending") or batch.get("held_out"):
-            continue  # predictions still to run, or a check of these constants: neither may refit them
+    for batch in batches_in_fit(results):
         raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
     raw += [(r, "ablation", ACCELERATOR) for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}
@@ -226,9 +230,8 @@ def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """(row, GPU) of every KV measurement the margin is set on: the calibration rows (8k and 32k) and the rows of the
     validation batches that joined the fit (finished, not held out)."""
     out = [(r, ACCELERATOR) for r in results["calibration_families"]["rows"]]
-    for batch in results["calibration_validation"]["batches"]:
-        if not (batch.get("pending") or batch.get("held_out")):
-            out += [(r, batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
+    for batch in batches_in_fit(results):
+        out += [(r, batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
     return [(r, gpu) for r, gpu in out if r.get("kv_cache_tokens_measured")]
 
 
@@ -255,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    data = rows(json.loads(args.results.read_text()))
+    results = json.loads(args.results.read_text())
+    data = rows(results)
     constants = fit(data)
     for name, value in constants.items():
         print(f"{name} = {value:.4f}")
-    margin, setter = smallest_margin(json.loads(args.results.read_text()))
+    margin, setter = smallest_margin(results)
     print(f"PEAK_MARGIN_GIB = {margin:.2f} (the smallest with no KV row over +{OVER_BOUND:.1%}; set by {setter})")
     loo = leave_one_out(data)
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
