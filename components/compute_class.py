@@ -10,13 +10,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from planner.cluster_rules import SPOT_GROUPS_ANNOTATION
-from planner.compute_class import COMPUTE_CLASS_API, HEALTH_WAIT, class_name, spec
+from planner.compute_class import COMPUTE_CLASS_API, class_name, spec
 from planner.config import Stack
 from planner.security import PART_OF, PART_OF_LABEL
 from planner.sizing import Sizing
-
-HEALTH_TIMEOUT_SECONDS = 600
-"""How long `pulumi up` waits for the class's Health condition."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +36,9 @@ class ComputeClassArgs:
 
 
 class ComputeClass(pulumi.ComponentResource):
-    """A `cloud.google.com/v1` ComputeClass that `pulumi up` waits on until GKE reports it healthy."""
+    """A `cloud.google.com/v1` ComputeClass. `pulumi up` does not wait on its status: no upstream text names the
+    condition GKE's controller reports, and a wait on a guessed one would fail every update after its timeout. The
+    README's troubleshooting names the check (`kubectl get computeclass NAME -o yaml`)."""
 
     compute_class: k8s.apiextensions.CustomResource
     name: str
@@ -47,11 +46,10 @@ class ComputeClass(pulumi.ComponentResource):
     def __init__(self, name: str, args: ComputeClassArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-gke:gpu:ComputeClass", name, None, opts)
         self.name = args.name
-        annotations = {"pulumi.com/waitFor": HEALTH_WAIT, "pulumi.com/timeoutSeconds": str(HEALTH_TIMEOUT_SECONDS)}
+        metadata: dict[str, Any] = {"name": args.name, "labels": {PART_OF_LABEL: PART_OF}}
         if args.spot_multi_node:
-            annotations[SPOT_GROUPS_ANNOTATION] = "true"
+            metadata["annotations"] = {SPOT_GROUPS_ANNOTATION: "true"}
         self.compute_class = k8s.apiextensions.CustomResource(
-            f"{name}-compute-class", api_version=COMPUTE_CLASS_API, kind="ComputeClass",
-            metadata={"name": args.name, "labels": {PART_OF_LABEL: PART_OF}, "annotations": annotations},
+            f"{name}-compute-class", api_version=COMPUTE_CLASS_API, kind="ComputeClass", metadata=metadata,
             spec=args.spec, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({"name": args.name})

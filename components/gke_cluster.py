@@ -8,7 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from planner import routing
+from planner import compute_class, routing
 from planner.config import Stack
 from planner.errors import ConfigError
 
@@ -36,6 +36,11 @@ class GkeClusterArgs:
     InferencePool CRD; an existing one is checked for them at preview."""
     proxy_subnet_cidr: str | None = None
     """serving.proxySubnetCidr: create the region's proxy-only subnet with this range; None = it must exist."""
+    min_master_version: str | None = None
+    """The oldest control plane the stack runs on (planner/compute_class.py min_master_version): a created cluster's
+    min_master_version; an existing cluster is checked against it at preview."""
+    auto_creation: bool = False
+    """The stack's ComputeClass creates node pools (accelerator.provisioning lists or fallbacks)."""
 
     @classmethod
     def from_plan(cls, stack: Stack) -> GkeClusterArgs:
@@ -43,13 +48,25 @@ class GkeClusterArgs:
         gateway = serving.routing == routing.GATEWAY
         return cls(name=c.name, location=c.location, create=c.create, project=stack.project,
                    release_channel=c.release_channel, region=c.region, gateway=gateway,
-                   proxy_subnet_cidr=serving.proxy_subnet_cidr if gateway else None)
+                   proxy_subnet_cidr=serving.proxy_subnet_cidr if gateway else None,
+                   min_master_version=compute_class.min_master_version(stack.settings),
+                   auto_creation=compute_class.auto_creates(stack.settings.accelerator))
 
 
-def _refuse(problem: str | None) -> None:
+def _refuse(problem: str | None, key: str = "serving.routing", value: str = routing.GATEWAY) -> None:
     """Fail the preview with one line (pulumi.RunError: no traceback) when the cluster cannot carry the stack."""
     if problem:
-        raise pulumi.RunError(str(ConfigError("serving.routing", routing.GATEWAY, problem)))
+        raise pulumi.RunError(str(ConfigError(key, value, problem)))
+
+
+def _auto_creation_problem(name: str, version: str) -> str | None:
+    """Why an existing cluster cannot run the stack's ComputeClass auto-creation, or None."""
+    have, need = routing.gke_version_key(version), routing.gke_version_key(compute_class.AUTO_CREATION_MIN_GKE)
+    if have is not None and have >= need:
+        return None
+    return (f"cluster {name} runs GKE {version or '(unknown)'}; a ComputeClass creates node pools from "
+            f"{compute_class.AUTO_CREATION_MIN_GKE}: upgrade the control plane, or list one way of buying and no "
+            "fallbacks")
 
 
 def _network_name(network: str) -> str:
@@ -91,8 +108,7 @@ class GkeCluster(pulumi.ComponentResource):
             # declared so it stays on), a version that installs the InferencePool CRD. VPC-native: the
             # ip_allocation_policy below.
             gateway_features = dict(
-                gateway_api_config=gcp.container.ClusterGatewayApiConfigArgs(channel="CHANNEL_STANDARD"),
-                min_master_version=routing.GATEWAY_MIN_MASTER)
+                gateway_api_config=gcp.container.ClusterGatewayApiConfigArgs(channel="CHANNEL_STANDARD"))
         if args.create:
             cluster = gcp.container.Cluster(
                 f"{name}-cluster", name=args.name, location=args.location, project=args.project,
@@ -118,7 +134,7 @@ class GkeCluster(pulumi.ComponentResource):
                         gcfs_config=gcp.container.ClusterNodePoolDefaultsNodeConfigDefaultsGcfsConfigArgs(
                             enabled=True))),
                 ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
-                deletion_protection=False, **gateway_features,
+                deletion_protection=False, min_master_version=args.min_master_version, **gateway_features,
                 opts=child)
             network = pulumi.Output.from_input("default")
             system_pool = gcp.container.NodePool(
@@ -147,6 +163,10 @@ class GkeCluster(pulumi.ComponentResource):
             ca = found.master_auths.apply(lambda auths: auths[0].cluster_ca_certificate)
             after_nodes = []
             network = found.network.apply(_network_name)
+            if args.auto_creation:
+                checked = found.apply(lambda c: _refuse(_auto_creation_problem(args.name, c.master_version),
+                                                        "cluster.name", args.name))
+                ca = pulumi.Output.all(ca, checked).apply(lambda values: values[0])
             if args.gateway:
                 # An existing cluster is checked as `pulumi preview` reads it (the lookup runs in previews).
                 checked = found.apply(lambda c: _refuse(routing.cluster_problem(

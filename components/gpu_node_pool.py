@@ -34,7 +34,7 @@ class GpuNodePoolArgs:
     gpus_per_node: int
     """GPUs on each node (from the catalog)."""
     zones: tuple[str, ...]
-    """Node locations."""
+    """Node locations: the first rung's zones (a reserved rung has its reservation's zone only)."""
     min_nodes: int
     """minReplicas x nodes per replica."""
     max_nodes: int
@@ -59,11 +59,11 @@ class GpuNodePoolArgs:
         acc = stack.settings.accelerator
         return cls(cluster=cluster, location=stack.settings.cluster.location, project=stack.project,
                    accelerator_type=acc.type, machine_type=acc.machine_type, gpus_per_node=acc.gpus_per_node,
-                   zones=acc.zones, min_nodes=sizing.min_nodes, max_nodes=sizing.max_nodes,
+                   zones=acc.pool_zones, min_nodes=sizing.min_nodes, max_nodes=sizing.max_nodes,
                    provisioning=acc.provisioning, reservation=acc.reservation, driver_version=acc.driver_version,
                    # Compact placement is one zone only (GKE "Define compact placement for GKE nodes").
                    compact_placement=(sizing.nodes_per_replica > 1 and acc.catalog.compact_placement
-                                      and len(acc.zones) == 1),
+                                      and len(acc.pool_zones) == 1),
                    boot_disk_type=machine_series(acc.machine_type).boot_disk_types[0],
                    local_ssd_count=acc.machine.local_ssd_count,
                    compute_class=class_name(stack.name) if acc.compute_class else None)
@@ -134,7 +134,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 total_min_node_count=0 if flex else args.min_nodes, total_max_node_count=args.max_nodes,
                 # ANY finds capacity wherever the zones have it; GPUs are scarce.
                 location_policy="ANY"),
-            initial_node_count=0 if flex else args.min_nodes,
+            # initialNodeCount is per zone (pulumi_gcp NodePool.initialNodeCount): a pool over several zones starts
+            # empty and the autoscaler adds the planned minimum (totalMinNodeCount) where the serving pods land.
+            initial_node_count=0 if flex or len(args.zones) > 1 else args.min_nodes,
             node_config=node_config,
             placement_policy=(gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT")
                               if args.compact_placement else None),

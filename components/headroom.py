@@ -20,13 +20,17 @@ from components import parent_depends_on
 from planner.catalog import MIB
 from planner.cluster_rules import PAGE_CACHE_LIMIT, injected_containers, quantity
 from planner.commands import LAUNCHER_DIR
+from planner.compute_class import GROUP_TOPOLOGIES
 from planner.config import Stack
+from planner.labels import COMPUTE_CLASS_LABEL
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, identity_env, pod_security_context
 from planner.sizing import PLACEHOLDER_GRACE_SECONDS, Sizing
 
 PRIORITY = -10
 """Below every pod's default 0: any serving pod preempts a placeholder; preemptionPolicy Never keeps placeholders
 from ever preempting anything themselves (kube-scheduler DefaultPreemption only evicts lower-priority pods)."""
+SLOT_LABEL = "vllm-gke/slot"
+"""The spare slot a placeholder of a multi-node slot belongs to."""
 CACHE_CPU, CACHE_MEMORY_MIB = "10m", 64
 """The weights cache pod's requests: it reads once, then sleeps."""
 CACHE_MEMORY_MARGIN_GIB = 1
@@ -54,6 +58,9 @@ class HeadroomArgs:
     """Where the weights volume is mounted (as in the serving pods)."""
     weights_gib_per_node: float
     """One node's share of the weights (what its page cache must hold)."""
+    slot_nodes: int = 1
+    """Nodes of one spare slot (a serving group's size): a multi-node slot on a ComputeClass is one Deployment whose
+    placeholders stay in one zone and one node pool, where a group can use them."""
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], image: pulumi.Input[str],
@@ -61,7 +68,8 @@ class HeadroomArgs:
         """`server`: the RayVllmServer whose pods the placeholders stand in for (its pod shape and launcher)."""
         return cls(namespace=namespace, image=image, placeholders=sizing.headroom_nodes, pod_shape=server.pod_shape,
                    launcher=server.launcher_name, weights_claim=weights_claim, weights_mount=weights_mount,
-                   weights_gib_per_node=sizing.weights_gib / sizing.nodes_per_replica)
+                   weights_gib_per_node=sizing.weights_gib / sizing.nodes_per_replica,
+                   slot_nodes=sizing.nodes_per_replica)
 
 
 def placeholder_resources(shape: dict[str, Any]) -> dict[str, Any]:
@@ -116,16 +124,32 @@ class Headroom(pulumi.ComponentResource):
                   "command": ["python3", f"{LAUNCHER_DIR}/launcher.py", "placeholder"], "env": env,
                   "resources": placeholder_resources(shape), "volumeMounts": base_mounts,
                   "securityContext": container_security_context()}
-        selector = {**labels, "vllm-gke/role": "placeholder"}
-        self.deployment = k8s.apps.v1.Deployment(
-            f"{name}-placeholders",
-            metadata={"name": f"{name}-headroom", "namespace": args.namespace, "labels": labels},
-            spec={"replicas": args.placeholders, "selector": {"matchLabels": selector},
-                  # A preempted placeholder is replaced at once: pending, it asks the autoscaler for the next node.
-                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}},
-                  "template": pod("placeholder", holder, [launcher_volume, tmp],
-                                  priorityClassName=self.priority_class)},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[priority, *depends]))
+
+        def placeholders(resource: str, object_name: str, replicas: int, slot: str | None) -> k8s.apps.v1.Deployment:
+            selector = {**labels, "vllm-gke/role": "placeholder", **({SLOT_LABEL: slot} if slot else {})}
+            extra: dict[str, Any] = {"priorityClassName": self.priority_class}
+            if slot is not None:
+                # A group's pods share a zone and a pool (compute_class.group_affinity); so do a slot's placeholders.
+                # The slot's first pod matches only its own terms, which the scheduler accepts.
+                extra["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": selector}, "topologyKey": key} for key in GROUP_TOPOLOGIES]}}
+            template = pod("placeholder", holder, [launcher_volume, tmp], **extra)
+            template["metadata"]["labels"] = selector
+            return k8s.apps.v1.Deployment(
+                resource, metadata={"name": object_name, "namespace": args.namespace, "labels": labels},
+                spec={"replicas": replicas, "selector": {"matchLabels": selector},
+                      # A preempted placeholder is replaced at once: pending, it asks the autoscaler for the next node.
+                      "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}},
+                      "template": template},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[priority, *depends]))
+
+        grouped = args.slot_nodes > 1 and COMPUTE_CLASS_LABEL in (shape.get("nodeSelector") or {})
+        if grouped:
+            self.deployments = [placeholders(f"{name}-placeholders-{slot}", f"{name}-headroom-{slot}",
+                                             args.slot_nodes, str(slot))
+                                for slot in range(args.placeholders // args.slot_nodes)]
+        else:
+            self.deployments = [placeholders(f"{name}-placeholders", f"{name}-headroom", args.placeholders, None)]
 
         cache_limit = math.ceil(args.weights_gib_per_node + CACHE_MEMORY_MARGIN_GIB)
         reader = {"name": "weights-cache", "image": args.image,
@@ -145,6 +169,6 @@ class Headroom(pulumi.ComponentResource):
                   "template": pod("weights-cache", reader, [weights, launcher_volume, tmp],
                                   annotations={PAGE_CACHE_LIMIT: "true"})},
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
-        self.register_outputs({"placeholders": self.deployment.metadata.name,
+        self.register_outputs({"placeholders": [d.metadata.name for d in self.deployments],
                                "weights_cache": self.daemon_set.metadata.name})
 

@@ -333,9 +333,10 @@ class RayVllmServer(pulumi.ComponentResource):
                      for ns in (GMP_NAMESPACE, *args.allowed_namespaces)]
         api_from += load_balancer_peers(args.expose, args.source_ranges if not args.router_labels else ())
         if args.proxy_subnet_cidr is not None:
-            # GKE Gateway's Envoy proxies send requests and health checks from the proxy-only subnet (Cloud Load
-            # Balancing "Proxy-only subnets for Envoy-based load balancers").
-            api_from.append({"ipBlock": {"cidr": args.proxy_subnet_cidr}})
+            # GKE Gateway's Envoy proxies send requests from the proxy-only subnet (Cloud Load Balancing "Proxy-only
+            # subnets for Envoy-based load balancers"); its health checks (HealthCheckPolicy on /health) come from
+            # Google's health-checker ranges (Cloud Load Balancing "Firewall rules").
+            api_from += [{"ipBlock": {"cidr": cidr}} for cidr in (args.proxy_subnet_cidr, *routing.HEALTH_CHECK_RANGES)]
         k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", metadata={"name": name, "namespace": args.namespace, "labels": labels},
             spec={"podSelector": {"matchLabels": {LWS_NAME_LABEL: lws_name}}, "policyTypes": ["Ingress"],

@@ -28,6 +28,8 @@ EPP_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory":
 """The picker scrapes each leader every 50 ms and scores per request: one core holds tens of replicas (the upstream
 chart asks for none and its proxy for 4 CPUs / 8 GiB; both sized for a shared gateway, not one model)."""
 ENVOY_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+GRACE_MARGIN_SECONDS = 5
+"""Past the preStop drain, for the containers to exit on SIGTERM before the kubelet kills them."""
 
 
 def router_selector(name: str) -> dict[str, str]:
@@ -105,17 +107,18 @@ class Router(pulumi.ComponentResource):
 
         # Least privilege: the picker reads pods (endpoints and their readiness) and, behind the gateway, its pool.
         account = k8s.core.v1.ServiceAccount(f"{name}-epp-sa", metadata={"name": router, **meta}, opts=child)
-        rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-        if gateway:
-            rules.append({"apiGroups": [INFERENCE_GROUP], "resources": ["inferencepools"],
-                          "verbs": ["get", "list", "watch"]})
-        role = k8s.rbac.v1.Role(f"{name}-epp-role", metadata={"name": router, **meta}, rules=rules, opts=child)
+        role = k8s.rbac.v1.Role(f"{name}-epp-role", metadata={"name": router, **meta},
+                                rules=routing.epp_rbac_rules(pool=gateway), opts=child)
         binding = k8s.rbac.v1.RoleBinding(
             f"{name}-epp-binding", metadata={"name": router, **meta},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": router},
             subjects=[{"kind": "ServiceAccount", "name": router, "namespace": ns}], opts=child)
 
         security = container_security_context()
+        # Both containers keep serving this long once the pod is told to stop (kubelet-side sleep: the images have no
+        # shell), so requests already running finish; Envoy itself closes its listeners at once on SIGTERM.
+        drain = routing.router_drain_seconds(args.request_timeout_seconds)
+        stop = {"preStop": {"sleep": {"seconds": drain}}}
         epp = {
             "name": "epp", "image": EPP_IMAGE,
             "args": routing.epp_args(selector=None if gateway else args.leader_selector, target_port=API_PORT,
@@ -125,7 +128,7 @@ class Router(pulumi.ComponentResource):
             "ports": [{"name": "grpc", "containerPort": routing.EPP_GRPC_PORT},
                       {"name": "grpc-health", "containerPort": routing.EPP_HEALTH_PORT},
                       {"name": "metrics", "containerPort": routing.EPP_METRICS_PORT}],
-            "resources": EPP_RESOURCES, "securityContext": security,
+            "resources": EPP_RESOURCES, "securityContext": security, "lifecycle": stop,
             "readinessProbe": {"grpc": {"port": routing.EPP_HEALTH_PORT, "service": routing.EPP_HEALTH_SERVICE},
                                "periodSeconds": 2, "failureThreshold": 3},
             "livenessProbe": {"grpc": {"port": routing.EPP_HEALTH_PORT, "service": routing.EPP_HEALTH_SERVICE},
@@ -147,7 +150,7 @@ class Router(pulumi.ComponentResource):
                          "--drain-time-s", "15"],
                 "ports": [{"name": API_PORT_NAME, "containerPort": routing.ROUTER_PORT},
                           {"name": "ready", "containerPort": routing.ENVOY_READY_PORT}],
-                "resources": ENVOY_RESOURCES, "securityContext": security,
+                "resources": ENVOY_RESOURCES, "securityContext": security, "lifecycle": stop,
                 "readinessProbe": {"httpGet": {"path": "/ready", "port": "ready"}, "periodSeconds": 5,
                                    "failureThreshold": 2},
                 "livenessProbe": {"httpGet": {"path": "/ready", "port": "ready"}, "periodSeconds": 10,
@@ -155,16 +158,22 @@ class Router(pulumi.ComponentResource):
                 "volumeMounts": [{"name": "envoy-config", "mountPath": "/etc/envoy", "readOnly": True},
                                  {"name": "tmp", "mountPath": "/tmp"}]})
         depends = [epp_config, account, role, binding, *([envoy_config] if not gateway else [])]
+        self.gateway_address = None
+        if gateway:
+            # Pulumi waits for a Deployment to be Available, and a picker in pool mode is ready only once it has read
+            # its InferencePool (llm-d-router cmd/epp/runner/health.go): the pool comes first, the picker after it.
+            depends += self._gateway(name, args, meta)
         self.deployment = k8s.apps.v1.Deployment(
             router, metadata={"name": router, **meta},
             spec={"replicas": args.replicas,
-                  # One picker at a time: a rolling update would run an old and a new prefix index side by side.
-                  "strategy": {"type": "Recreate"},
+                  # The new pod serves before the old one drains: a Recreate rollout would leave no router for the
+                  # whole drain. Two prefix indexes overlap only for the requests the old pod still finishes.
+                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                   "selector": {"matchLabels": router_selector(name)},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "serviceAccountName": router, "enableServiceLinks": False,
                       "automountServiceAccountToken": False,
-                      "terminationGracePeriodSeconds": 30,
+                      "terminationGracePeriodSeconds": drain + GRACE_MARGIN_SECONDS,
                       "securityContext": pod_security_context(), "containers": containers, "volumes": volumes}}},
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
 
@@ -178,7 +187,9 @@ class Router(pulumi.ComponentResource):
         collectors = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GMP_NAMESPACE}}}
         metrics_from = {"from": [collectors], "ports": [{"port": routing.EPP_METRICS_PORT, "protocol": "TCP"}]}
         if gateway:
-            proxies = [{"ipBlock": {"cidr": args.proxy_subnet_cidr}}]
+            # The gateway's proxies call the picker from the proxy-only subnet, Google's health checkers probe it from
+            # their own ranges.
+            proxies = [{"ipBlock": {"cidr": cidr}} for cidr in (args.proxy_subnet_cidr, *routing.HEALTH_CHECK_RANGES)]
             ingress = [{"from": proxies, "ports": [{"port": routing.EPP_GRPC_PORT, "protocol": "TCP"},
                                                    {"port": routing.EPP_HEALTH_PORT, "protocol": "TCP"}]},
                        metrics_from]
@@ -193,17 +204,15 @@ class Router(pulumi.ComponentResource):
             spec={"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": ingress},
             opts=child)
 
-        self.gateway_address = None
-        if gateway:
-            self._gateway(name, args, meta, after=[self.deployment])
         self.register_outputs({})
 
-    def _gateway(self, name: str, args: RouterArgs, meta: dict[str, Any], after: list[pulumi.Resource]) -> None:
+    def _gateway(self, name: str, args: RouterArgs, meta: dict[str, Any]) -> list[pulumi.Resource]:
         """Gateway -> HTTPRoute -> InferencePool (leaders, picked by the EPP through its Service), the leaders'
-        health check on /health (vLLM answers 404 on /) and the backend timeout for long generations."""
-        child = pulumi.ResourceOptions(parent=self, depends_on=after)
+        health check on /health (vLLM answers 404 on /) and the backend timeout for long generations. Returns what
+        the picker's Deployment waits for: its pool and its Service."""
+        child = pulumi.ResourceOptions(parent=self)
         epp_service = f"{name}-epp"
-        k8s.core.v1.Service(
+        service = k8s.core.v1.Service(
             f"{name}-epp-service", metadata={"name": epp_service, **meta},
             spec={"type": "ClusterIP", "selector": router_selector(name),
                   "ports": [{"name": "grpc", "port": routing.EPP_GRPC_PORT, "targetPort": "grpc",
@@ -248,6 +257,7 @@ class Router(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway, pool]))
         self.gateway_address = gateway.status.apply(
             lambda status: (((status or {}).get("addresses") or [{}])[0]).get("value", ""))
+        return [pool, service]
 
 
 class _Gateway(k8s.apiextensions.CustomResource):

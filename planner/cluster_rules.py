@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner import router_rules
 from planner.catalog import ACCELERATORS, GIB, MIB, SYSTEM_MACHINE, gke_allocatable, machine_series
 from planner.commands import flag_value
 from planner.labels import (
@@ -37,6 +38,7 @@ from planner.labels import (
     SPOT_LABEL,
     ZONE_LABEL,
 )
+from planner.router_rules import ObjectKey
 from planner.versions import EPP_IMAGE, IMAGE_SOURCES, unmirrored
 
 DAEMONSET_CPU, DAEMONSET_MEMORY_GIB = 0.5, 1.0
@@ -314,6 +316,43 @@ def headroom(objects: list[dict[str, Any]], pools: list[NodePool]) -> list[str]:
                         "nodeSelector": s.spec.get("nodeSelector"), "tolerations": s.spec.get("tolerations")}
                 if why := misfit(both, pool, injected_containers(s.annotations)):
                     problems.append(f"headroom: {d.where} beside {s.where} on {pool.name}: {why}")
+    return problems + _slots(templates, classes, serving)
+
+
+def _slots(templates: list[PodTemplate], classes: dict[str, Any], serving: list[PodTemplate]) -> list[str]:
+    """A spare slot for a multi-node group on a ComputeClass holds nodes a group can use together: one zone and one
+    node pool, as the group's own pod affinity requires (groups). Each slot is one Deployment of group-size
+    placeholders whose required pod affinity, per GROUP_TOPOLOGY_KEYS, selects that Deployment's pods alone."""
+    sizes = [int(((s.owner.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size", 1)) for s in serving
+             if COMPUTE_CLASS_LABEL in (s.spec.get("nodeSelector") or {})]
+    size = max(sizes, default=1)
+    if size < 2:
+        return []
+    holders = [t for t in templates if int((classes.get(t.spec.get("priorityClassName", "")) or {}).get("value", 0))
+               < 0 and t.owner.get("kind") == "Deployment"]
+    labels = {t.where: ((t.owner["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+              for t in holders}
+    problems = []
+    for t in holders:
+        replicas = int((t.owner.get("spec") or {}).get("replicas", 1))
+        if replicas != size:
+            problems.append(f"headroom: {t.where} holds {replicas} placeholder(s) for groups of {size} nodes: a "
+                            "slot is one Deployment of a group's size, or its nodes are not kept together")
+        terms = (((t.spec.get("affinity") or {}).get("podAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+        kept = set()
+        for term in terms:
+            wanted = (term.get("labelSelector") or {}).get("matchLabels") or {}
+            own = all(labels[t.where].get(k) == v for k, v in wanted.items())
+            others = [w for w, other in labels.items() if w != t.where and all(other.get(k) == v
+                                                                                for k, v in wanted.items())]
+            if own and not others:
+                kept.add(term.get("topologyKey"))
+        missing = [key for key in GROUP_TOPOLOGY_KEYS if key not in kept]
+        if missing:
+            problems.append(f"headroom: {t.where} stands in for groups of {size} on a ComputeClass but its "
+                            f"placeholders are not kept in one {' and one '.join(missing)}: a spare slot's nodes "
+                            "could land where no group can use them together")
     return problems
 
 
@@ -675,6 +714,10 @@ def rungs(objects: list[dict[str, Any]], resources: Iterable[tuple[str, str, dic
             if mode not in series.provisioning:
                 problems.append(f"{where}: bought {mode}; {series.name} is sold only as "
                                 f"{', '.join(series.provisioning)}")
+            if mode == "reservation" and len((rule.get("location") or {}).get("zones") or []) != 1:
+                problems.append(f"{where}: a specific reservation over zones "
+                                f"{', '.join((rule.get('location') or {}).get('zones') or []) or '(all)'}; a "
+                                "reservation is zonal: name its zone alone")
             outside = [z for z in (rule.get("location") or {}).get("zones") or []
                        if regions and not any(z.startswith(f"{r}-") for r in regions)]
             if outside:
@@ -806,13 +849,34 @@ def buying(config: dict[str, Any]) -> str:
     return "on-demand"
 
 
-def gce(resources: Iterable[tuple[str, str, dict[str, Any]]]) -> list[str]:
-    """What Compute Engine and GKE would refuse of the GCP resources (type token, logical name, inputs), by the
-    machine series facts in planner/catalog.py: each GPU pool's boot disk type and way of buying its VMs, a
+def gce(resources: Iterable[tuple[str, str, dict[str, Any]]], objects: Iterable[dict[str, Any]] = ()) -> list[str]:
+    """What Compute Engine and GKE would refuse or waste of the GCP resources (type token, logical name, inputs), by
+    the machine series facts in planner/catalog.py: each GPU pool's boot disk type and way of buying its VMs, a
     flex-start pool's required shape (starts empty, no auto-repair, no reservation, location policy ANY: GKE
-    "About flex-start provisioning"), and a serving weights disk the GPU machines can attach."""
+    "About flex-start provisioning"), a serving weights disk the GPU machines can attach; a pool that pins a
+    specific reservation in its one zone (a reservation is zonal: Compute Engine "Reservations of Compute Engine
+    zonal resources"); a pool's start within its planned minimum (initialNodeCount is per zone: pulumi_gcp
+    NodePool.initialNodeCount, GKE node_count "per zone"); and a created cluster's control plane at least the GKE
+    version the in-cluster objects need (`objects`: a ComputeClass that auto-creates pools, GKE "About node pool
+    auto-creation"; an InferencePool, planner/routing.py GATEWAY_MIN_MASTER)."""
+    from planner import routing as rt
+    from planner.compute_class import AUTO_CREATION_MIN_GKE
+
     problems: list[str] = []
     resources = list(resources)
+    objects = list(objects)
+    needs = [(AUTO_CREATION_MIN_GKE, "a ComputeClass that creates node pools") for o in objects
+             if o.get("kind") == "ComputeClass" and ((o.get("spec") or {}).get("nodePoolAutoCreation") or {}).get(
+                 "enabled")][:1]
+    needs += [(rt.GATEWAY_MIN_MASTER, "the InferencePool API") for o in objects if o.get("kind") == "InferencePool"][:1]
+    for type_token, name, inputs in resources:
+        if type_token != "gcp:container/cluster:Cluster":
+            continue
+        have = rt.gke_version_key(str(inputs.get("minMasterVersion") or ""))
+        for version, why in needs:
+            if have is None or have < rt.gke_version_key(version):
+                problems.append(f"gce: cluster {name}: minMasterVersion {inputs.get('minMasterVersion') or '(unset)'}"
+                                f"; {why} needs GKE {version} or later")
     gpu_machines = []
     for type_token, name, inputs in resources:
         config = inputs.get("nodeConfig") or {}
@@ -829,6 +893,18 @@ def gce(resources: Iterable[tuple[str, str, dict[str, Any]]]) -> list[str]:
         if mode not in series.provisioning:
             problems.append(f"gce: node pool {name}: {machine} bought {mode}; {series.name} is sold only as "
                             f"{', '.join(series.provisioning)}")
+        zones = list(inputs.get("nodeLocations") or [])
+        if mode == "reservation" and len(zones) != 1:
+            problems.append(f"gce: node pool {name} pins a specific reservation over zones "
+                            f"{', '.join(zones) or '(all)'}; a reservation is zonal, so the pool must be in the "
+                            "reservation's zone alone")
+        floor = (inputs.get("autoscaling") or {}).get("totalMinNodeCount")
+        start = int(inputs.get("initialNodeCount") or 0) * max(len(zones), 1)
+        if floor is not None and start > int(floor):
+            problems.append(f"gce: node pool {name} starts {int(inputs.get('initialNodeCount') or 0)} node(s) in "
+                            f"each of {max(len(zones), 1)} zone(s) = {start}, above its planned minimum of "
+                            f"{int(floor)}: "
+                            "initialNodeCount is per zone")
         if mode == "flex-start":
             autoscaling, management = inputs.get("autoscaling") or {}, inputs.get("management") or {}
             shape = {"initialNodeCount": inputs.get("initialNodeCount") == 0,
@@ -853,9 +929,13 @@ def gce(resources: Iterable[tuple[str, str, dict[str, Any]]]) -> list[str]:
 
 def check_all(objects: list[dict[str, Any]], pools: list[NodePool], budget: Budget,
               server_env: set[str] | frozenset[str] = frozenset(), own_images: Iterable[str] = (),
-              gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = ()) -> list[str]:
-    """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules)."""
+              gcp_resources: Iterable[tuple[str, str, dict[str, Any]]] = (),
+              waits: Mapping[ObjectKey, set[ObjectKey]] | None = None) -> list[str]:
+    """Every rule above over one stack's objects (and its GCP resources for the Compute Engine rules), and those of
+    planner/router_rules.py (`waits`: what each object waits for, from the program's dependencies)."""
+    gcp_resources = list(gcp_resources)
     return [*names(objects, server_env), *scheduling(objects, pools), *headroom(objects, pools),
             *compute_classes(objects, pools), *groups(objects), *rungs(objects, gcp_resources), *routing(objects),
             *budgets(objects, budget),
-            *images(objects, own_images), *runtime(objects), *gce(gcp_resources)]
+            *images(objects, own_images), *runtime(objects), *gce(gcp_resources, objects),
+            *router_rules.check(objects, waits)]

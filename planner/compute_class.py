@@ -28,11 +28,24 @@ FLEX_START_MIN_GKE = "1.32.2-gke.1652000"
 """Flex-start VMs for GPUs in auto-created pools (GKE "About flex-start provisioning")."""
 FLEX_START_MAX_SECONDS = 7 * 24 * 3600
 """A flex-start node runs at most seven days; the CRD caps nodeRecycling.leadTimeSeconds there too."""
-HEALTH_WAIT = "condition=Health"
-"""pulumi-kubernetes' `pulumi.com/waitFor` (4.18+): `pulumi up` returns only once GKE's controller accepted the
-class (its Health condition True); a class it rejects fails the update instead of leaving pods Pending."""
 DRIVER_VERSIONS = {"LATEST": "latest", "DEFAULT": "default"}
 """accelerator.driverVersion in a rule's gpu.driverVersion (the CRD's enum: default, latest)."""
+
+
+def auto_creates(accelerator: AcceleratorSettings) -> bool:
+    """The stack's ComputeClass has GKE create node pools (rules past the Pulumi-managed pool's)."""
+    return accelerator.compute_class and len(accelerator.rungs) > 1
+
+
+def min_master_version(settings: Any) -> str | None:
+    """The oldest GKE control plane a created cluster may run for this stack (its min_master_version), or None:
+    node-pool auto-creation from a ComputeClass (AUTO_CREATION_MIN_GKE) and GKE Inference Gateway's InferencePool CRD
+    (routing.GATEWAY_MIN_MASTER), the later of those the stack uses."""
+    from planner import routing
+
+    needed = ([AUTO_CREATION_MIN_GKE] if auto_creates(settings.accelerator) else []) + \
+        ([routing.GATEWAY_MIN_MASTER] if settings.serving.routing == routing.GATEWAY else [])
+    return max(needed, key=routing.gke_version_key) if needed else None
 
 
 def class_name(stack: str) -> str:
@@ -67,7 +80,7 @@ def spec(accelerator: AcceleratorSettings, pool_name: Any, lead_seconds: int = 0
     rules: list[dict[str, Any]] = [{"nodepools": [pool_name]}]
     rules += [rule(rung, accelerator.gpus_per_node, accelerator.driver_version, lead_seconds)
               for rung in accelerator.rungs[1:]]
-    return {"priorities": rules, "nodePoolAutoCreation": {"enabled": len(rules) > 1},
+    return {"priorities": rules, "nodePoolAutoCreation": {"enabled": auto_creates(accelerator)},
             "whenUnsatisfiable": "DoNotScaleUp", "activeMigration": {"optimizeRulePriority": False}}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from planner import routing
+from planner import routing, vllm_flags
 from planner.architecture import ModelArchitecture, load_architecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType, machine_series
 from planner.errors import NAMESPACE, ConfigError, fmt_value
@@ -105,6 +105,11 @@ class AcceleratorSettings(_OnMachine):
     def compute_class(self) -> bool:
         """Several zones or several rungs: the serving pods select a ComputeClass, not one pool."""
         return len(self.rungs) > 1 or len(self.zones) > 1
+
+    @property
+    def pool_zones(self) -> tuple[str, ...]:
+        """The Pulumi-managed GPU pool's zones: its rung's (a reservation's zone alone when that rung reserves)."""
+        return self.rungs[0].zones if self.rungs else self.zones
 
     @property
     def all_zones(self) -> tuple[str, ...]:
@@ -247,8 +252,22 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
+def interval(bounds: dict[str, float], integer: bool) -> str:
+    """A field's bounds, both of them where it has two: `from 1 to 5`, `>= 1`, `(0.1, 0.99]`."""
+    low = bounds.get("ge", bounds.get("gt"))
+    high = bounds.get("le", bounds.get("lt"))
+    if integer and "ge" in bounds and "le" in bounds:
+        return f"from {int(bounds['ge'])} to {int(bounds['le'])}"
+    if low is not None and high is not None:
+        return f"in {'[' if 'ge' in bounds else '('}{low:g}, {high:g}{']' if 'le' in bounds else ')'}"
+    if low is not None:
+        return f"{'>=' if 'ge' in bounds else '>'} {low:g}"
+    return f"{'<=' if 'le' in bounds else '<'} {high:g}"
+
+
 def _reason(error: dict[str, Any], info: Any, model: type[BaseModel]) -> str:
-    """The one-line reason for a pydantic error, in the words this project has always used."""
+    """The one-line reason for a pydantic error, in the words this project has always used; a number field's
+    message gives every bound it has, so a value above the upper one is not told only the lower."""
     kind, bounds = error["type"], _bounds(info)
     if kind == "missing":
         return "is required"
@@ -260,13 +279,48 @@ def _reason(error: dict[str, Any], info: Any, model: type[BaseModel]) -> str:
         return f"accepted: {', '.join(choices)}"
     base = _base_type(info.annotation) if info is not None else None
     # Any wrong value of a number field, a non-number too; strings must be ASCII digits (stack_schema.ASCII_INT).
-    if base is int and "ge" in bounds:
-        return f"expected an integer >= {int(bounds['ge'])} in ASCII digits 0-9"
-    if base is float and "gt" in bounds and "le" in bounds:
-        return f"expected a number in ({bounds['gt']:g}, {bounds['le']:g}] in ASCII digits 0-9"
+    if base is int and bounds:
+        return f"expected an integer {interval(bounds, True)} in ASCII digits 0-9"
+    if base is float and bounds:
+        return f"expected a number {interval(bounds, False)} in ASCII digits 0-9"
     if kind == "value_error":
         return str(error["ctx"]["error"])
     return error["msg"].removeprefix("Value error, ")
+
+
+def _nested(info: Any) -> type[BaseModel] | None:
+    """The model a field holds (itself, optional, or as the items of a tuple or list), None for plain values."""
+    annotation = info.annotation if info is not None else None
+    while True:
+        if typing.get_origin(annotation) is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        options = [t for t in typing.get_args(annotation) if t is not type(None) and t is not Ellipsis]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple, list) and len(options) == 1:
+            annotation = options[0]
+            continue
+        break
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _located(model: type[BaseModel], loc: tuple[Any, ...], value: Any) -> tuple[str, Any, type[BaseModel], Any]:
+    """(key path in camelCase, e.g. `fallbacks[0].type`; the field's info; the model the field is in; the value at
+    that path) of a pydantic error location. Parts past a plain field (pydantic's union member tags) are dropped,
+    list positions kept."""
+    path, info, owner, current, shown = "", None, model, model, value
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            shown = shown[part] if isinstance(shown, (list, tuple)) and 0 <= part < len(shown) else None
+            continue
+        if current is None:
+            continue
+        name, info = _field(current, (part,))
+        owner = current
+        path += f"{'.' if path else ''}{name}"
+        shown = shown.get(name, shown.get(part)) if isinstance(shown, Mapping) else None
+        current = _nested(info)
+    return path, info, owner, shown
 
 
 def _section(key: str, model: type[Section], value: Any) -> Any:
@@ -278,9 +332,12 @@ def _section(key: str, model: type[Section], value: Any) -> Any:
         return model.model_validate(dict(value))
     except ValidationError as exc:
         error = exc.errors()[0]
-        name, info = _field(model, error["loc"])
-        shown = value.get(name, error.get("input")) if error["type"] != "missing" else None
-        raise ConfigError(f"{key}.{name}", shown, _reason(error, info, model)) from None
+        path, info, owner, shown = _located(model, error["loc"], dict(value))
+        if error["type"] == "missing":
+            shown = None
+        elif shown is None and error["type"] != "extra_forbidden":
+            shown = error.get("input")
+        raise ConfigError(f"{key}.{path}", shown, _reason(error, info, owner)) from None
 
 
 def _options(key: str, value: str | tuple[str, ...] | None, machine: MachineType) -> tuple[str, ...]:
@@ -294,12 +351,28 @@ def _options(key: str, value: str | tuple[str, ...] | None, machine: MachineType
     return options
 
 
-def _reservation(key: str, options: tuple[str, ...], reservation: str | None) -> None:
+def _reservation(key: str, options: tuple[str, ...], reservation: str | None, zone: str | None,
+                 zones: tuple[str, ...]) -> tuple[str, ...]:
+    """The zones of the rung that consumes the reservation: its own zone only. A specific reservation is zonal
+    (Compute Engine "Reservations of Compute Engine zonal resources"), and a node pool that pins one must be in that
+    zone; a pool spanning others would try to create VMs the reservation cannot hold."""
     if "reservation" in options and reservation is None:
         raise ConfigError(f"{key}.reservation", None, f"is required when {key}.provisioning lists reservation")
-    if "reservation" not in options and reservation is not None:
-        raise ConfigError(f"{key}.reservation", reservation,
-                          f"only used with provisioning: reservation (provisioning is {', '.join(options)})")
+    if "reservation" not in options:
+        for name, value in (("reservation", reservation), ("reservationZone", zone)):
+            if value is not None:
+                raise ConfigError(f"{key}.{name}", value,
+                                  f"only used with provisioning: reservation (provisioning is {', '.join(options)})")
+        return zones
+    if zone is None:
+        if len(zones) > 1:
+            raise ConfigError(f"{key}.reservationZone", None,
+                              f"is required with several zones: a reservation is zonal; name the zone of "
+                              f"{reservation}, one of {', '.join(zones)}")
+        return zones
+    if zone not in zones:
+        raise ConfigError(f"{key}.reservationZone", zone, f"accepted: one of the rung's zones, {', '.join(zones)}")
+    return (zone,)
 
 
 def _fallback(index: int, fb: FallbackConfig, gpus: int, zones: tuple[str, ...]) -> list[Rung]:
@@ -323,10 +396,10 @@ def _fallback(index: int, fb: FallbackConfig, gpus: int, zones: tuple[str, ...])
                           f"has {machine.gpus} GPUs per node and the primary {gpus}; a LeaderWorkerSet has one pod "
                           f"shape, so a fallback must carry {gpus} GPUs per node")
     options = _options(f"{key}.provisioning", fb.provisioning, machine)
-    _reservation(key, options, fb.reservation)
     where = fb.zones or zones
-    return [Rung(key, fb.type, machine.name, option, where, fb.reservation if option == "reservation" else None)
-            for option in options]
+    reserved = _reservation(key, options, fb.reservation, fb.reservation_zone, where)
+    return [Rung(key, fb.type, machine.name, option, reserved if option == "reservation" else where,
+                 fb.reservation if option == "reservation" else None) for option in options]
 
 
 def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
@@ -350,8 +423,8 @@ def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
     if not acc.zones:
         raise ConfigError("accelerator.zones", list(acc.zones), "list at least one zone, e.g. [us-central1-a]")
     options = _options("accelerator.provisioning", acc.provisioning, machine)
-    _reservation("accelerator", options, acc.reservation)
-    rungs = [Rung("accelerator", acc.type, machine.name, option, acc.zones,
+    reserved = _reservation("accelerator", options, acc.reservation, acc.reservation_zone, acc.zones)
+    rungs = [Rung("accelerator", acc.type, machine.name, option, reserved if option == "reservation" else acc.zones,
                   acc.reservation if option == "reservation" else None) for option in options]
     for index, fb in enumerate(acc.fallbacks):
         rungs += _fallback(index, fb, machine.gpus, acc.zones)
@@ -362,6 +435,62 @@ def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
                           "DEFAULT, or a single way of buying and no fallbacks")
     return AcceleratorSettings(acc.type, machine.name, machine.gpus, acc.zones, options[0], acc.reservation,
                                acc.driver_version, tuple(rungs), acc.spot_multi_node)
+
+
+def _loads_kv_scales(arch: ModelArchitecture) -> bool:
+    """Whether vLLM 0.32.0 hands the model's attention layers a KV-cache method (fp8 KV scales) from the checkpoint's
+    quantization config (get_quant_method of vllm/model_executor/layers/quantization/): modelopt's FP8 and NVFP4
+    configs for every attention layer, MLA's too (modelopt.py ModelOptQuantConfigBase); fp8 and quark for
+    Attention layers, not MLA's (fp8.py, quark/quark.py); compressed-tensors where it declares a kv_cache_scheme
+    (attention.py lets a scheme-less one keep fp8_e5m2). tests/unit/test_vllm_refusals.py holds this to vLLM."""
+    method = arch.quant_method
+    if method.startswith("modelopt"):
+        return True
+    if arch.kv_lora_rank:
+        return False
+    return method in ("fp8", "quark") or (method == "compressed-tensors" and bool(arch.checkpoint_kv_dtype))
+
+
+def _vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
+    """What vLLM's parser and model loader refuse of vllm.image, vllm.extraArgs and vllm.kvCacheDtype (refused in one
+    line); returns warnings for what can only be checked against vLLM 0.32.0's parser."""
+    if problem := vllm_flags.rendered_problem(v.image):
+        raise ConfigError("vllm.image", v.image, problem)
+    warnings = []
+    if problem := vllm_flags.unknown_flag(v.extra_args):
+        version = vllm_flags.image_version(v.image)
+        if version is None or ".".join(map(str, version)) == vllm_flags.FLAGS_VERSION:
+            raise ConfigError("vllm.extraArgs", list(v.extra_args),
+                              f"{problem}; accepted: the flags of vLLM {vllm_flags.FLAGS_VERSION}'s server, in any "
+                              "spelling its parser reads (- or _, =value, an unambiguous prefix)")
+        warnings.append(f"vllm.extraArgs: {problem} in vLLM {vllm_flags.FLAGS_VERSION}; not verified for "
+                        f"{v.image}, whose parser this plan does not have")
+    # vllm/model_executor/layers/attention/attention.py _init_kv_cache_quant: "fp8_e5m2 kv-cache is not supported
+    # with fp8 checkpoints" wherever the attention layer loads fp8 KV scales.
+    if v.kv_cache_dtype == "fp8_e5m2" and _loads_kv_scales(arch):
+        raise ConfigError("vllm.kvCacheDtype", v.kv_cache_dtype,
+                          f"{arch.name} is an fp8 checkpoint ({arch.quant_method}) whose attention layers load fp8 "
+                          "KV scales, and vLLM refuses fp8_e5m2 with it; use fp8 (fp8_e4m3) or auto")
+    return warnings
+
+
+def _gpu_rules(accelerator: AcceleratorSettings, v: Any) -> None:
+    """What vLLM refuses on a GPU generation, checked on every rung's GPU with the same code: a fallback runs the
+    same pod, so a dtype its GPU lacks fails there as it would on the primary."""
+    for rung in accelerator.rungs or [Rung("accelerator", accelerator.type, accelerator.machine_type,
+                                           accelerator.provisioning, accelerator.zones)]:
+        catalog = ACCELERATORS[rung.type]
+        if catalog.bfloat16:
+            continue
+        for key, value in (("vllm.dtype", v.dtype), ("vllm.kvCacheDtype", v.kv_cache_dtype)):
+            if value != "bfloat16":
+                continue
+            if rung.key == "accelerator":
+                raise ConfigError(key, value, f"{catalog.display} has no bfloat16 (compute capability below 8.0) "
+                                              "and vLLM refuses it; use float16 or auto")
+            raise ConfigError(f"{rung.key}.type", rung.type,
+                              f"{catalog.display} has no bfloat16 (compute capability below 8.0) and vLLM refuses "
+                              f"{key} {value} there; use another fallback, or {key} float16 or auto")
 
 
 def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None) -> tuple[str, ...]:
@@ -401,7 +530,7 @@ def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None)
 
 
 def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None]:
-    if m.source == "gcs" and (m.gcs_uri is None or not m.gcs_uri.startswith("gs://")):
+    if m.source == "gcs" and m.gcs_uri is None:
         raise ConfigError("model.gcsUri", m.gcs_uri, "a gs://bucket/path URI is required when model.source is gcs")
     if m.source == "huggingface" and m.gcs_uri is not None:
         raise ConfigError("model.gcsUri", m.gcs_uri, "only used with model.source: gcs")
@@ -446,11 +575,9 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
                           f"{model.architecture.max_position_embeddings} tokens")
     vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args,
                         v.compile_cache)
-    if not accelerator.catalog.bfloat16:
-        for key, value in (("vllm.dtype", v.dtype), ("vllm.kvCacheDtype", v.kv_cache_dtype)):
-            if value == "bfloat16":
-                raise ConfigError(key, value, f"{accelerator.catalog.display} has no bfloat16 (compute capability "
-                                              "below 8.0) and vLLM refuses it; use float16 or auto")
+    notes = [note] if note else []
+    notes += _vllm_rules(v, model.architecture)
+    _gpu_rules(accelerator, v)
 
     w = cfg["weights"]
     types = _weights_disk_types(accelerator, w.disk_type)
@@ -472,7 +599,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     monitoring = MonitoringSettings(mo.scrape_interval, mo.dashboard, mo.install_adapter)
     settings = Settings(cluster, accelerator, model, parallelism, vllm, weights, autoscaling, serving,
                         monitoring, has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),
-                        warnings=(note,) if note else ())
+                        warnings=tuple(notes))
     routed = routing.check(settings)  # the routing keys' refusals (ConfigError) and warnings
     return replace(settings, warnings=(*settings.warnings, *routed)) if routed else settings
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from planner.catalog import GIB
 from planner.commands import flag_value
 from planner.errors import ConfigError
+from planner.vllm_flags import canonical_args
 
 DEFAULT_PROFILE = "0.32.0"
 
@@ -175,7 +176,7 @@ def engine_settings(profile: EngineProfile, memory_bytes: int, accelerator_type:
     """The batch and cache settings the server runs with: vLLM's defaults for this GPU, overridden by the flags in
     vllm.extraArgs that change them."""
     seqs, batched = batch_defaults(memory_bytes, accelerator_type, profile)
-    args = tuple(extra_args)
+    args = canonical_args(extra_args)  # as vLLM's parser reads them: --max_num_seqs=64, --enforce_eager, prefixes
     return EngineSettings(
         profile=profile,
         max_num_seqs=_positive(args, "--max-num-seqs") or seqs,

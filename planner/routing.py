@@ -16,7 +16,15 @@ Sources (checked with the search tool, 2026-11):
   add-on; llm-d's GKE guide: GKE installs the InferencePool CRD itself from 1.34.0-gke.1626000.
 - Cloud Load Balancing "Proxy-only subnets for Envoy-based load balancers": packets from the proxies to backends come
   from the proxy-only subnet; at least 64 addresses (/26), /23 recommended; one ACTIVE REGIONAL_MANAGED_PROXY subnet
-  per network and region.
+  per network and region. Cloud Load Balancing "Firewall rules": health checks come from 35.191.0.0/16 and
+  130.211.0.0/22, not from the proxy-only subnet.
+- llm-d/llm-d-router v0.10.0: in pool mode the EPP reads its InferencePool and watches InferenceObjective and
+  InferenceModelRewrite in both groups where installed (pkg/epp/server/controller_config.go, runserver.go); the
+  standalone chart's pool-mode Role grants exactly those reads (config/charts/llm-d-router-standalone/templates/
+  rbac.yaml). Its Envoy preset raises every cluster's circuit breakers to 40,000 (values.yaml proxy preset envoy) and
+  its proxy Deployment sleeps 5 s in preStop, kubelet-side (routerlib templates/_proxy-deployment.yaml).
+- Envoy "Draining": on shutdown Envoy closes its listeners at once; "Original destination": the header ORIGINAL_DST
+  reads is not sanitized, so a filter must remove a client's own copy before the picker sets it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.commands import DRAIN_SECONDS
 from planner.errors import ConfigError
+from planner.vllm_flags import canonical_args
 
 SERVICE, EPP, GATEWAY = "service", "epp", "gke-gateway"
 
@@ -43,6 +53,43 @@ EPP_METRICS_PORT = 9090
 EPP_HEALTH_SERVICE = "inference-extension"
 """The gRPC health service the EPP reports for a single replica (upstream chart's probes)."""
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
+"""Where Google Cloud's health checkers probe backends from (Cloud Load Balancing "Firewall rules", regional internal
+and regional external Application Load Balancers): the GKE Gateway health-checks each leader (HealthCheckPolicy) and
+the endpoint picker from these ranges, not from the proxy-only subnet."""
+ENVOY_MAX_REQUESTS = 40_000
+"""Circuit-breaker thresholds (connections, pending and active requests) of every router cluster. Envoy's default is
+1,024 each: above that many concurrent requests across the replicas Envoy answers 503 without asking a leader.
+llm-d-router's standalone Envoy preset sets 40,000."""
+ENDPOINT_REMOVAL_SECONDS = 5
+"""How long a terminating router pod waits before its drain counts: kube-proxy / Dataplane V2 and the load balancer
+stop sending it new connections (llm-d-router's proxy Deployment sleeps 5 s in preStop for the same reason)."""
+EPP_POOL_READS = (("", "pods"), ("inference.networking.k8s.io", "inferencepools"),
+                  ("llm-d.ai", "inferenceobjectives"), ("llm-d.ai", "inferencemodelrewrites"),
+                  ("inference.networking.x-k8s.io", "inferenceobjectives"),
+                  ("inference.networking.x-k8s.io", "inferencemodelrewrites"))
+"""(API group, resource) the EPP lists and watches in pool mode (llm-d-router v0.10.0 controller_config.go: each
+objective / rewrite kind in either group where its CRD is installed; without list/watch its cache never syncs and
+the pod crash-loops). The standalone chart's pool-mode Role grants these."""
+EPP_SELECTOR_READS = (("", "pods"),)
+"""What the EPP reads standalone on a label selector (no pool, no objectives)."""
+READ_VERBS = ("get", "list", "watch")
+
+
+def router_drain_seconds(request_timeout_seconds: int) -> int:
+    """How long a router pod keeps serving once told to stop (a kubelet-side preStop sleep: the distroless Envoy and
+    EPP images have no shell): the endpoint removal, then the requests already running, up to the leaders' own drain
+    (a generation longer than that is cut by a leader restart too) or the request timeout, whichever is shorter."""
+    return ENDPOINT_REMOVAL_SECONDS + min(request_timeout_seconds, DRAIN_SECONDS)
+
+
+def epp_rbac_rules(*, pool: bool) -> list[dict[str, Any]]:
+    """The EPP's Role: read-only, on what it reads in its mode (EPP_POOL_READS / EPP_SELECTOR_READS)."""
+    by_group: dict[str, list[str]] = {}
+    for group, resource in EPP_POOL_READS if pool else EPP_SELECTOR_READS:
+        by_group.setdefault(group, []).append(resource)
+    return [{"apiGroups": [group], "resources": resources, "verbs": list(READ_VERBS)}
+            for group, resources in by_group.items()]
 
 GATEWAY_MIN_GKE = "1.34.0-gke.1626000"
 """From this GKE version the cluster installs the InferencePool CRD (inference.networking.k8s.io/v1) itself with the
@@ -176,12 +223,14 @@ def _typed(kind: str, **fields: Any) -> dict[str, Any]:
 def envoy_bootstrap(*, leaders_host: str, api_port: int, timeout_seconds: int) -> dict[str, Any]:
     """Envoy's static config for the router pod, written for this project.
 
-    One listener on ROUTER_PORT. The ext_proc filter streams headers and bodies to the EPP on the pod's loopback
-    (FULL_DUPLEX_STREAMED both ways, as the EPP protocol requires) and may not fail the request: with the EPP
-    down or slow (failure_mode_allow), the request keeps its headers, matches the second route and goes round
-    robin to the leaders' headless Service (fail-open). When the EPP answers, it sets DESTINATION_HEADER and
-    clears the route cache, so the first route sends the request to exactly that endpoint (ORIGINAL_DST on the
-    header). Admin binds to 127.0.0.1; /ready on ENVOY_READY_PORT for the probes."""
+    One listener on ROUTER_PORT. A client's own DESTINATION_HEADER is removed first (header_mutation): the
+    ORIGINAL_DST cluster forwards to whatever address the header names, so only the picker may set it. The ext_proc
+    filter streams headers and bodies to the EPP on the pod's loopback (FULL_DUPLEX_STREAMED both ways, as the EPP
+    protocol requires) and may not fail the request: with the EPP down or slow (failure_mode_allow), the request
+    has no destination header, matches the second route and goes round robin to the leaders' headless Service
+    (fail-open). When the EPP answers, it sets DESTINATION_HEADER and clears the route cache, so the first route
+    sends the request to exactly that endpoint (ORIGINAL_DST on the header). Every cluster's circuit breakers are at
+    ENVOY_MAX_REQUESTS. Admin binds to 127.0.0.1; /ready on ENVOY_READY_PORT for the probes."""
     timeout = f"{timeout_seconds}s"
     hcm = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
     routes = [
@@ -207,6 +256,9 @@ def envoy_bootstrap(*, leaders_host: str, api_port: int, timeout_seconds: int) -
             "route_config": {"name": "api", "virtual_hosts": [
                 {"name": "api", "domains": ["*"], "routes": routes}]},
             "http_filters": [
+                {"name": "envoy.filters.http.header_mutation", "typed_config": _typed(
+                    "envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                    mutations={"request_mutations": [{"remove": DESTINATION_HEADER}]})},
                 {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
                 {"name": "envoy.filters.http.router", "typed_config": _typed(
                     "envoy.extensions.filters.http.router.v3.Router", suppress_envoy_headers=True)}]})}]}]}
@@ -225,13 +277,18 @@ def envoy_bootstrap(*, leaders_host: str, api_port: int, timeout_seconds: int) -
                     "envoy.extensions.filters.http.router.v3.Router")}]})}]}]}
     h2 = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _typed(
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions", explicit_http_config={"http2_protocol_options": {}})}
+    breakers = {"thresholds": [{"max_connections": ENVOY_MAX_REQUESTS, "max_pending_requests": ENVOY_MAX_REQUESTS,
+                                "max_requests": ENVOY_MAX_REQUESTS}]}
     clusters = [
         {"name": "picked_endpoint", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "5s",
+         "circuit_breakers": breakers,
          "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER}},
         {"name": "leaders", "type": "STRICT_DNS", "lb_policy": "ROUND_ROBIN", "connect_timeout": "5s",
+         "circuit_breakers": breakers,
          "load_assignment": {"cluster_name": "leaders", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
              "socket_address": {"address": leaders_host, "port_value": api_port}}}}]}]}},
         {"name": "epp", "type": "STATIC", "connect_timeout": "1s", "typed_extension_protocol_options": h2,
+         "circuit_breakers": breakers,
          "load_assignment": {"cluster_name": "epp", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
              "socket_address": {"address": "127.0.0.1", "port_value": EPP_GRPC_PORT}}}}]}]}},
     ]
@@ -278,8 +335,7 @@ def check(settings: Any) -> list[str]:
         raise ConfigError("serving.routerReplicas", serving.router_replicas,
                           "the approximate prefix scorer keeps its index in each endpoint-picker pod, so more than "
                           "one pod scatters a prefix's requests; use 1, or set serving.prefixScorer: off")
-    if serving.prefix_scorer == "approximate" and any(arg.strip() == PREFIX_CACHING_OFF
-                                                      for arg in settings.vllm.extra_args):
+    if serving.prefix_scorer == "approximate" and PREFIX_CACHING_OFF in canonical_args(settings.vllm.extra_args):
         raise ConfigError("vllm.extraArgs", list(settings.vllm.extra_args),
                           f"{PREFIX_CACHING_OFF} turns off the prefix cache the prefix scorer routes for; remove "
                           "it, or set serving.prefixScorer: off")

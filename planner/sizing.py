@@ -867,8 +867,8 @@ def plan(settings: Settings) -> Sizing:
     weights_load = max([weights_load, *(r.weights_load_seconds for r in rungs[1:])])
     worst_concurrency = min(concurrency, *(r.max_concurrent_sequences for r in rungs))
     worst_seqs = min(engine.max_num_seqs, *(r.max_num_seqs for r in rungs))
-    if accs.compute_class and layout.nodes > 1 and len(accs.all_zones) > 1 and accs.catalog.compact_placement:
-        warnings.append(f"compact placement needs one zone: the node pool spans {', '.join(accs.zones)}, so the "
+    if accs.compute_class and layout.nodes > 1 and len(accs.pool_zones) > 1 and accs.catalog.compact_placement:
+        warnings.append(f"compact placement needs one zone: the node pool spans {', '.join(accs.pool_zones)}, so the "
                         f"{layout.nodes} nodes of a group are kept in one zone and pool (pod affinity) but not "
                         "placed close together; list one zone for compact placement")
     if accs.compute_class and not settings.cluster.create:

@@ -18,6 +18,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic.alias_generators import to_camel
 
 from planner.catalog import ACCELERATORS, DISK_TYPES
+from planner.gcp_names import (
+    VPC_NEVER,
+    bucket_problem,
+    gce_name_problem,
+    image_problem,
+    vpc_range_problem,
+    zone_problem,
+)
 from planner.labels import GKE_NAMESPACES
 
 
@@ -125,16 +133,31 @@ class ClusterConfig(Section):
     def _location(cls, location: str) -> str:
         if not (REGION.fullmatch(location) or ZONE.fullmatch(location)):
             raise ValueError("expected a region (us-central1) or a zone (us-central1-a)")
+        if ZONE.fullmatch(location) and (problem := zone_problem(location)):
+            raise ValueError(problem)
         return location
 
 
 Provisioning = Literal["on-demand", "spot", "reservation", "flex-start"]
 
 
+def _zone(zone: str) -> str:
+    if not ZONE.fullmatch(zone):
+        raise ValueError(f"{zone} is not a zone name; expected e.g. us-central1-a")
+    if problem := zone_problem(zone):
+        raise ValueError(f"{zone} is no zone: {problem}")
+    return zone
+
+
+def _reservation_name(name: str | None) -> str | None:
+    if name is not None and (problem := gce_name_problem(name)):
+        raise ValueError(f"{problem}, e.g. h100-serving")
+    return name
+
+
 def _zones(zones: tuple[str, ...]) -> tuple[str, ...]:
     for zone in zones:
-        if not ZONE.fullmatch(zone):
-            raise ValueError(f"{zone} is not a zone name; expected e.g. us-central1-a")
+        _zone(zone)
     if len(set(zones)) != len(zones):
         raise ValueError("a zone is listed twice")
     return zones
@@ -161,11 +184,23 @@ class FallbackConfig(Section):
                           "series is sold).")
     zones: Texts | None = Field(None, description="Zones of the fallback (default: accelerator.zones).")
     reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
+    reservation_zone: Text | None = Field(None, description="The reservation's zone, one of the fallback's zones "
+                                                            "(a reservation is zonal); required when it has several.")
 
     @field_validator("zones")
     @classmethod
     def _zone_names(cls, zones: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if zones is None else _zones(zones)
+
+    @field_validator("reservation")
+    @classmethod
+    def _reservation(cls, name: str | None) -> str | None:
+        return _reservation_name(name)
+
+    @field_validator("reservation_zone")
+    @classmethod
+    def _reservation_zone(cls, zone: str | None) -> str | None:
+        return None if zone is None else _zone(zone)
 
 
 class AcceleratorConfig(Section):
@@ -181,6 +216,10 @@ class AcceleratorConfig(Section):
                           "(default: on-demand where Compute Engine sells the machine type so, else flex-start; "
                           "planner/catalog.py MACHINE_SERIES). The first is the Pulumi-managed pool's.")
     reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
+    reservation_zone: Text | None = Field(None, description="The reservation's zone, one of accelerator.zones (a "
+                                                            "reservation is zonal: its rung, and the GPU pool when it "
+                                                            "is the first, has nodes there only); required with "
+                                                            "several zones.")
     fallbacks: tuple[FallbackConfig, ...] = Field(
         (), description="Other accelerators or machine types, in order, after every way of buying the primary: "
                         "each must run the same pod (GPUs per node, nodes per group) and is planned at preview.")
@@ -192,6 +231,16 @@ class AcceleratorConfig(Section):
     @classmethod
     def _zone_names(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
         return _zones(zones)
+
+    @field_validator("reservation")
+    @classmethod
+    def _reservation(cls, name: str | None) -> str | None:
+        return _reservation_name(name)
+
+    @field_validator("reservation_zone")
+    @classmethod
+    def _reservation_zone(cls, zone: str | None) -> str | None:
+        return None if zone is None else _zone(zone)
     driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = Field(
         "LATEST", description="GKE-managed NVIDIA driver version.")
 
@@ -208,6 +257,17 @@ class ModelConfig(Section):
     architecture: dict[str, Any] | None = Field(None, description="The config.json fields inline.")
     weights_gib: Float | None = Field(None, gt=0, le=100_000, description="Overrides the computed weight size.")
     served_name: Text | None = Field(None, description="OpenAI model name (default: id).")
+
+    @field_validator("gcs_uri")
+    @classmethod
+    def _gcs_uri(cls, uri: str | None) -> str | None:
+        if uri is None:
+            return uri
+        if not uri.startswith("gs://"):
+            raise ValueError("expected gs://bucket/prefix")
+        if problem := bucket_problem(uri[len("gs://"):].split("/", 1)[0]):
+            raise ValueError(f"{problem}, e.g. gs://my-models/llama")
+        return uri
 
     @field_validator("architecture", mode="before")
     @classmethod
@@ -249,7 +309,10 @@ def owned_flag(arg: str) -> str | None:
 
 
 def pinned_image(image: str, example: str) -> str:
-    """`image` when it names a tag other than latest, or a digest; ValueError (one line, with `example`) else."""
+    """`image` when it is an image reference the kubelet accepts and names a tag other than latest, or a digest;
+    ValueError (one line, with `example`) else."""
+    if problem := image_problem(image):
+        raise ValueError(f"{problem}, e.g. {example}")
     if image.endswith(":latest") or (":" not in image.rsplit("/", 1)[-1] and "@" not in image):
         raise ValueError(f"pin a tag or digest, e.g. {example}")
     return image
@@ -374,12 +437,11 @@ class ServingConfig(Section):
     def _proxy_cidr(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        try:
-            network = ipaddress.ip_network(value, strict=True)
-        except ValueError as exc:
-            raise ValueError(f"{value} is not a network in CIDR form ({exc}), e.g. 10.129.0.0/23") from None
-        if network.version != 4 or network.prefixlen > 26:
-            raise ValueError("a proxy-only subnet is an IPv4 range of /26 or larger (Google recommends /23), "
+        if problem := vpc_range_problem(value):
+            raise ValueError(f"{problem}; a proxy-only subnet is an IPv4 range from /8 to /26 (Google recommends "
+                             "/23), e.g. 10.129.0.0/23")
+        if ipaddress.ip_network(value).prefixlen > 26:
+            raise ValueError("a proxy-only subnet is an IPv4 range from /8 to /26 (Google recommends /23), "
                              "e.g. 10.129.0.0/23")
         return value
 
@@ -390,9 +452,12 @@ class ServingConfig(Section):
             raise ValueError("expected at least one CIDR, e.g. [10.0.0.0/8]")
         for value in values:
             try:
-                ipaddress.ip_network(value, strict=True)
+                network = ipaddress.ip_network(value, strict=True)
             except ValueError as exc:
                 raise ValueError(f"{value} is not a network in CIDR form ({exc}), e.g. 10.0.0.0/8") from None
+            if network.version == 4 and any(network.subnet_of(bad) for bad in VPC_NEVER):
+                raise ValueError(f"{value} is loopback, link-local, multicast or 0.0.0.0/8: no client of an internal "
+                                 "load balancer comes from there; e.g. 10.0.0.0/8")
         return values
 
 

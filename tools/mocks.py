@@ -160,6 +160,52 @@ class Recording:
         """(type token, logical name, inputs) of every resource: what planner/cluster_rules.py reads."""
         return [(r.type, r.name, r.inputs) for r in self.resources]
 
+    def waits(self) -> dict[tuple[str, str, str], set[tuple[str, str, str]]]:
+        """(kind, namespace, name) of each Kubernetes object -> every Kubernetes object it waits for before Pulumi
+        creates it: its dependencies and property dependencies, a component standing for all it contains (what
+        `depends_on` a component means), transitively. What planner/router_rules.py `awaits` reads."""
+        children: dict[str, list[Recorded]] = {}
+        for res in self.resources:
+            if res.parent:
+                children.setdefault(res.parent, []).append(res)
+        by_urn = {res.urn: res for res in self.resources}
+
+        def expanded(urn: str) -> set[str]:
+            res = by_urn.get(urn)
+            if res is None:
+                return set()
+            found = {urn} if res.custom else set()
+            for child in children.get(urn, []) if not res.custom else []:
+                found |= expanded(child.urn)
+            return found
+
+        direct = {res.urn: set().union(*(expanded(u) for u in {*res.dependencies,
+                                                               *(u for us in res.property_dependencies.values()
+                                                                 for u in us)})) for res in self.resources}
+
+        def key(res: Recorded) -> tuple[str, str, str] | None:
+            if not res.type.startswith("kubernetes:") or "kind" not in res.inputs:
+                return None
+            meta = res.inputs.get("metadata") or {}
+            return str(res.inputs["kind"]), str(meta.get("namespace") or ""), str(meta.get("name") or res.name)
+
+        closure: dict[str, set[str]] = {}
+
+        def reach(urn: str, seen: frozenset[str] = frozenset()) -> set[str]:
+            if urn not in closure:
+                found = set(direct.get(urn, ()))
+                for dep in list(found):
+                    if dep not in seen:
+                        found |= reach(dep, seen | {urn})
+                closure[urn] = found
+            return closure[urn]
+
+        out = {}
+        for res in self.resources:
+            if (own := key(res)) is not None:
+                out[own] = {k for dep in reach(res.urn) if (k := key(by_urn[dep])) is not None}
+        return out
+
     def by_urn(self, urn: str) -> Recorded:
         return next(r for r in self.resources if r.urn == urn)
 

@@ -29,16 +29,23 @@ class PlanInputError(Exception):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML as Pulumi reads a stack file: a key given twice is an error, not a silent overwrite."""
+    """YAML as Pulumi reads a stack file: a key given twice is an error, not a silent overwrite; merge keys
+    (`<<: *anchor`) merge, the mapping's own keys overriding the merged ones, as YAML 1.1 defines them."""
+
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen = set()
     for key_node, _ in node.value:
+        if key_node.tag == MERGE_TAG:
+            continue  # merged keys may be overridden by the mapping's own: that is what a merge is for
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
+    loader.flatten_mapping(node)
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -276,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = cluster_rules.Budget(sizing.estimated_load_seconds, sizing.weights_gib * GIB, DOWNLOAD_FLOOR_MIB_S)
     # The Service-variable half of the names rule needs vLLM's own variable list (tests/program/test_cluster_rules.py).
     violations = cluster_rules.check_all(objects, pools, budget, own_images=own_images(settings, project),
-                                         gcp_resources=resources)
+                                         gcp_resources=resources, waits=recording.waits())
     violations += [f"schema: {line}" for line in custom_resource_problems(objects)]
     written = write_objects(objects, args.out) if args.out else []
     listed = [{"type": r.type, "name": r.name} for r in recording.resources]

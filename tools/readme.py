@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from planner.config import NAMESPACE, PROJECT_DIR, build_settings
+from planner.config import NAMESPACE, PROJECT_DIR, build_settings, interval
 from planner.sizing import Sizing, plan
 from planner.stack_schema import SECRETS, SECTIONS, section_defaults
 from tools.plan import namespaced, read_stack_file
@@ -45,13 +45,9 @@ def _type(info: Any) -> str:
         return " \\| ".join(map(str, option["enum"]))
     kind = {"array": "list", "integer": "integer", "number": "number", "boolean": "true/false",
             "object": "object", "string": "string"}.get(option.get("type", ""), "value")
-    bounds = {attr: getattr(m, attr) for m in info.metadata for attr in ("ge", "gt", "le")
+    bounds = {attr: getattr(m, attr) for m in info.metadata for attr in ("ge", "gt", "le", "lt")
               if getattr(m, attr, None) is not None}
-    if "gt" in bounds and "le" in bounds:
-        return f"{kind} in ({bounds['gt']:g}, {bounds['le']:g}]"
-    if "ge" in bounds:
-        return f"{kind} >= {bounds['ge']:g}"
-    return kind
+    return f"{kind} {interval(bounds, kind == 'integer')}" if bounds else kind
 
 
 def config_reference(project_dir: Path = PROJECT_DIR) -> str:

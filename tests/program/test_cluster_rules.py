@@ -49,7 +49,7 @@ def violations(config: dict[str, Any]) -> list[str]:
     recording, budget, images = stack_facts(config)
     pools = rules.node_pools(recording.rule_inputs(), recording.kubernetes_objects())
     return rules.check_all(recording.kubernetes_objects(), pools, budget, server_env(), own_images=images,
-                           gcp_resources=recording.rule_inputs())
+                           gcp_resources=recording.rule_inputs(), waits=recording.waits())
 
 
 def _small_model_for(acc_type: str) -> dict[str, str]:
@@ -371,8 +371,10 @@ def test_a_flex_start_pool_that_starts_nodes_or_repairs_them_is_refused():
     rec = run_program(full_config(accelerator=accel("nvidia-h100-80gb"), model=_small_model_for("x")))
     inputs = _pool_inputs(rec)
     inputs["initialNodeCount"], inputs["management"]["autoRepair"] = 1, True
-    (problem,) = gce_violations(rec)
-    assert "initialNodeCount" in problem and "management.autoRepair" in problem
+    found = gce_violations(rec)
+    assert len(found) == 2, found
+    assert any("initialNodeCount" in p and "management.autoRepair" in p for p in found), found
+    assert any("starts 1 node(s) in each of 1 zone(s) = 1, above its planned minimum of 0" in p for p in found)
 
 
 def test_a_serving_disk_the_gpu_machine_cannot_attach_is_refused():

@@ -56,12 +56,13 @@ def test_every_object_is_valid_against_its_upstream_schema_cel_rules_included(mu
             validate_object(obj)  # ComputeClass: tools/crds.py (both vendored schemas, CEL)
 
 
-def test_the_compute_class_is_the_pool_then_the_other_rungs_and_pulumi_waits_for_its_health(multizone):
+def test_the_compute_class_is_the_pool_then_the_other_rungs_and_pulumi_waits_on_no_unnamed_condition(multizone):
     objs = objects(multizone)
     klass = find(objs, "ComputeClass")
     pool = multizone.one("gcp:container/nodePool:NodePool", "gpu-pool")
     assert klass["metadata"]["name"] == class_name(f"vllm-gke/{multizone.stack}")
-    assert klass["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Health"
+    # No upstream text names the condition GKE reports; a wait on a guessed one would fail every `pulumi up`.
+    assert "pulumi.com/waitFor" not in (klass["metadata"].get("annotations") or {})
     spec = klass["spec"]
     assert spec["whenUnsatisfiable"] == "DoNotScaleUp" and spec["activeMigration"] == {"optimizeRulePriority": False}
     assert spec["nodePoolAutoCreation"] == {"enabled": True}
@@ -77,12 +78,21 @@ def test_the_compute_class_is_the_pool_then_the_other_rungs_and_pulumi_waits_for
     assert klass_res.urn in lws.dependencies
 
 
-def test_the_pool_joins_the_class_with_its_label_and_taint_and_spans_the_zones(multizone):
+def test_the_pool_joins_the_class_with_its_label_and_taint_in_its_rungs_zones(multizone, groups):
     name = class_name(f"vllm-gke/{multizone.stack}")
     config = multizone.one("gcp:container/nodePool:NodePool", "gpu-pool").inputs
-    assert config["nodeLocations"] == ZONES
+    # a reservation is zonal: the reserved pool is in the reservation's zone alone, the other rungs span all three
+    assert config["nodeLocations"] == ["us-central1-a"]
+    assert config["nodeConfig"]["reservationAffinity"]["consumeReservationType"] == "SPECIFIC_RESERVATION"
     assert config["nodeConfig"]["labels"][COMPUTE_CLASS_LABEL] == name
     assert {"key": COMPUTE_CLASS_LABEL, "value": name, "effect": "NO_SCHEDULE"} in config["nodeConfig"]["taints"]
+    assert [r["location"]["zones"] for r in find(objects(multizone), "ComputeClass")["spec"]["priorities"][1:]] == \
+        [ZONES] * 3
+    # an on-demand pool spans the zones and starts empty: initialNodeCount is per zone, the autoscaler adds the
+    # planned minimum where the group lands
+    spread = groups.one("gcp:container/nodePool:NodePool", "gpu-pool").inputs
+    assert spread["nodeLocations"] == ZONES
+    assert spread["initialNodeCount"] == 0 and spread["autoscaling"]["totalMinNodeCount"] == 2
 
 
 def test_serving_pods_placeholders_and_the_weights_cache_select_the_class(groups):
@@ -90,7 +100,7 @@ def test_serving_pods_placeholders_and_the_weights_cache_select_the_class(groups
     name = class_name(f"vllm-gke/{groups.stack}")
     templates = [t.spec for t in rules.pod_templates(objs)
                  if t.owner["kind"] in ("LeaderWorkerSet", "DaemonSet")
-                 or t.owner["metadata"]["name"].endswith("headroom")]
+                 or "-headroom" in t.owner["metadata"]["name"]]
     assert len(templates) >= 2
     for spec in templates:
         assert spec["nodeSelector"] == {COMPUTE_CLASS_LABEL: name}
@@ -237,3 +247,115 @@ def test_spot_for_a_group_without_the_opt_in_is_a_violation(spot_groups):
     del klass["metadata"]["annotations"][rules.SPOT_GROUPS_ANNOTATION]
     found = rules.rungs(objs, spot_groups.rule_inputs())
     assert len(found) == 1 and "Spot for LeaderWorkerSet" in found[0] and "without the opt-in" in found[0], found
+
+
+# ------------------------------------------------ issue 40: zonal reservations, per-zone starts, GKE versions
+
+def gce(rec: Recording) -> list[str]:
+    return rules.gce(rec.rule_inputs(), rec.kubernetes_objects())
+
+
+def pool_inputs(rec: Recording) -> dict[str, Any]:
+    return next(inputs for token, name, inputs in rec.rule_inputs() if name == "gpu-pool")
+
+
+def test_a_reserved_pool_over_several_zones_is_a_violation(multizone):
+    assert gce(multizone) == []
+    inputs = copy.deepcopy(multizone.rule_inputs())
+    pool = next(i for token, name, i in inputs if name == "gpu-pool")
+    pool["nodeLocations"] = ZONES  # what shipped: the reservation pinned on a three-zone pool
+    found = rules.gce(inputs, multizone.kubernetes_objects())
+    assert any("pins a specific reservation over zones us-central1-a, us-central1-b, us-central1-c" in p
+               for p in found), found
+
+
+def test_a_pool_starting_more_nodes_than_planned_is_a_violation(groups):
+    assert gce(groups) == []
+    inputs = copy.deepcopy(groups.rule_inputs())
+    pool = next(i for token, name, i in inputs if name == "gpu-pool")
+    pool["initialNodeCount"] = 2  # the plan's minimum, read as a total, is per zone: 6 A3 Mega VMs
+    found = rules.gce(inputs, groups.kubernetes_objects())
+    assert any("starts 2 node(s) in each of 3 zone(s) = 6, above its planned minimum of 2" in p for p in found)
+
+
+def test_a_compute_class_rule_reserving_over_several_zones_is_a_violation(multizone):
+    objs = objects(multizone)
+    klass = find(objs, "ComputeClass")
+    klass["spec"]["priorities"][1] = {**klass["spec"]["priorities"][1],
+                                      "reservations": {"affinity": "Specific", "specific": [{"name": "r"}]}}
+    found = rules.rungs(objs, multizone.rule_inputs())
+    assert any("rule 1 (a3-highgpu-8g): a specific reservation over zones" in p for p in found), found
+
+
+def test_a_created_cluster_runs_the_gke_version_its_compute_class_and_gateway_need():
+    from planner import routing
+    from planner.compute_class import AUTO_CREATION_MIN_GKE
+
+    rec = run_program(full_config("multizone"))
+    cluster = rec.one("gcp:container/cluster:Cluster").inputs
+    assert cluster["minMasterVersion"] == AUTO_CREATION_MIN_GKE
+    assert gce(rec) == []
+    both = run_program(full_config("multizone", serving={"routing": "gke-gateway",
+                                                         "proxySubnetCidr": "10.129.0.0/23"}))
+    assert both.one("gcp:container/cluster:Cluster").inputs["minMasterVersion"] == routing.GATEWAY_MIN_MASTER
+    inputs = copy.deepcopy(rec.rule_inputs())
+    next(i for token, name, i in inputs if token == "gcp:container/cluster:Cluster").pop("minMasterVersion")
+    found = rules.gce(inputs, rec.kubernetes_objects())
+    assert found == [f"gce: cluster vllm-cluster: minMasterVersion (unset); a ComputeClass that creates node pools "
+                     f"needs GKE {AUTO_CREATION_MIN_GKE} or later"]
+
+
+def test_an_existing_cluster_too_old_for_pool_auto_creation_fails_the_preview_in_one_line():
+    import pulumi
+
+    config = full_config("dev", accelerator={"type": "nvidia-l4", "machineType": "g2-standard-8",
+                                             "zones": ["us-central1-a"], "provisioning": ["on-demand", "spot"]})
+    with pytest.raises(pulumi.RunError) as info:
+        run_program(config, cluster={"masterVersion": "1.32.4-gke.1000"}, preview=True)
+    message = str(info.value)
+    assert message.startswith("vllm-gke:cluster.name = ml-dev: cluster ml-dev runs GKE 1.32.4-gke.1000; a "
+                              "ComputeClass creates node pools from 1.33.3-gke.1136000"), message
+    assert "\n" not in message
+    assert run_program(config, cluster={"masterVersion": "1.33.5-gke.1080000"}).kubernetes_objects()
+
+
+@pytest.fixture(scope="module")
+def spare_groups() -> Recording:
+    return run_program(full_config("prod", accelerator=MULTI_NODE, autoscaling={"minReplicas": 1, "maxReplicas": 3,
+                                                                                "headroom": 2}))
+
+
+def placeholder_deployments(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == "Deployment" and "-headroom" in o["metadata"]["name"]]
+
+
+def test_a_spare_slot_for_a_multi_node_group_is_kept_in_one_zone_and_one_pool(spare_groups):
+    objs = objects(spare_groups)
+    slots = placeholder_deployments(objs)
+    assert [d["metadata"]["name"] for d in slots] == ["vllm-headroom-0", "vllm-headroom-1"]
+    for slot in slots:
+        assert slot["spec"]["replicas"] == 2  # one slot = one group of two nodes
+        labels = slot["spec"]["template"]["metadata"]["labels"]
+        terms = slot["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        assert {t["topologyKey"] for t in terms} == {ZONE_LABEL, NODEPOOL_LABEL}
+        assert all(t["labelSelector"]["matchLabels"] == labels for t in terms)
+    pools = rules.node_pools(spare_groups.rule_inputs(), objs)
+    assert rules.headroom(objs, pools) == []
+
+
+def test_placeholders_of_a_multi_node_slot_without_the_affinity_or_in_one_deployment_are_violations(spare_groups):
+    objs = objects(spare_groups)
+    pools = rules.node_pools(spare_groups.rule_inputs(), objs)
+    first, second = placeholder_deployments(objs)
+    del first["spec"]["template"]["spec"]["affinity"]  # what shipped: a slot's nodes anywhere in the class
+    second["spec"]["replicas"] = 4
+    found = rules.headroom(objs, pools)
+    assert any("Deployment vllm/vllm-headroom-0" in p and "not kept in one" in p for p in found), found
+    assert any("vllm-headroom-1 holds 4 placeholder(s) for groups of 2 nodes" in p for p in found), found
+    objs = objects(spare_groups)
+    for slot in placeholder_deployments(objs):  # one selector for every slot: all spare nodes in one zone
+        for term in slot["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]:
+            term["labelSelector"]["matchLabels"].pop("vllm-gke/slot")
+    assert len([p for p in rules.headroom(objs, pools) if "not kept in one" in p]) == 2

@@ -87,8 +87,15 @@ def test_epp_mode_sends_the_api_service_through_the_router_and_keeps_the_leaders
 
 
 def test_router_pods_run_non_root_read_only_with_least_privilege(epp, gateway):
-    for rec, extra in ((epp, []), (gateway, [{"apiGroups": ["inference.networking.k8s.io"],
-                                              "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]}])):
+    # pool mode reads the pool and watches objectives and rewrites in both groups, as upstream's pool-mode Role grants
+    # (llm-d-router config/charts/llm-d-router-standalone/templates/rbac.yaml); standalone reads pods only
+    read = ["get", "list", "watch"]
+    pool_mode = [{"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": read},
+                 {"apiGroups": ["llm-d.ai"], "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+                  "verbs": read},
+                 {"apiGroups": ["inference.networking.x-k8s.io"],
+                  "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read}]
+    for rec, extra in ((epp, []), (gateway, pool_mode)):
         objs = objects(rec)
         spec = find(objs, "Deployment", "vllm-router")["spec"]["template"]["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True
@@ -123,7 +130,9 @@ def test_gateway_mode_routes_through_the_pool_and_the_smoke_job_uses_the_gateway
     serving = find(objs, "NetworkPolicy", "vllm")["spec"]["ingress"][1]["from"]
     assert {"ipBlock": {"cidr": cidr}} in serving
     router = find(objs, "NetworkPolicy", "vllm-router")["spec"]["ingress"]
-    assert router[0]["from"] == [{"ipBlock": {"cidr": cidr}}]
+    checkers = [{"ipBlock": {"cidr": c}} for c in routing.HEALTH_CHECK_RANGES]  # Google's health checkers
+    assert router[0]["from"] == [{"ipBlock": {"cidr": cidr}}, *checkers]
+    assert all(peer in serving for peer in checkers)
     assert "--secure-serving=true" in containers(find(objs, "Deployment", "vllm-router"))["epp"]["args"]
 
 
@@ -147,7 +156,7 @@ def test_a_created_cluster_gets_the_gateway_api_and_the_proxy_only_subnet():
      'vllm-gke:vllm.extraArgs = ["--no-enable-prefix-caching"]: --no-enable-prefix-caching turns off the prefix '
      "cache the prefix scorer routes for"),
     ({"serving": {"routing": "gke-gateway", "proxySubnetCidr": "10.129.0.0/28"}},
-     "a proxy-only subnet is an IPv4 range of /26 or larger"),
+     "a proxy-only subnet is an IPv4 range from /8 to /26"),
 ])
 def test_routing_settings_that_cannot_work_are_refused_in_one_line(sections, line):
     with pytest.raises(ConfigError) as info:

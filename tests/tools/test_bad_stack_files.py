@@ -130,3 +130,30 @@ def test_the_property_covers_every_declared_field():
               for name, info in section.model_fields.items()}
     assert fields <= {(key, field) for key, field, _ in CASES}
     assert len(CASES) > 150, "three or more wrong values per field"
+
+
+MERGED = """config:
+  gcp:project: my-gcp-project
+  vllm-gke:cluster: {name: ml-dev, location: us-central1}
+  vllm-gke:accelerator: {type: nvidia-l4, machineType: g2-standard-8, zones: [us-central1-a]}
+  vllm-gke:model:
+    id: meta-llama/Llama-3.1-8B-Instruct
+    configFile: models/Llama-3.1-8B-Instruct.json
+  vllm-gke:autoscaling: &scaling
+    minReplicas: 1
+    maxReplicas: 2
+  vllm-gke:vllm:
+    <<: &long {maxModelLen: 4096, gpuMemoryUtilization: 0.85}
+    maxModelLen: 8192
+"""
+
+
+def test_yaml_merge_keys_merge_as_pulumi_reads_them_and_a_repeated_own_key_is_still_refused(tmp_path):
+    path = tmp_path / "Pulumi.merged.yaml"
+    path.write_text(MERGED)
+    config = plan.read_stack_file(path)
+    # the mapping's own key overrides the merged one; the merged one fills in what it does not name
+    assert config["vllm-gke:vllm"] == {"maxModelLen": 8192, "gpuMemoryUtilization": 0.85}
+    path.write_text(MERGED + "    maxModelLen: 2048\n")
+    with pytest.raises(plan.PlanInputError, match="duplicate key 'maxModelLen'"):
+        plan.read_stack_file(path)

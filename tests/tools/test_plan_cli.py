@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from planner.config import PROJECT_DIR
@@ -146,3 +147,14 @@ def test_the_plan_names_the_kv_cache_dtype_a_checkpoint_declares(tmp_path):
     assert "KV cache fp8 (declared by the checkpoint; vllm.kvCacheDtype auto)" in declared.stdout
     chosen = run_plan("--config", str(_stack(tmp_path, model=model, vllm={"kvCacheDtype": "bfloat16"})))
     assert "KV cache bfloat16 (vllm.kvCacheDtype)" in chosen.stdout
+
+
+@pytest.mark.parametrize("stack, sets", [("dev", ["serving.routing=epp"]), ("dev", ["serving.routing=gke-gateway"]),
+                                         ("multizone", []), ("prod", ["autoscaling.headroom=1"])])
+def test_the_routing_multizone_and_headroom_plans_break_no_cluster_rule(stack, sets):
+    """Issue 40: `make plan` on these stacks runs every cluster and router rule (awaits over the recorded
+    dependencies, health-checker reach, RBAC, Envoy) and reports none broken."""
+    args = [sys.executable, "-m", "tools.plan", "--stack", stack, *[a for s in sets for a in ("--set", s)]]
+    done = subprocess.run(args, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "): no violations" in done.stdout and "error:" not in done.stderr

@@ -64,6 +64,58 @@ REFUSED = [
     # names matched whole: `$` also matches before a trailing newline
     ({"serving": {"namespace": "vllm\n"}}, "serving.namespace = \"vllm\\n\"", "DNS label"),
     ({"cluster": {"location": "us-central1\n"}}, "cluster.location", "us-central1"),
+    # fourth pass (issue 40). Values sent to Google Cloud, checked as the cloud checks them: zone letters of the
+    # region, Compute Engine and Cloud Storage names, a proxy-only range that is a real subnet range
+    ({"accelerator": accel("nvidia-l4") | {"zones": ["us-central1-d"]}}, "accelerator.zones",
+     "us-central1 has zones us-central1-a, us-central1-b, us-central1-c, us-central1-f"),
+    ({"cluster": {"location": "europe-west1-a"}}, "cluster.location", "europe-west1 has zones europe-west1-b"),
+    ({"accelerator": accel("nvidia-l4", provisioning="reservation", reservation="L4_Serving")},
+     "accelerator.reservation", "a Compute Engine name is 1-63 characters"),
+    ({"model": {**model("Llama-3.1-8B-Instruct"), "source": "gcs", "gcsUri": "gs://My_Models/llama"}},
+     "model.gcsUri", "a bucket name is 3-63 characters"),
+    ({"model": {**model("Llama-3.1-8B-Instruct"), "source": "gcs", "gcsUri": "gs://google-models/llama"}},
+     "model.gcsUri", 'may not start with "goog" or contain "google"'),
+    ({"model": {**model("Llama-3.1-8B-Instruct"), "source": "gcs", "gcsUri": "s3://models/llama"}},
+     "model.gcsUri", "expected gs://bucket/prefix"),
+    ({"serving": {"routing": "gke-gateway", "proxySubnetCidr": "127.0.0.0/23"}}, "serving.proxySubnetCidr",
+     "loopback, link-local, multicast"),
+    ({"serving": {"routing": "gke-gateway", "proxySubnetCidr": "0.0.0.0/0"}}, "serving.proxySubnetCidr",
+     "from /8 to /26"),
+    ({"serving": {"expose": "internal-lb", "sourceRanges": ["127.0.0.1/32"]}}, "serving.sourceRanges",
+     "loopback, link-local, multicast"),
+    # image references the kubelet refuses
+    ({"vllm": {"image": "vllm/vllm-openai:v0.32.0 "}}, "vllm.image", "no leading or trailing white space"),
+    ({"vllm": {"image": "vllm/vLLM-openai:v0.32.0"}}, "vllm.image", "not an image reference"),
+    ({"vllm": {"image": "Vllm/vllm-openai:v0.32.0"}}, "vllm.image", "a repository path is lowercase"),
+    ({"vllm": {"image": "vllm/vllm-openai@sha256:1234"}}, "vllm.image", "not an image reference"),
+    ({"serving": {"chatUi": True, "chatUiImage": "my repo/chat-ui:1.0"}}, "serving.chatUiImage",
+     "not an image reference"),
+    # a rule of the primary GPU checked on every fallback's GPU with the same code
+    ({"accelerator": accel("nvidia-l4") | {"fallbacks": [{"type": "nvidia-tesla-t4"}]},
+      "model": model("Llama-3.2-1B-Instruct"), "vllm": {"dtype": "bfloat16"}}, "accelerator.fallbacks[0].type",
+     "no bfloat16"),
+    # vLLM flags as its parser reads them: `_` or `-`, a prefix; a flag it does not have
+    ({"serving": {"routing": "epp"}, "vllm": {"extraArgs": ["--no_enable_prefix_caching"]}}, "vllm.extraArgs",
+     "turns off the prefix cache"),
+    ({"serving": {"routing": "epp"}, "vllm": {"extraArgs": ["--no-enable-prefix"]}}, "vllm.extraArgs",
+     "turns off the prefix cache"),
+    ({"vllm": {"extraArgs": ["--enable-prefx-caching"]}}, "vllm.extraArgs", "did you mean --enable-prefix-caching"),
+    ({"vllm": {"extraArgs": ["--enable"]}}, "vllm.extraArgs", "ambiguous"),
+    # a flag the rendered command passes that the image's vLLM lacks; a KV dtype vLLM refuses with the checkpoint
+    ({"vllm": {"image": "vllm/vllm-openai:v0.17.1"}}, "vllm.image", "has no --shutdown-timeout"),
+    ({"model": model("Qwen3-8B-FP8"), "vllm": {"kvCacheDtype": "fp8_e5m2"}}, "vllm.kvCacheDtype",
+     "vLLM refuses fp8_e5m2"),
+    # both bounds where the value breaks the upper one
+    ({"serving": {"routing": "epp", "prefixScorer": "off", "routerReplicas": 9}}, "serving.routerReplicas",
+     "from 1 to 5"),
+    ({"autoscaling": {"headroom": 17}}, "autoscaling.headroom", "from 0 to 16"),
+    ({"serving": {"requestTimeoutSeconds": 90000}}, "serving.requestTimeoutSeconds", "from 10 to 86400"),
+    ({"weights": {"loadSeconds": 4000}}, "weights.loadSeconds", "from 5 to 3600"),
+    # an error inside a list item names the item's key path
+    ({"accelerator": accel("nvidia-l4") | {"fallbacks": [{"type": "nvidia-l5"}]}}, "accelerator.fallbacks[0].type",
+     "accepted: nvidia-tesla-t4"),
+    ({"accelerator": accel("nvidia-l4") | {"fallbacks": [{"type": "nvidia-l4", "machinetype": "g2-standard-8"}]}},
+     "accelerator.fallbacks[0].machinetype", "unknown key; accepted keys: machineType"),
 ]
 
 
@@ -74,6 +126,31 @@ def test_values_gke_kubernetes_or_vllm_would_refuse_are_one_line_errors(override
     message = str(err.value)
     assert message.startswith(f"vllm-gke:{key}"), message
     assert accepted in message and "\n" not in message, message
+
+
+ACCEPTED = [
+    # what Google Cloud and vLLM accept passes: a dotted bucket name, a shared-address proxy range, every spelling
+    # of a flag vLLM's parser reads, a fallback GPU without bfloat16 under dtype auto, fp8_e5m2 on a weight-only
+    # compressed-tensors checkpoint (vLLM keeps it: attention.py _init_kv_cache_quant)
+    {"model": {**model("Llama-3.1-8B-Instruct"), "source": "gcs", "gcsUri": "gs://team.models.example/llama"}},
+    {"serving": {"routing": "gke-gateway", "proxySubnetCidr": "100.64.0.0/23"}},
+    {"vllm": {"extraArgs": ["--max_num_seqs=64", "--enforce_eager", "--max-num-batched", "8192"]}},
+    {"accelerator": accel("nvidia-l4") | {"fallbacks": [{"type": "nvidia-tesla-t4"}]},
+     "model": model("Llama-3.2-1B-Instruct")},
+    {"model": model("Meta-Llama-3.1-8B-Instruct-FP8"), "vllm": {"kvCacheDtype": "fp8_e5m2"}},
+    {"vllm": {"image": "us-docker.pkg.dev/my-project/mirror/vllm-openai@sha256:" + "0" * 64}},
+    {"vllm": {"image": "localhost:5000/vllm/vllm-openai:v0.18.0"}},
+]
+
+
+@pytest.mark.parametrize("overrides", ACCEPTED, ids=[str(i) for i in range(len(ACCEPTED))])
+def test_values_google_cloud_and_vllm_accept_plan(overrides):
+    assert sizing(**overrides).max_nodes >= 1
+
+
+def test_flags_are_planned_as_vllms_parser_reads_them():
+    planned = sizing(vllm={"extraArgs": ["--max_num_seqs=64", "--enforce_eager", "--max-num-batched", "4096"]})
+    assert (planned.max_num_seqs, planned.max_num_batched_tokens) == (64, 4096)
 
 
 @pytest.mark.parametrize("arg", ["--enforce-eager", "--max-num-seqs", "--max-num-seqs=64", "64", "-q",

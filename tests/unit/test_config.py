@@ -21,7 +21,7 @@ BAD = [
     ({"model": {"configFile": "models/Llama-3.1-8B-Instruct.json"}}, "model.id", "required"),
     ({"model": {**model("Llama-3.1-8B-Instruct"), "source": "s3"}}, "model.source", "huggingface, gcs"),
     ({"model": {**model("Llama-3.1-8B-Instruct"), "source": "gcs"}}, "model.gcsUri", "gs://"),
-    ({"model": {**model("Llama-3.1-8B-Instruct"), "gcsUri": "gs://b/m"}}, "model.gcsUri", "only used with"),
+    ({"model": {**model("Llama-3.1-8B-Instruct"), "gcsUri": "gs://bucket/m"}}, "model.gcsUri", "only used with"),
     ({"model": {"id": "x/y", "configFile": "models/missing.json"}}, "model.configFile", "no such file"),
     ({"model": {"id": "x/y", "architecture": {"hidden_size": 64}}}, "model.architecture", "num_hidden_layers"),
     ({"model": {**model("Llama-3.1-8B-Instruct"), "weightsGib": -3}}, "model.weightsGib", "number in"),

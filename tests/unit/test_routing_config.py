@@ -57,8 +57,10 @@ def test_the_envoy_bootstrap_picks_by_header_and_fails_open_to_the_leaders():
     assert boot["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
     api = next(lst for lst in boot["static_resources"]["listeners"] if lst["name"] == "api")
     assert api["address"]["socket_address"]["port_value"] == routing.ROUTER_PORT
-    ext_proc, router = _filters(api)
+    strip, ext_proc, router = _filters(api)
     assert ext_proc["name"] == "envoy.filters.http.ext_proc" and router["name"] == "envoy.filters.http.router"
+    # a client's own destination header goes before the picker sees the request (ORIGINAL_DST would follow it)
+    assert strip["typed_config"]["mutations"]["request_mutations"] == [{"remove": routing.DESTINATION_HEADER}]
     proc = ext_proc["typed_config"]
     assert proc["failure_mode_allow"] is True and proc["route_cache_action"] == "CLEAR"
     assert proc["processing_mode"]["request_body_mode"] == proc["processing_mode"]["response_body_mode"] == \

