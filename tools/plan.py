@@ -204,6 +204,27 @@ def resource_tree(resources: list[Any]) -> str:
     return "\n".join(lines)
 
 
+FIRST_KEYS = ("apiVersion", "kind", "metadata")
+"""A manifest's usual head; every other key, at every depth, in sorted order."""
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
+
+
+def manifest(obj: dict[str, Any]) -> str:
+    """One object as YAML in a fixed order: the same object gives the same bytes whatever order the program
+    registered its fields in (they arrive from Pulumi's runtime as its outputs resolve), so rendered objects diff
+    across commits and in pull requests."""
+    ordered = {key: _sorted(obj[key]) for key in FIRST_KEYS if key in obj}
+    ordered.update({key: _sorted(obj[key]) for key in sorted(obj) if key not in FIRST_KEYS})
+    return yaml.safe_dump(ordered, sort_keys=False)
+
+
 def write_objects(objects: list[dict[str, Any]], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -211,7 +232,7 @@ def write_objects(objects: list[dict[str, Any]], out: Path) -> list[Path]:
         meta = obj.get("metadata") or {}
         name = f"{obj.get('kind', 'Object')}-{meta.get('namespace', '_cluster')}-{meta.get('name', 'unnamed')}"
         path = out / f"{name.lower()}.yaml"
-        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        path.write_text(manifest(obj))
         written.append(path)
     return written
 

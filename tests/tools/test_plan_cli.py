@@ -158,3 +158,16 @@ def test_the_routing_multizone_and_headroom_plans_break_no_cluster_rule(stack, s
     done = subprocess.run(args, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "): no violations" in done.stdout and "error:" not in done.stderr
+
+
+def test_make_plan_writes_byte_identical_files_for_the_same_stack(tmp_path):
+    """Rendered objects diff across commits and in pull requests only if the same stack gives the same bytes; the
+    fields of an object arrive from Pulumi's runtime in the order its outputs resolve, which varies run to run."""
+    runs = []
+    for index in range(2):
+        out = tmp_path / f"run{index}"
+        assert run_plan("--stack", "dev", "--set", "serving.routing=epp", "--out", str(out)).returncode == 0
+        runs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    assert len(runs[0]) > 30 and runs[0] == runs[1]
+    head = next(v for k, v in runs[0].items() if k.startswith("deployment-")).decode().splitlines()[:3]
+    assert [line.split(":")[0] for line in head] == ["apiVersion", "kind", "metadata"]
