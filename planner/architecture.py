@@ -549,11 +549,14 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
 
 
 def _fetch_from_hub(model_id: str, revision: str) -> dict[str, Any]:
-    """config.json from the Hugging Face Hub (token from HF_TOKEN or the local login)."""
+    """config.json from the Hugging Face Hub (token from HF_TOKEN or the local login). HF_HUB_OFFLINE is read when
+    the call is made: huggingface_hub reads it once, at its import, and would otherwise retry the Hub for tens of
+    seconds in a process that set it later."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
     try:
         from huggingface_hub import hf_hub_download
 
-        path = hf_hub_download(model_id, "config.json", revision=revision)
+        path = hf_hub_download(model_id, "config.json", revision=revision, local_files_only=offline)
         return json.loads(Path(path).read_text())
     except Exception as exc:  # any network, auth or not-found error ends in the same advice
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

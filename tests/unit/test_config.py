@@ -113,6 +113,9 @@ def test_without_config_file_the_hub_fetch_fails_offline_with_advice(monkeypatch
         settings(model={"id": "meta-llama/Llama-3.1-8B-Instruct"})
     assert str(err.value).startswith("vllm-gke:model.id = meta-llama/Llama-3.1-8B-Instruct")
     assert "model.configFile" in str(err.value)
+    # no request left the process: the variable is honoured when the call is made, even after huggingface_hub was
+    # imported (it reads the variable once, at import, and otherwise retries the Hub)
+    assert "outgoing traffic has been disabled" in str(err.value)
 
 
 def test_secrets_are_known_keys_and_only_their_presence_is_kept():
