@@ -40,7 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import planner.sizing as sizing  # noqa: E402
 from planner.architecture import ModelArchitecture, parse_hf_config  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.sizing import (  # noqa: E402
@@ -240,17 +239,14 @@ def smallest_margin(results: dict[str, Any], step: float = 0.01) -> tuple[float,
     and the row that is over at one step less (the one that sets it)."""
     rows = [(parse_hf_config(r["config"], r["model"], "results.json"), gpu, r["max_model_len"],
              r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}") for r, gpu in kv_rows(results)]
-    saved, setter = sizing.PEAK_MARGIN_GIB, ""
-    try:
-        for i in range(round(2.0 / step) + 1):
-            sizing.PEAK_MARGIN_GIB = round(i * step, 6)
-            error, name = max(((single_gpu_fit(a, gpu, 0.9, length).kv_tokens - measured) / measured, name)
-                              for a, gpu, length, measured, name in rows)
-            if error <= OVER_BOUND:
-                return sizing.PEAK_MARGIN_GIB, setter
-            setter = f"{name} at {error:+.2%} with {sizing.PEAK_MARGIN_GIB:.2f} GiB"
-    finally:
-        sizing.PEAK_MARGIN_GIB = saved
+    setter = ""
+    for i in range(round(2.0 / step) + 1):
+        margin = round(i * step, 6)
+        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, margin_gib=margin).kv_tokens - measured) / measured,
+                           name) for a, gpu, length, measured, name in rows)
+        if error <= OVER_BOUND:
+            return margin, setter
+        setter = f"{name} at {error:+.2%} with {margin:.2f} GiB"
     raise ValueError(f"no margin up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
 
 

@@ -103,7 +103,10 @@ BASELINE_H100_GIB = 0.4222
 """The same on an H100 80GB: 0.41-0.42 GiB on the 18 V2 rows of validation batches 5-8, the mean. Set from batch 5
 alone first (0.423), it held on the 14 rows of batches 6-8 before they joined the fit."""
 BASELINE_BY_GPU = {"nvidia-h200-141gb": "BASELINE_GIB", "nvidia-h100-80gb": "BASELINE_H100_GIB"}
-"""The GPUs the baseline was measured on, and the constant that holds each (bench/fit.py fits one per GPU)."""
+"""The GPUs the baseline was measured on, and the name of the constant that holds each (bench/fit.py fits one per
+GPU under that name)."""
+BASELINE_GIB_BY_GPU = {"nvidia-h200-141gb": BASELINE_GIB, "nvidia-h100-80gb": BASELINE_H100_GIB}
+"""The same GPUs with their measured values."""
 
 GRAPHS_DENSE_BASE_GIB = 0.4316
 GRAPHS_DENSE_PER_KHIDDEN_GIB = 0.1288
@@ -132,7 +135,7 @@ weights bound (-2.5% on the AWQ 7B)."""
 def baseline_gib(gpu: str) -> float:
     """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
     promises fewer KV tokens)."""
-    measured = {kind: globals()[name] for kind, name in BASELINE_BY_GPU.items()}
+    measured = BASELINE_GIB_BY_GPU
     return measured.get(gpu, max(measured.values()))
 
 
@@ -236,24 +239,29 @@ def fitted_peak_gib(f: PeakFeatures, c: dict[str, float]) -> float:
     return peak
 
 
-PEAK_CONSTANTS = ("PEAK_BASE_GIB", "PEAK_PER_LOGITS", "PEAK_PER_HIDDEN", "FORWARD_BASE_GIB", "FORWARD_PER_HIDDEN",
-                  "FORWARD_PER_MLP", "V1_SAMPLER_PER_LOGITS",
-                  "V1_ATTENTION_PER_QUERY", "V1_WORKSPACE_REUSE")
+PEAK = {"PEAK_BASE_GIB": PEAK_BASE_GIB, "PEAK_PER_LOGITS": PEAK_PER_LOGITS, "PEAK_PER_HIDDEN": PEAK_PER_HIDDEN,
+        "FORWARD_BASE_GIB": FORWARD_BASE_GIB, "FORWARD_PER_HIDDEN": FORWARD_PER_HIDDEN,
+        "FORWARD_PER_MLP": FORWARD_PER_MLP, "V1_SAMPLER_PER_LOGITS": V1_SAMPLER_PER_LOGITS,
+        "V1_ATTENTION_PER_QUERY": V1_ATTENTION_PER_QUERY, "V1_WORKSPACE_REUSE": V1_WORKSPACE_REUSE}
+"""The fitted peak's constants by name, as fitted_peak_gib and bench/fit.py name them."""
+PEAK_CONSTANTS = tuple(PEAK)
 
 
-def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
+                          margin_gib: float = PEAK_MARGIN_GIB) -> float:
     """vLLM's profiled `torch peak memory increase` on one GPU (fitted at PEAK_FIT_SETTINGS by bench/fit.py), leaned
-    PEAK_MARGIN_GIB to the safe side."""
-    constants = {name: globals()[name] for name in PEAK_CONSTANTS}
-    return (fitted_peak_gib(peak_features(arch, layout, engine), constants) + PEAK_MARGIN_GIB) * GIB
+    `margin_gib` (PEAK_MARGIN_GIB; bench/fit.py's margin search passes its candidates) to the safe side."""
+    return (fitted_peak_gib(peak_features(arch, layout, engine), PEAK) + margin_gib) * GIB
 
 
-def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
+                     margin_gib: float = PEAK_MARGIN_GIB) -> float:
     """Per-GPU memory outside weights and KV cache: activation peak + non-torch + CUDA graphs where the batch
     settings are the fitted ones; the measured family reserves (plus 0.32.0's dense graphs) elsewhere."""
     graphs = cudagraph_bytes(arch, layout, engine)
     if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
-        return activation_peak_bytes(arch, layout, engine) + (NON_TORCH_GIB + baseline_gib(engine.gpu)) * GIB + graphs
+        return (activation_peak_bytes(arch, layout, engine, margin_gib)
+                + (NON_TORCH_GIB + baseline_gib(engine.gpu)) * GIB + graphs)
     measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds)
     return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs)
 
@@ -507,13 +515,14 @@ def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
 
 
 def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
-        weights_bytes: float, kv_bytes: float, max_len: int = 0, engine: EngineSettings | None = None) -> Fit:
-    """Weights and KV tokens per GPU under `engine` (default: the 0.32.0 profile's settings for this GPU);
+        weights_bytes: float, kv_bytes: float, max_len: int = 0, engine: EngineSettings | None = None,
+        margin_gib: float = PEAK_MARGIN_GIB) -> Fit:
+    """Weights and KV tokens per GPU under `engine` (default: the default profile's settings for this GPU);
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
     linear attention): vLLM reports those tokens per max_len-long request."""
     engine = engine or default_engine(acc)
     per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
-    usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine)
+    usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, margin_gib)
     length = max_len or arch.max_position_embeddings
     if not engine.profile.grouped_kv:
         tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, length, engine.max_num_batched_tokens)
@@ -960,11 +969,11 @@ def families(arch: ModelArchitecture) -> list[str]:
 
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
                    dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1,
-                   version: str = "0.25.1") -> Fit:
+                   version: str = "0.25.1", margin_gib: float = PEAK_MARGIN_GIB) -> Fit:
     """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM (the
     GPU hosts run 0.25.1, so that profile by default)."""
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
     engine = default_engine(acc, version)
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
-               kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine)
+               kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine, margin_gib)

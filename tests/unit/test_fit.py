@@ -11,7 +11,15 @@ import planner.sizing as sizing
 from bench.fit import _lstsq, fit, leave_one_out, rows, smallest_margin
 from planner.architecture import parse_hf_config
 from planner.catalog import ACCELERATORS, GIB
-from planner.sizing import Layout, default_engine, fitted_peak_gib, moe_workspace_bytes, peak_features, runner_v2
+from planner.sizing import (
+    Layout,
+    default_engine,
+    fitted_peak_gib,
+    moe_workspace_bytes,
+    peak_features,
+    runner_v2,
+    single_gpu_fit,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
@@ -154,7 +162,10 @@ def test_some_predictions_are_waiting_while_a_batch_has_entries_pending():
 def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_over_bound():
     """PEAK_MARGIN_GIB is not chosen by hand: bench/fit.py searches it in 0.01 GiB steps over the calibration rows and
     the batches in the fit (not the held-out ones, which check it)."""
-    before = sizing.PEAK_MARGIN_GIB
     margin, setter = smallest_margin(RESULTS)
     assert margin == pytest.approx(sizing.PEAK_MARGIN_GIB) and setter
-    assert before == sizing.PEAK_MARGIN_GIB  # the search left the module's value as it was
+    # the search hands its candidates to the planner (margin_gib), which takes PEAK_MARGIN_GIB when given none
+    arch = parse_hf_config(RESULTS["calibration_families"]["rows"][0]["config"], "row", "results.json")
+    tokens = [single_gpu_fit(arch, "nvidia-h200-141gb", 0.9, 8192, **extra).kv_tokens
+              for extra in ({}, {"margin_gib": sizing.PEAK_MARGIN_GIB}, {"margin_gib": sizing.PEAK_MARGIN_GIB + 1})]
+    assert tokens[0] == tokens[1] > tokens[2]
