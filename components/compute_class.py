@@ -9,9 +9,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from planner.cluster_rules import SPOT_GROUPS_ANNOTATION
 from planner.compute_class import COMPUTE_CLASS_API, class_name, spec
 from planner.config import Stack
+from planner.labels import SPOT_GROUPS_ANNOTATION
 from planner.security import PART_OF, PART_OF_LABEL
 from planner.sizing import Sizing
 

@@ -18,11 +18,11 @@ import pulumi_kubernetes as k8s
 
 from components import parent_depends_on
 from planner.catalog import MIB
-from planner.cluster_rules import PAGE_CACHE_LIMIT, injected_containers, quantity
 from planner.commands import LAUNCHER_DIR
 from planner.compute_class import GROUP_TOPOLOGIES
 from planner.config import Stack
 from planner.labels import COMPUTE_CLASS_LABEL
+from planner.pods import PAGE_CACHE_LIMIT, injected_containers, quantity
 from planner.security import PART_OF, PART_OF_LABEL, container_security_context, identity_env, pod_security_context
 from planner.sizing import PLACEHOLDER_GRACE_SECONDS, Sizing
 

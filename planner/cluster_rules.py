@@ -3,15 +3,27 @@
 Schema validation and Pulumi's mocks accept objects that a cluster's controllers, scheduler and kubelet
 would not run as intended. Each rule here encodes one such class, with its source, and returns one line per
 violation (an empty list when the objects pass):
-- names:      no object the program creates collides with one a controller it relies on creates itself
-              (the LeaderWorkerSet controller's headless Services, GKE's own namespaces), and no Service injects
-              environment variables the server reads;
-- scheduling: every pod fits, by requests and limits, a node pool the stack declares (or the untainted pool the
-              README requires of an existing cluster), tolerates that pool's taints and matches its selectors;
-- budgets:    startup probe >= join wait + load estimate; preStop + drain + Ray stop <= grace period; the
-              server's drain <= the launcher's; Job deadlines cover the transfer and the wait they exist for;
-- images:     every image is pinned, and each third-party tag is recorded with a public listing.
-Pure Python over plain dicts: no Pulumi import, so tests, `bench/` and the policy pack can all use it.
+- names:           no object the program creates collides with one a controller it relies on creates itself
+                   (the LeaderWorkerSet controller's headless Services, GKE's own namespaces), and no Service
+                   injects environment variables the server reads;
+- scheduling:      every pod fits, by requests and limits, a node pool the stack declares (or the untainted pool the
+                   README requires of an existing cluster), tolerates that pool's taints and matches its selectors;
+- headroom:        placeholders never preempt, stand where a serving pod fits, hold what it needs, and a multi-node
+                   spare slot stays in one zone and pool;
+- compute classes: every rung of a ComputeClass fits the pod and is reached by the weights volume;
+- groups:          a multi-node group on a ComputeClass stays in one zone and one pool;
+- rungs:           each auto-created rule is sold its way, in the cluster's region, of the group's GPU count, Spot
+                   only with the opt-in, a specific reservation in one zone;
+- routing:         pool and picker select the leaders, references and ports resolve, one picker per prefix index;
+- budgets:         startup probe >= join wait + load estimate; preStop + drain + Ray stop <= grace period; the
+                   server's drain <= the launcher's; Job deadlines cover the transfer and the wait they exist for;
+- images:          every image is pinned, and each third-party tag is recorded with a public listing;
+- runtime:         non-root containers bind no privileged port and write only where they mount something;
+- gce:             Compute Engine and GKE accept the GCP resources (boot disks, ways of buying, flex-start shape,
+                   zonal reservations, per-zone starts, the control plane's minimum version);
+- planner/router_rules.py: what Pulumi, the load balancer, RBAC, Envoy and the kubelet do with the routing objects.
+Pure Python over plain dicts, importing facts only (planner/pods.py, labels, catalog, versions): no Pulumi import and
+no component imports it, so tests, `bench/` and the policy pack can all use it.
 """
 
 from __future__ import annotations
@@ -35,9 +47,11 @@ from planner.labels import (
     LWS_NAME_LABEL,
     LWS_WORKER_INDEX_LABEL,
     NODEPOOL_LABEL,
+    SPOT_GROUPS_ANNOTATION,
     SPOT_LABEL,
     ZONE_LABEL,
 )
+from planner.pods import GCSFUSE_REQUESTS, PAGE_CACHE_LIMIT, injected_containers, quantity
 from planner.router_rules import ObjectKey
 from planner.versions import EPP_IMAGE, IMAGE_SOURCES, unmirrored
 
@@ -110,34 +124,6 @@ def pod_templates(objects: Iterable[dict[str, Any]]) -> Iterator[PodTemplate]:
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
     return (obj.get("metadata") or {}).get("annotations") or {}
-
-
-GCSFUSE_VOLUMES = "gke-gcsfuse/volumes"
-GCSFUSE_REQUESTS = {"cpu": "gke-gcsfuse/cpu-request", "memory": "gke-gcsfuse/memory-request"}
-"""The Cloud Storage FUSE CSI driver's webhook injects a sidecar into pods annotated `gke-gcsfuse/volumes: "true"`,
-with the requests these annotations set (GoogleCloudPlatform/gcs-fuse-csi-driver, pkg/webhook)."""
-
-
-def injected_containers(annotations: dict[str, Any]) -> list[dict[str, Any]]:
-    """Containers an admission webhook adds to a pod with these annotations, as the scheduler will see them."""
-    if str(annotations.get(GCSFUSE_VOLUMES, "")).lower() != "true":
-        return []
-    requests = {resource: annotations[key] for resource, key in GCSFUSE_REQUESTS.items() if key in annotations}
-    return [{"name": "gke-gcsfuse-sidecar", "resources": {"requests": requests}}]
-
-
-# ---------------------------------------------------------------------------------------------- quantities
-
-_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3}
-
-
-def quantity(value: Any) -> float:
-    """A Kubernetes quantity ("250m", "8Gi", "4", 2) as a plain number (bytes for memory, cores for CPU)."""
-    text = str(value).strip()
-    match = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", text)
-    if not match or (match.group(2) and match.group(2) not in _SUFFIXES):
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    return float(match.group(1)) * _SUFFIXES.get(match.group(2), 1)
 
 
 # ---------------------------------------------------------------------------------------------- node pools
@@ -259,11 +245,6 @@ def _requests(pod: dict[str, Any], injected: list[dict[str, Any]] = ()) -> dict[
         for key in total:
             total[key] += quantity(requests.get(key, limits.get(key, 0)))
     return total
-
-
-PAGE_CACHE_LIMIT = "vllm-gke/memory-limit-is-page-cache"
-"""Annotation of a pod template whose memory limit is there for page cache it reads (charged to its cgroup,
-Linux memory cgroup accounting) rather than for memory it allocates."""
 
 
 def headroom(objects: list[dict[str, Any]], pools: list[NodePool]) -> list[str]:
@@ -657,10 +638,6 @@ def groups(objects: list[dict[str, Any]]) -> list[str]:
                                 f"not kept in one {' and one '.join(missing)} (required podAffinity with "
                                 f"matchLabelKeys [{LWS_GROUP_KEY_LABEL}])")
     return problems
-
-
-SPOT_GROUPS_ANNOTATION = "vllm-gke/spot-multi-node"
-"""On a ComputeClass: "true" when the stack opted in to Spot rungs for multi-node groups (accelerator.spotMultiNode)."""
 
 
 def _rule_buying(rule: dict[str, Any]) -> str:

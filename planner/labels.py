@@ -28,3 +28,6 @@ custom ComputeClasses")."""
 LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 """Set by the LWS controller on the leader and every worker of one group, unique per group."""
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+SPOT_GROUPS_ANNOTATION = "vllm-gke/spot-multi-node"
+"""On a ComputeClass: "true" when the stack opted in to Spot rungs for multi-node groups (accelerator.spotMultiNode)."""

@@ -13,6 +13,7 @@ import pytest
 from planner import cluster_rules as rules
 from planner.catalog import ACCELERATORS, GIB, gke_allocatable
 from planner.config import PROJECT_DIR, build_settings
+from planner.pods import injected_containers
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, plan
 from planner.versions import IMAGE_SOURCES, own_images, unmirrored
 from tests.helpers import accel, full_config, model
@@ -216,7 +217,7 @@ def test_the_gcs_fuse_sidecar_the_webhook_injects_counts_toward_the_fit(prod):
     lws = find(objs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     annotations = lws["workerTemplate"]["metadata"]["annotations"]
     assert annotations["gke-gcsfuse/volumes"] == "true" and rules.scheduling(objs, pools(recording)) == []
-    sidecar = rules.injected_containers(annotations)
+    sidecar = injected_containers(annotations)
     assert sidecar[0]["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}
     annotations["gke-gcsfuse/memory-request"] = "500Gi"  # the node's memory, once added to the vLLM pod's share
     found = rules.scheduling(objs, pools(recording))

@@ -14,7 +14,7 @@ import pytest
 from planner import cluster_rules as rules
 from planner.compute_class import class_name
 from planner.config import PROJECT_DIR
-from planner.labels import COMPUTE_CLASS_LABEL, LWS_GROUP_KEY_LABEL, NODEPOOL_LABEL, ZONE_LABEL
+from planner.labels import COMPUTE_CLASS_LABEL, LWS_GROUP_KEY_LABEL, NODEPOOL_LABEL, SPOT_GROUPS_ANNOTATION, ZONE_LABEL
 from tests.helpers import full_config
 from tests.k8s_schema import validate_object
 from tools import crds
@@ -243,8 +243,8 @@ def test_a_rung_with_another_gpu_count_for_a_group_is_a_violation(groups):
 def test_spot_for_a_group_without_the_opt_in_is_a_violation(spot_groups):
     objs = objects(spot_groups)
     klass = find(objs, "ComputeClass")
-    assert klass["metadata"]["annotations"][rules.SPOT_GROUPS_ANNOTATION] == "true"
-    del klass["metadata"]["annotations"][rules.SPOT_GROUPS_ANNOTATION]
+    assert klass["metadata"]["annotations"][SPOT_GROUPS_ANNOTATION] == "true"
+    del klass["metadata"]["annotations"][SPOT_GROUPS_ANNOTATION]
     found = rules.rungs(objs, spot_groups.rule_inputs())
     assert len(found) == 1 and "Spot for LeaderWorkerSet" in found[0] and "without the opt-in" in found[0], found
 

@@ -10,7 +10,7 @@ import pytest
 
 from planner import cluster_rules as rules
 from planner.catalog import ACCELERATORS, machine_usd_hour
-from planner.cluster_rules import injected_containers, quantity
+from planner.pods import injected_containers, quantity
 from planner.sizing import HANDOVER_SECONDS, PAGE_CACHE_GIB_S
 from tests.helpers import full_config, sizing
 from tools.mocks import run_program
