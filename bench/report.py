@@ -513,7 +513,7 @@ def routing_section(found: dict) -> list[str]:
                   "prefix routing costs nothing when nothing is shared, not how it behaves below saturation."]
     if found.get("note"):
         lines += ["", f"Seen on the way: {found['note']}."]
-    lines += ["", "Default chosen from this: `serving.routing` stays `service` (README \"Routing across replicas\"): "
+    lines += ["", "Default chosen from this: `serving.routing` stays `service` (docs/routing.md): "
               "the gain needs shared prefixes under cache pressure, and only a stand-in router ran; stacks whose "
               "traffic shares prefixes opt in with `epp` or `gke-gateway`."]
     return lines

@@ -1,5 +1,6 @@
-"""Everything generated from the declarations: README.md's config reference (from planner/stack_schema.py) and
-worked sizing examples (from the planner), Pulumi.yaml's `config:` block and docs/stack-config.schema.json.
+"""Everything generated from the declarations: README.md's config reference (from planner/stack_schema.py), the
+worked sizing examples, time to ready and rung table of docs/planning.md and docs/several-zones.md (from the
+planner), Pulumi.yaml's `config:` block and docs/stack-config.schema.json.
 `python -m tools.readme` (make docs) rewrites them; `--check` exits 1 when one drifts (tests/tools/test_readme.py
 runs the same comparison).
 """
@@ -219,24 +220,44 @@ def sold_out_example(project_dir: Path = PROJECT_DIR) -> str:
             f"```\n{rung_rows(s)}\n```\n")
 
 
+def components_table(project_dir: Path = PROJECT_DIR) -> str:
+    """Every file of components/ with its ComponentResource class and the first line of that class's docstring."""
+    import ast
+
+    rows = ["| file | component | what it declares |", "|---|---|---|"]
+    for path in sorted((project_dir / "components").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and any(
+                    getattr(base, "attr", getattr(base, "id", "")) == "ComponentResource" for base in node.bases):
+                doc = (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")
+                rows.append(f"| `components/{path.name}` | `{node.name}` | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
 GENERATORS = {"config-reference": config_reference, "sizing-examples": sizing_examples,
-              "time-to-ready": time_to_ready_table, "sold-out": sold_out_example}
+              "time-to-ready": time_to_ready_table, "sold-out": sold_out_example, "components": components_table}
 
 
-def render(readme_text: str, project_dir: Path = PROJECT_DIR) -> str:
-    found = {m.group("name") for m in BLOCK.finditer(readme_text)}
-    missing = set(GENERATORS) - found
+BLOCKS = {"README.md": ("config-reference",), "docs/planning.md": ("sizing-examples", "time-to-ready"),
+          "docs/several-zones.md": ("sold-out",), "docs/development.md": ("components",)}
+"""The page each generated block lives in (the README is the way in; the internals are pages of docs/)."""
+
+
+def render(text: str, project_dir: Path = PROJECT_DIR, page: str = "README.md") -> str:
+    """`text` (the page `page`) with its generated blocks rewritten; every block BLOCKS gives the page must be in it."""
+    found = {m.group("name") for m in BLOCK.finditer(text)}
+    missing = set(BLOCKS[page]) - found
     if missing:
-        raise ValueError(f"README.md lacks the generated block(s) {sorted(missing)}")
-    return BLOCK.sub(lambda m: m.group(1) + GENERATORS[m.group("name")](project_dir) + m.group(4), readme_text)
+        raise ValueError(f"{page} lacks the generated block(s) {sorted(missing)}")
+    return BLOCK.sub(lambda m: m.group(1) + GENERATORS[m.group("name")](project_dir) + m.group(4), text)
 
 
 def outputs(project_dir: Path = PROJECT_DIR) -> dict[Path, tuple[str, str]]:
     """Every generated file: path -> (text now, text it should have)."""
-    readme, pulumi_yaml = project_dir / "README.md", project_dir / "Pulumi.yaml"
-    schema = project_dir / "docs" / "stack-config.schema.json"
-    current = {path: path.read_text() if path.exists() else "" for path in (readme, pulumi_yaml, schema)}
-    return {readme: (current[readme], render(current[readme], project_dir)),
+    pulumi_yaml, schema = project_dir / "Pulumi.yaml", project_dir / "docs" / "stack-config.schema.json"
+    pages = {project_dir / page: page for page in BLOCKS}
+    current = {path: path.read_text() if path.exists() else "" for path in (*pages, pulumi_yaml, schema)}
+    return {**{path: (current[path], render(current[path], project_dir, page)) for path, page in pages.items()},
             pulumi_yaml: (current[pulumi_yaml], render_pulumi_yaml(current[pulumi_yaml])),
             schema: (current[schema], schema_text())}
 

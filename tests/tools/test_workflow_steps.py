@@ -1,7 +1,7 @@
 """The workflows' steps that need no cloud, run as written (their `run:` shell, under GitHub's default
 `bash -eo pipefail`) in a fresh clone of this repository with a change committed on top, as a pull request would have
 it: the affected-stacks pick, the preview's offline plan, the deploy's offline plan and its chat page image check. And
-the README's "Set up CI" names exactly the variables and secrets the workflows read, and a role for every kind of GCP
+docs/ci.md's "Set up CI" names exactly the variables and secrets the workflows read, and a role for every kind of GCP
 resource the example stacks declare."""
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def used(kind: str) -> set[str]:
 
 
 def setup_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("## Set up CI\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "ci.md").read_text()
+    return page.split("## Set up CI\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_the_readme_names_every_variable_and_secret_the_workflows_read():
