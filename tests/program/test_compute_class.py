@@ -326,7 +326,9 @@ def spare_groups() -> Recording:
 
 
 def placeholder_deployments(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for o in objs if o["kind"] == "Deployment" and "-headroom" in o["metadata"]["name"]]
+    # registration order varies run to run (Pulumi resolves outputs concurrently): by name
+    return sorted((o for o in objs if o["kind"] == "Deployment" and "-headroom" in o["metadata"]["name"]),
+                  key=lambda o: o["metadata"]["name"])
 
 
 def test_a_spare_slot_for_a_multi_node_group_is_kept_in_one_zone_and_one_pool(spare_groups):
