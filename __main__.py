@@ -1,8 +1,8 @@
 """vllm-gke: stack config -> plan -> components -> exports. Wiring only: every number comes from the plan."""
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import serving_namespace
 from components.autoscaling import Autoscaling, AutoscalingArgs
 from components.chat_ui import ChatUi, ChatUiArgs
 from components.compile_cache import CompileCache, CompileCacheArgs
@@ -18,7 +18,6 @@ from components.ray_vllm_server import RayVllmServer, RayVllmServerArgs
 from components.router import GATEWAY_PORT, Router, RouterArgs, router_labels
 from components.smoke_check import SmokeCheck, SmokeCheckArgs
 from planner.config import from_pulumi
-from planner.security import PART_OF, PART_OF_LABEL
 from planner.sizing import plan
 
 stack = from_pulumi()
@@ -26,46 +25,39 @@ sizing = plan(stack.settings)
 for warning in sizing.warnings:
     pulumi.log.warn(warning)
 
-
-def in_cluster(*after: pulumi.Resource) -> pulumi.ResourceOptions:
-    return pulumi.ResourceOptions(providers=[cluster.provider], depends_on=list(after))
-
-
 cluster = GkeCluster("vllm", GkeClusterArgs.from_plan(stack))
 gpu_pool = GpuNodePool("gpu", GpuNodePoolArgs.from_plan(stack, sizing, cluster=cluster.name))
-gpu_capacity = (ComputeClass("gpu", ComputeClassArgs.from_plan(stack, sizing, gpu_pool.name), opts=in_cluster(gpu_pool))
-                if stack.settings.accelerator.compute_class else gpu_pool)  # several zones, ways of buying or machines
+gpu_capacity = gpu_pool if not stack.settings.accelerator.compute_class else ComputeClass(  # several zones or rungs
+    "gpu", ComputeClassArgs.from_plan(stack, sizing, gpu_pool.name), opts=cluster.options(gpu_pool))
 image = serving_image(stack)
-namespace = k8s.core.v1.Namespace(
-    "serving-namespace", metadata={"name": stack.settings.serving.namespace, "labels": {PART_OF_LABEL: PART_OF}},
-    opts=in_cluster())
+namespace = serving_namespace(stack.settings.serving.namespace, cluster.options())
 ns = namespace.metadata.name
-weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, ns, image=image), opts=in_cluster())
-lws = LwsController("lws", LwsControllerArgs.from_plan(stack), opts=in_cluster())
+weights = ModelWeights("weights", ModelWeightsArgs.from_plan(stack, sizing, ns, image=image), opts=cluster.options())
+lws = LwsController("lws", LwsControllerArgs.from_plan(stack), opts=cluster.options())
 cache = CompileCache("vllm", CompileCacheArgs.from_plan(stack, ns)) if stack.settings.vllm.compile_cache else None
 routing = stack.settings.serving.routing  # service | epp | gke-gateway: who picks a replica for each request
 server = RayVllmServer("vllm", RayVllmServerArgs.from_plan(
     stack, sizing, namespace=ns, weights_path=weights.model_path, weights_claim=weights.claim_name,
     weights_mount=SERVING_MOUNT, image=image, compile_cache_bucket=cache and cache.bucket_name,
-    router_labels=router_labels("vllm") if routing == "epp" else None,
-    proxy_subnet_cidr=cluster.proxy_subnet_cidr), opts=in_cluster(*lws.ready, gpu_capacity))
-router = routing != "service" and Router("vllm", RouterArgs.from_plan(
-    stack, ns, server.leader_selector, server.leaders_service_name, cluster.proxy_subnet_cidr), opts=in_cluster(server))
+    router_labels=router_labels("vllm") if routing == "epp" else None, proxy_subnet_cidr=cluster.proxy_subnet_cidr),
+    opts=cluster.options(*lws.ready, gpu_capacity))
+router = routing != "service" and Router("vllm", RouterArgs.from_plan(stack, ns, server, cluster.proxy_subnet_cidr),
+                                         opts=cluster.options(server))
 front, port = ((router.gateway_address, GATEWAY_PORT) if routing == "gke-gateway" else (server.service_name, None))
 if sizing.headroom_nodes:  # autoscaling.headroom: spare serving-shaped slots
     Headroom("vllm", HeadroomArgs.from_plan(stack, sizing, ns, image, server, weights.claim_name, SERVING_MOUNT),
-             opts=in_cluster(server))
+             opts=cluster.options(server))
 autoscaling = Autoscaling("vllm", AutoscalingArgs.from_plan(stack, sizing, namespace=ns, lws_name=server.lws_name),
-                          opts=in_cluster(server))
+                          opts=cluster.options(server))
 Monitoring("vllm", MonitoringArgs.from_plan(stack, leader_selector=server.leader_selector,
-                                            hpa_name=autoscaling.hpa_name), opts=in_cluster(namespace))
+                                            hpa_name=autoscaling.hpa_name), opts=cluster.options(namespace))
 if stack.settings.serving.smoke_test:
     SmokeCheck("vllm", SmokeCheckArgs.from_plan(stack, sizing, namespace=ns, service=front, port=port,
                                                 api_key_secret=server.api_key_secret, image=image),
-               opts=in_cluster(server.lws, server.service, *([router] if router else [])))
+               opts=cluster.options(server.lws, server.service, *([router] if router else [])))
 if stack.settings.serving.chat_ui:
     ChatUi("vllm", ChatUiArgs.from_plan(stack, namespace=ns, service=front, port=port,
-                                        api_key_secret=server.api_key_secret), opts=in_cluster(server.service))
+                                        api_key_secret=server.api_key_secret), opts=cluster.options(server.service))
 
 for key, value in {"sizing": sizing.as_dict(), "service": server.service.metadata.name, "cluster": cluster.name,
                    "gpu_node_pool": gpu_pool.name, "weights_claim": weights.claim_name,

@@ -41,3 +41,13 @@ def workload_identity_member(project: str, namespace: Any, service_account: Any,
     return pulumi.Output.concat("principal://iam.googleapis.com/projects/", number,
                                 "/locations/global/workloadIdentityPools/", project, ".svc.id.goog/subject/ns/",
                                 namespace, "/sa/", service_account)
+
+
+def serving_namespace(name: str, opts: Any) -> Any:
+    """The namespace the program creates for the serving objects (serving.namespace), labelled as the project's."""
+    import pulumi_kubernetes as k8s
+
+    from planner.security import PART_OF, PART_OF_LABEL
+
+    return k8s.core.v1.Namespace("serving-namespace", metadata={"name": name, "labels": {PART_OF_LABEL: PART_OF}},
+                                 opts=opts)

@@ -184,6 +184,10 @@ class GkeCluster(pulumi.ComponentResource):
             enable_server_side_apply=True, opts=pulumi.ResourceOptions(parent=self, depends_on=after_nodes))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint})
 
+    def options(self, *after: pulumi.Resource) -> pulumi.ResourceOptions:
+        """ResourceOptions of an in-cluster object: this cluster's Kubernetes provider, created after `after`."""
+        return pulumi.ResourceOptions(providers=[self.provider], depends_on=list(after))
+
     def _proxy_subnet(self, name: str, args: GkeClusterArgs, network: pulumi.Output[str]) -> pulumi.Output[str]:
         """The region's proxy-only subnet: created from serving.proxySubnetCidr, or found (one ACTIVE
         REGIONAL_MANAGED_PROXY subnet per network and region) and refused at preview when there is none."""

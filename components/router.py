@@ -65,11 +65,14 @@ class RouterArgs:
     source_ranges: tuple[str, ...] = ()
 
     @classmethod
-    def from_plan(cls, stack: Stack, namespace: pulumi.Input[str], leader_selector: dict[str, str],
-                  leaders_service: str, proxy_subnet_cidr: pulumi.Input[str] | None = None) -> RouterArgs:
+    def from_plan(cls, stack: Stack, namespace: pulumi.Input[str], server: Any,
+                  proxy_subnet_cidr: pulumi.Input[str] | None = None) -> RouterArgs:
+        """`server`: the RayVllmServer whose leaders the router picks among (its leader selector and headless
+        leaders Service)."""
         s = stack.settings.serving
-        return cls(namespace=namespace, mode=s.routing, leader_selector=leader_selector,
-                   leaders_service=leaders_service, replicas=s.router_replicas, prefix_scorer=s.prefix_scorer,
+        return cls(namespace=namespace, mode=s.routing, leader_selector=server.leader_selector,
+                   leaders_service=server.leaders_service_name, replicas=s.router_replicas,
+                   prefix_scorer=s.prefix_scorer,
                    request_timeout_seconds=s.request_timeout_seconds,
                    scrape_interval=stack.settings.monitoring.scrape_interval, gateway_class=s.gateway_class,
                    proxy_subnet_cidr=proxy_subnet_cidr, allowed_namespaces=s.allowed_namespaces, expose=s.expose,
