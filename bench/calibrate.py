@@ -40,9 +40,9 @@ from bench.harness import (  # noqa: E402
     log,
 )
 from bench.models import build_tokenizer  # noqa: E402
-from planner.architecture import as_vllm_reads  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.layers import cut_layers  # noqa: E402
+from planner.model_config import as_vllm_reads  # noqa: E402
 
 LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
 AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
@@ -206,8 +206,10 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
 def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_model_len: int = 8192,
                 dtype: str = "auto", kv_cache_dtype: str = "auto") -> dict[str, Any]:
     """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1)."""
-    from planner.architecture import parse_hf_config
-    from planner.sizing import GIB, Layout, cudagraph_bytes, default_engine, single_gpu_fit
+    from planner.layout import Layout
+    from planner.memory import cudagraph_bytes, default_engine
+    from planner.model_config import parse_hf_config
+    from planner.sizing import GIB, single_gpu_fit
 
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")

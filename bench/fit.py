@@ -1,9 +1,9 @@
-"""The fit of the planner's memory outside the KV cache (planner/sizing.py) from the GPU rows in
+"""The fit of the planner's memory outside the KV cache (planner/memory.py) from the GPU rows in
 docs/benchmarks/results.json, written down so it can be re-run and checked.
 
 Each constant is fitted on the rows named here, from vLLM's own profiling lines (`torch peak memory increase`,
 `non-torch forward increase memory`, `CUDA graph memory`, `Graph capturing finished ... took`), on the features
-planner/sizing.py computes (peak_features) and through the same formula (fitted_peak_gib):
+planner/memory.py computes (peak_features) and through the same formula (fitted_peak_gib):
 
 - dense peak, the larger of the sampling phase (PEAK_BASE_GIB, PEAK_PER_LOGITS, PEAK_PER_HIDDEN) and the forward
   phase (FORWARD_BASE_GIB, FORWARD_PER_HIDDEN, FORWARD_PER_MLP): two lines fitted by least squares over the rows
@@ -19,10 +19,10 @@ The rows are every started checkpoint up to the last finished validation batch, 
 config with one field changed, run to separate two terms); a new batch is predicted with these constants before it
 runs (`python bench/calibrate.py --predict-only`) and joins this set once all of it has run, unless it is marked
 `held_out`: a batch that checks the constants as they are stays out of their fit, so the constants in
-planner/sizing.py are the ones it validated (tests/unit/test_fit.py holds today's planner to its predictions). The
+planner/memory.py are the ones it validated (tests/unit/test_fit.py holds today's planner to its predictions). The
 next refit takes it in and needs a new held-out batch. `python bench/fit.py`
 prints the constants, each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds
-planner/sizing.py's constants to it.
+planner/memory.py's constants to it.
 """
 
 from __future__ import annotations
@@ -40,18 +40,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from planner.architecture import ModelArchitecture, parse_hf_config  # noqa: E402
+from planner.architecture import ModelArchitecture  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
-from planner.sizing import (  # noqa: E402
+from planner.layout import Layout  # noqa: E402
+from planner.memory import (  # noqa: E402
     BASELINE_BY_GPU,
-    Layout,
     PeakFeatures,
     default_engine,
     fitted_peak_gib,
     peak_features,
     runner_v2,
-    single_gpu_fit,
 )
+from planner.model_config import parse_hf_config  # noqa: E402
+from planner.sizing import single_gpu_fit  # noqa: E402
 
 RESULTS = ROOT / "docs" / "benchmarks" / "results.json"
 PEAK = re.compile(r"torch peak memory increase: ([\d.]+)GiB")
@@ -152,7 +153,7 @@ def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
 
 
 def fit(data: list[Row]) -> dict[str, float]:
-    """The constants of planner/sizing.py's parts model, from these rows."""
+    """The constants of planner/memory.py's parts model, from these rows."""
     dense = [r for r in data if r.family == "dense"]
     sampling, forward = _two_phases(dense)
     c = {"PEAK_BASE_GIB": sampling[0], "PEAK_PER_LOGITS": sampling[1], "PEAK_PER_HIDDEN": sampling[2],

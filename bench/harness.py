@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.declared import DeclaredPods, Rendered  # noqa: E402
 from planner import sizing  # noqa: E402
-from planner.architecture import load_architecture  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.commands import (  # noqa: E402
     API_PORT,
@@ -38,6 +37,9 @@ from planner.commands import (  # noqa: E402
 )
 from planner.config import build_settings  # noqa: E402
 from planner.errors import ConfigError  # noqa: E402
+from planner.layout import Layout, fit  # noqa: E402
+from planner.memory import default_engine, kv_dtype_bytes, model_weight_bytes  # noqa: E402
+from planner.model_config import load_architecture  # noqa: E402
 
 NODE_IPS = ("127.0.0.2", "127.0.0.3")
 # NVLink multicast stays off (shared hosts); harmless where there is none.
@@ -382,10 +384,10 @@ def predicted_kv(config_json: Path, args: argparse.Namespace, tp: int, pp: int, 
     if acc is None:
         return None
     arch, _ = load_architecture("bench/model", "main", str(config_json), None, ROOT)
-    weights = sizing.model_weight_bytes(arch, args.dtype)
-    kv_bytes = sizing.kv_dtype_bytes(args.kv_cache_dtype, args.dtype)
-    return sizing.fit(arch, acc, sizing.Layout(tp, pp, nodes), args.gpu_memory_utilization, weights, kv_bytes,
-                      args.max_model_len, sizing.default_engine(acc, "0.25.1")).kv_tokens
+    weights = model_weight_bytes(arch, args.dtype)
+    kv_bytes = kv_dtype_bytes(args.kv_cache_dtype, args.dtype)
+    return fit(arch, acc, Layout(tp, pp, nodes), args.gpu_memory_utilization, weights, kv_bytes,
+               args.max_model_len, default_engine(acc, "0.25.1")).kv_tokens
 
 
 def planner_layout(config_json: Path, args: argparse.Namespace) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.levers_report import levers_section
 from bench.tables import markdown_table as _table
-from planner.sizing import RESERVE_GIB
+from planner.memory import RESERVE_GIB
 from planner.stack_schema import VllmConfig
 
 DEFAULT_IMAGE = VllmConfig.model_fields["image"].default
@@ -280,7 +280,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
 
     lines += ["## Planner calibration (KV cache tokens)", "",
               f"The planner predicts usable KV memory per GPU as GPU memory x utilization - weights / (TP x PP) - "
-              f"{RESERVE_GIB:g} GiB (`RESERVE_GIB` in `planner/sizing.py`; MoE and MLA models reserve more, and "
+              f"{RESERVE_GIB:g} GiB (`RESERVE_GIB` in `planner/memory.py`; MoE and MLA models reserve more, and "
               "weights count a small load overhead, see the families below), divided by the KV bytes per token per "
               "GPU. The rows of this table were predicted when they ran. vLLM's number is the `GPU KV cache size: "
               "N tokens` line of the engine log, at the same "
@@ -364,7 +364,7 @@ def write_report(results: dict[str, Any], out_dir: Path, doc: Path, layouts: tup
 
 def families_section(found: dict) -> list[str]:
     """The calibration of current model families (bench/calibrate.py), with today's planner beside vLLM."""
-    from planner.architecture import parse_hf_config
+    from planner.model_config import parse_hf_config
     from planner.sizing import families, single_gpu_fit
 
     rows = found.get("rows") or []
@@ -401,7 +401,7 @@ def families_section(found: dict) -> list[str]:
               f"over); weights: {min(w_err):+.2f}% to {max(w_err):+.2f}% (bound: 3%). The per-layer rules (sliding "
               "window, chunked, gated-delta-net state, MLA latent, grouping) are vLLM 0.25.1's, cited in "
               "`planner/architecture.py` and `planner/layers.py`. The memory outside the KV cache (activation peak, "
-              "MoE and MLA terms, non-torch, baseline, CUDA graphs: `planner/sizing.py`) is fitted on these rows, so "
+              "MoE and MLA terms, non-torch, baseline, CUDA graphs: `planner/memory.py`) is fitted on these rows, so "
               "this table is the fit; the next section holds what was predicted for checkpoints before they ran. "
               "The 32k rows check the hybrid arithmetic at a second length."]
     if found.get("failed_first"):

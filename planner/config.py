@@ -13,28 +13,26 @@ from __future__ import annotations
 
 import json
 import re
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from planner import routing, vllm_flags
-from planner.architecture import ModelArchitecture, load_architecture
+from planner import routing
+from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType, machine_series
+from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
+from planner.model_config import load_architecture
 from planner.stack_schema import (
     SECRETS,
     SECTIONS,
     AcceleratorConfig,
     FallbackConfig,
     ModelConfig,
-    Section,
     section_defaults,
 )
+from planner.vllm_rules import gpu_rules, vllm_rules
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -224,122 +222,6 @@ def _decode(key: str, value: Any) -> Any:
     return value
 
 
-def _field(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, Any]:
-    """(camelCase dotted name, FieldInfo or None) of an error location inside `model`."""
-    info = model.model_fields.get(str(loc[0])) if loc else None
-    if info is None:  # located by alias
-        info = next((f for f in model.model_fields.values() if f.alias == loc[0]), None) if loc else None
-    name = (info.alias if info is not None and info.alias else str(loc[0])) if loc else ""
-    return name, info
-
-
-def _bounds(info: Any) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for item in getattr(info, "metadata", []) or []:
-        for attr in ("gt", "ge", "lt", "le"):
-            if getattr(item, attr, None) is not None:
-                found[attr] = getattr(item, attr)
-    return found
-
-
-def _base_type(annotation: Any) -> Any:
-    """int for `Int`, `Int | None` and the like: the type under Optional and Annotated."""
-    if typing.get_origin(annotation) is typing.Annotated:
-        return _base_type(typing.get_args(annotation)[0])
-    options = [t for t in typing.get_args(annotation) if t is not type(None)]
-    if options and typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return _base_type(options[0])
-    return annotation
-
-
-def interval(bounds: dict[str, float], integer: bool) -> str:
-    """A field's bounds, both of them where it has two: `from 1 to 5`, `>= 1`, `(0.1, 0.99]`."""
-    low = bounds.get("ge", bounds.get("gt"))
-    high = bounds.get("le", bounds.get("lt"))
-    if integer and "ge" in bounds and "le" in bounds:
-        return f"from {int(bounds['ge'])} to {int(bounds['le'])}"
-    if low is not None and high is not None:
-        return f"in {'[' if 'ge' in bounds else '('}{low:g}, {high:g}{']' if 'le' in bounds else ')'}"
-    if low is not None:
-        return f"{'>=' if 'ge' in bounds else '>'} {low:g}"
-    return f"{'<=' if 'le' in bounds else '<'} {high:g}"
-
-
-def _reason(error: dict[str, Any], info: Any, model: type[BaseModel]) -> str:
-    """The one-line reason for a pydantic error, in the words this project has always used; a number field's
-    message gives every bound it has, so a value above the upper one is not told only the lower."""
-    kind, bounds = error["type"], _bounds(info)
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        accepted = sorted(f.alias or n for n, f in model.model_fields.items())
-        return f"unknown key; accepted keys: {', '.join(accepted)}"
-    if kind == "literal_error":
-        choices = re.findall(r"'([^']*)'", error["ctx"]["expected"])
-        return f"accepted: {', '.join(choices)}"
-    base = _base_type(info.annotation) if info is not None else None
-    # Any wrong value of a number field, a non-number too; strings must be ASCII digits (stack_schema.ASCII_INT).
-    if base is int and bounds:
-        return f"expected an integer {interval(bounds, True)} in ASCII digits 0-9"
-    if base is float and bounds:
-        return f"expected a number {interval(bounds, False)} in ASCII digits 0-9"
-    if kind == "value_error":
-        return str(error["ctx"]["error"])
-    return error["msg"].removeprefix("Value error, ")
-
-
-def _nested(info: Any) -> type[BaseModel] | None:
-    """The model a field holds (itself, optional, or as the items of a tuple or list), None for plain values."""
-    annotation = info.annotation if info is not None else None
-    while True:
-        if typing.get_origin(annotation) is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-            continue
-        options = [t for t in typing.get_args(annotation) if t is not type(None) and t is not Ellipsis]
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple, list) and len(options) == 1:
-            annotation = options[0]
-            continue
-        break
-    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-
-
-def _located(model: type[BaseModel], loc: tuple[Any, ...], value: Any) -> tuple[str, Any, type[BaseModel], Any]:
-    """(key path in camelCase, e.g. `fallbacks[0].type`; the field's info; the model the field is in; the value at
-    that path) of a pydantic error location. Parts past a plain field (pydantic's union member tags) are dropped,
-    list positions kept."""
-    path, info, owner, current, shown = "", None, model, model, value
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-            shown = shown[part] if isinstance(shown, (list, tuple)) and 0 <= part < len(shown) else None
-            continue
-        if current is None:
-            continue
-        name, info = _field(current, (part,))
-        owner = current
-        path += f"{'.' if path else ''}{name}"
-        shown = shown.get(name, shown.get(part)) if isinstance(shown, Mapping) else None
-        current = _nested(info)
-    return path, info, owner, shown
-
-
-def _section(key: str, model: type[Section], value: Any) -> Any:
-    if value is None:
-        value = {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(key, value, "expected an object (a YAML mapping)")
-    try:
-        return model.model_validate(dict(value))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        path, info, owner, shown = _located(model, error["loc"], dict(value))
-        if error["type"] == "missing":
-            shown = None
-        elif shown is None and error["type"] != "extra_forbidden":
-            shown = error.get("input")
-        raise ConfigError(f"{key}.{path}", shown, _reason(error, info, owner)) from None
-
-
 def _options(key: str, value: str | tuple[str, ...] | None, machine: MachineType) -> tuple[str, ...]:
     """The ways of buying `machine` a rung list names (the series' default when unset), each one it is sold as."""
     series = machine_series(machine.name)
@@ -437,62 +319,6 @@ def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
                                acc.driver_version, tuple(rungs), acc.spot_multi_node)
 
 
-def _loads_kv_scales(arch: ModelArchitecture) -> bool:
-    """Whether vLLM 0.32.0 hands the model's attention layers a KV-cache method (fp8 KV scales) from the checkpoint's
-    quantization config (get_quant_method of vllm/model_executor/layers/quantization/): modelopt's FP8 and NVFP4
-    configs for every attention layer, MLA's too (modelopt.py ModelOptQuantConfigBase); fp8 and quark for
-    Attention layers, not MLA's (fp8.py, quark/quark.py); compressed-tensors where it declares a kv_cache_scheme
-    (attention.py lets a scheme-less one keep fp8_e5m2). tests/unit/test_vllm_refusals.py holds this to vLLM."""
-    method = arch.quant_method
-    if method.startswith("modelopt"):
-        return True
-    if arch.kv_lora_rank:
-        return False
-    return method in ("fp8", "quark") or (method == "compressed-tensors" and bool(arch.checkpoint_kv_dtype))
-
-
-def _vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
-    """What vLLM's parser and model loader refuse of vllm.image, vllm.extraArgs and vllm.kvCacheDtype (refused in one
-    line); returns warnings for what can only be checked against vLLM 0.32.0's parser."""
-    if problem := vllm_flags.rendered_problem(v.image):
-        raise ConfigError("vllm.image", v.image, problem)
-    warnings = []
-    if problem := vllm_flags.unknown_flag(v.extra_args):
-        version = vllm_flags.image_version(v.image)
-        if version is None or ".".join(map(str, version)) == vllm_flags.FLAGS_VERSION:
-            raise ConfigError("vllm.extraArgs", list(v.extra_args),
-                              f"{problem}; accepted: the flags of vLLM {vllm_flags.FLAGS_VERSION}'s server, in any "
-                              "spelling its parser reads (- or _, =value, an unambiguous prefix)")
-        warnings.append(f"vllm.extraArgs: {problem} in vLLM {vllm_flags.FLAGS_VERSION}; not verified for "
-                        f"{v.image}, whose parser this plan does not have")
-    # vllm/model_executor/layers/attention/attention.py _init_kv_cache_quant: "fp8_e5m2 kv-cache is not supported
-    # with fp8 checkpoints" wherever the attention layer loads fp8 KV scales.
-    if v.kv_cache_dtype == "fp8_e5m2" and _loads_kv_scales(arch):
-        raise ConfigError("vllm.kvCacheDtype", v.kv_cache_dtype,
-                          f"{arch.name} is an fp8 checkpoint ({arch.quant_method}) whose attention layers load fp8 "
-                          "KV scales, and vLLM refuses fp8_e5m2 with it; use fp8 (fp8_e4m3) or auto")
-    return warnings
-
-
-def _gpu_rules(accelerator: AcceleratorSettings, v: Any) -> None:
-    """What vLLM refuses on a GPU generation, checked on every rung's GPU with the same code: a fallback runs the
-    same pod, so a dtype its GPU lacks fails there as it would on the primary."""
-    for rung in accelerator.rungs or [Rung("accelerator", accelerator.type, accelerator.machine_type,
-                                           accelerator.provisioning, accelerator.zones)]:
-        catalog = ACCELERATORS[rung.type]
-        if catalog.bfloat16:
-            continue
-        for key, value in (("vllm.dtype", v.dtype), ("vllm.kvCacheDtype", v.kv_cache_dtype)):
-            if value != "bfloat16":
-                continue
-            if rung.key == "accelerator":
-                raise ConfigError(key, value, f"{catalog.display} has no bfloat16 (compute capability below 8.0) "
-                                              "and vLLM refuses it; use float16 or auto")
-            raise ConfigError(f"{rung.key}.type", rung.type,
-                              f"{catalog.display} has no bfloat16 (compute capability below 8.0) and vLLM refuses "
-                              f"{key} {value} there; use another fallback, or {key} float16 or auto")
-
-
 def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None) -> tuple[str, ...]:
     """The weights-disk types every rung's machine attaches (weights.diskType when set). Several zones need
     Hyperdisk ML: the PD CSI driver serves one volume from same-named disks in several zones only for the disk types
@@ -545,7 +371,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     for key in raw:
         if key not in known:
             raise ConfigError(key, raw[key], f"unknown key; accepted keys: {', '.join(sorted(known))}")
-    cfg = {key: _section(key, model, _decode(key, raw.get(key))) for key, model in SECTIONS.items()}
+    cfg = {key: section(key, model, _decode(key, raw.get(key))) for key, model in SECTIONS.items()}
 
     c = cfg["cluster"]
     cluster = ClusterSettings(c.name, c.location, c.create, c.release_channel, c.image_mirror)
@@ -576,8 +402,8 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args,
                         v.compile_cache)
     notes = [note] if note else []
-    notes += _vllm_rules(v, model.architecture)
-    _gpu_rules(accelerator, v)
+    notes += vllm_rules(v, model.architecture)
+    gpu_rules(accelerator, v)
 
     w = cfg["weights"]
     types = _weights_disk_types(accelerator, w.disk_type)

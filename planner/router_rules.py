@@ -15,6 +15,8 @@ violation. Pure Python over plain dicts; the facts come from planner/routing.py,
               (Envoy's ORIGINAL_DST does not sanitize it), and the pod drains before SIGTERM (Envoy "Draining":
               listeners close at once on shutdown): a preStop of at least the endpoint removal plus the shorter of
               the route timeout and the leaders' drain, a grace period past it, no Recreate rollout.
+- selection:  an InferencePool and a standalone picker select exactly a LeaderWorkerSet's leaders, the pool's ports
+              and references resolve, and one picker runs the approximate prefix scorer (its index is per pod).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import yaml
 from planner import routing as rt
 from planner.commands import DRAIN_SECONDS
 from planner.labels import LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from planner.scheduling_rules import _where as where_of
+from planner.scheduling_rules import pod_templates
 from planner.versions import ENVOY_IMAGE, EPP_IMAGE, unmirrored
 
 ObjectKey = tuple[str, str, str]
@@ -378,3 +382,102 @@ def check(objects: list[dict[str, Any]], waits: Mapping[ObjectKey, set[ObjectKey
     """Every rule above; `awaits` only where the program's dependencies are known."""
     return [*(awaits(objects, waits) if waits is not None else []), *reach(objects), *rbac(objects),
             *envoy(objects)]
+
+
+# ---------------------------------------------------------------------------------------------- selection
+
+def _leader_selectors(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """namespace/LWS name -> the labels that select exactly that LeaderWorkerSet's leader pods."""
+    return {f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name')}":
+            {LWS_NAME_LABEL: (o.get("metadata") or {}).get("name", ""), LWS_WORKER_INDEX_LABEL: "0"}
+            for o in objects if o.get("kind") == "LeaderWorkerSet"}
+
+
+def _leader_ports(objects: list[dict[str, Any]], namespace: str, lws_name: str) -> set[Any]:
+    """Port numbers and names of the leader container(s) of a LeaderWorkerSet (its leaderTemplate, or the
+    workerTemplate of a one-pod group, whose only pod is the leader)."""
+    found: set[Any] = set()
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") != "LeaderWorkerSet" or (meta.get("namespace", ""), meta.get("name")) != \
+                (namespace, lws_name):
+            continue
+        lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
+        leader = lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+        for container in (leader.get("spec") or {}).get("containers") or []:
+            for port in container.get("ports") or []:
+                found |= {port.get("containerPort"), port.get("name")}
+    return found - {None}
+
+
+def selection(objects: list[dict[str, Any]]) -> list[str]:
+    """Inference-aware routing objects (serving.routing epp / gke-gateway) point where they must:
+    - an InferencePool and a standalone EPP (`--endpoint-selector`) select exactly a LeaderWorkerSet's leaders
+      (`leaderworkerset.sigs.k8s.io/worker-index: "0"`): a multi-node group's workers run Ray, not the API, and a
+      request sent there fails (llm-d/llm-d-router issue #220; KServe's multi-node LLMInferenceService selects
+      leaders the same way); the pool's target port is a port of the leader container;
+    - the pool's endpointPickerRef names a Service of this namespace with that port; HTTPRoute backends and the
+      HealthCheckPolicy / GCPBackendPolicy targets name an InferencePool that exists (GKE ignores a policy whose
+      target is missing, and the load balancer then health-checks `/`, where vLLM answers 404);
+    - more than one EPP replica never runs the approximate prefix scorer (its index lives in each pod: llm-d's
+      guidance is one active replica for it).
+    Pure checks over the rendered objects; planner/routing.py has the sources of the values."""
+    problems: list[str] = []
+    leaders = _leader_selectors(objects)
+    pools = {(o["metadata"].get("namespace", ""), o["metadata"].get("name")): o for o in objects
+             if o.get("kind") == "InferencePool"}
+    services = {(o["metadata"].get("namespace", ""), o["metadata"].get("name")): o for o in objects
+                if o.get("kind") == "Service"}
+    for (ns, _name), pool in pools.items():
+        spec = pool.get("spec") or {}
+        selector = (spec.get("selector") or {}).get("matchLabels") or {}
+        if selector not in leaders.values():
+            problems.append(f"routing: {where_of(pool)} selects {selector}, not the leaders of a LeaderWorkerSet "
+                            f"({', '.join(str(v) for v in leaders.values()) or 'none rendered'})")
+            continue
+        ports = _leader_ports(objects, ns, selector[LWS_NAME_LABEL])
+        for target in spec.get("targetPorts") or []:
+            if target.get("number") not in ports:
+                problems.append(f"routing: {where_of(pool)} targets port {target.get('number')}, which the leader "
+                                "container does not declare")
+        ref = spec.get("endpointPickerRef") or {}
+        service = services.get((ns, ref.get("name")))
+        number = (ref.get("port") or {}).get("number")
+        if service is None or number not in {p.get("port") for p in (service.get("spec") or {}).get("ports") or []}:
+            problems.append(f"routing: {where_of(pool)} endpointPickerRef {ref.get('name')}:{number} is no Service "
+                            "port of its namespace")
+    for obj in objects:
+        kind, ns = obj.get("kind"), (obj.get("metadata") or {}).get("namespace", "")
+        refs = []
+        if kind == "HTTPRoute":
+            refs = [b for rule in (obj.get("spec") or {}).get("rules") or [] for b in rule.get("backendRefs") or []
+                    if b.get("kind") == "InferencePool"]
+        elif kind in ("HealthCheckPolicy", "GCPBackendPolicy"):
+            refs = [(obj.get("spec") or {}).get("targetRef") or {}]
+        for ref in refs:
+            if (ref.get("namespace", ns), ref.get("name")) not in pools:
+                problems.append(f"routing: {where_of(obj)} refers to InferencePool {ref.get('name')}, which is not "
+                                "rendered")
+    configs = {(o["metadata"].get("namespace", ""), o["metadata"].get("name")): o.get("data") or {}
+               for o in objects if o.get("kind") == "ConfigMap"}
+    for template in pod_templates(objects):
+        owner = template.owner
+        ns = (owner.get("metadata") or {}).get("namespace", "")
+        for container in template.spec.get("containers") or []:
+            if unmirrored(container.get("image", "")) != unmirrored(EPP_IMAGE):
+                continue
+            args = container.get("args") or []
+            selector = rt.selector_flag(args)
+            if selector is not None and selector not in leaders.values():
+                problems.append(f"routing: {template.where} endpoint picker selects {selector}, not the leaders of "
+                                "a LeaderWorkerSet")
+            volumes = {v.get("name"): (v.get("configMap") or {}).get("name") for v in template.spec.get("volumes")
+                       or []}
+            mounted = [volumes.get(m.get("name")) for m in container.get("volumeMounts") or []
+                       if m.get("mountPath") == "/config"]
+            text = "".join((configs.get((ns, cm)) or {}).get(rt.CONFIG_FILE, "") for cm in mounted)
+            replicas = int((owner.get("spec") or {}).get("replicas", 1))
+            if replicas > 1 and "prefix-cache-scorer" in text:
+                problems.append(f"routing: {template.where} runs {replicas} endpoint pickers with the approximate "
+                                "prefix scorer, whose index is per pod")
+    return problems

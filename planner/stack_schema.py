@@ -28,6 +28,7 @@ from planner.gcp_names import (
 )
 from planner.labels import GKE_NAMESPACES
 from planner.versions import VLLM_IMAGE
+from planner.vllm_flags import owned_flag
 
 
 def _bool(value: Any) -> Any:
@@ -285,28 +286,6 @@ class ParallelismConfig(Section):
     pipeline: Int | None = Field(None, ge=1, description="--pipeline-parallel-size.")
     min_concurrent_sequences: Int = Field(4, ge=1, description="Full-length sequences the automatic layout tries "
                                                                "to fit in one replica's KV cache.")
-
-
-OWNED_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size",
-               "--pipeline-parallel-size", "--max-model-len", "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype",
-               "--api-key", "--distributed-executor-backend", "--shutdown-timeout", "--config")
-"""vLLM flags the program renders from other keys or relies on (--config would load any of them from a file);
-vllm.extraArgs may not set them in any spelling vLLM's parser accepts."""
-OWNED_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
-"""vLLM's short aliases of owned flags (vllm/engine/arg_utils.py)."""
-
-
-def owned_flag(arg: str) -> str | None:
-    """The owned flag `arg` sets, spelled as vLLM's parser reads it: `_` or `-` in the name (FlexibleArgumentParser
-    turns underscores into dashes), `=value` attached, an unambiguous prefix (argparse's allow_abbrev, on in vLLM),
-    or a short alias with or without its value attached (-tp4)."""
-    for short, flag in OWNED_SHORT.items():
-        if arg == short or (arg.startswith(short) and arg[len(short):].lstrip("=").isdigit()):
-            return flag
-    if not arg.startswith("--") or len(arg) <= 2:
-        return None
-    name = arg.split("=", 1)[0].replace("_", "-")
-    return next((flag for flag in OWNED_FLAGS if flag == name or (len(name) >= 4 and flag.startswith(name))), None)
 
 
 def pinned_image(image: str, example: str) -> str:

@@ -20,7 +20,8 @@ from planner.catalog import GIB
 from planner.config import NAMESPACE, PROJECT_DIR, build_settings, check_namespaces
 from planner.engine import PROFILES
 from planner.errors import ConfigError
-from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan, resolved_kv_cache_dtype
+from planner.memory import resolved_kv_cache_dtype
+from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
 from planner.versions import chat_ui_image, own_images
 
 

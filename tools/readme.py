@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from planner.config import NAMESPACE, PROJECT_DIR, build_settings, interval
+from planner.config import NAMESPACE, PROJECT_DIR, build_settings
+from planner.config_errors import interval
 from planner.sizing import Sizing, plan
 from planner.stack_schema import SECRETS, SECTIONS, section_defaults
 from tools.plan import namespaced, read_stack_file

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from planner.architecture import context_length
 from planner.config import PROJECT_DIR
 from planner.errors import ConfigError
-from planner.stack_schema import owned_flag
+from planner.model_config import context_length
+from planner.vllm_flags import owned_flag
 from tests.helpers import accel, model, settings, sizing
 
 LLAMA_8B = json.loads((PROJECT_DIR / "models" / "Llama-3.1-8B-Instruct.json").read_text())

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.architecture import parse_hf_config
 from planner.layers import MODELOPT_NVFP4_BYTES_PER_PARAM, checkpoint_kv_cache_dtype
+from planner.model_config import parse_hf_config
 from planner.sizing import single_gpu_fit
 from tests.helpers import sizing
 

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.architecture import ModelArchitecture, parse_hf_config
+from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, GIB
 from planner.engine import PROFILES, batch_defaults, engine_settings
-from planner.sizing import Layout, fit, model_weight_bytes
+from planner.layout import Layout, fit
+from planner.memory import model_weight_bytes
+from planner.model_config import parse_hf_config
 
 torch = pytest.importorskip("torch")
 vllm_config_mod = pytest.importorskip("vllm.config")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.architecture import parse_hf_config
 from planner.errors import ConfigError
 from planner.layers import MXFP4_BYTES_PER_PARAM, cut_layers
+from planner.model_config import parse_hf_config
 from planner.sizing import families, single_gpu_fit
 from tests.helpers import accel, model, sizing
 

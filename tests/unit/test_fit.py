@@ -1,5 +1,5 @@
 """The planner's memory outside the KV cache is the fit bench/fit.py makes from the GPU rows in results.json: the
-constants in planner/sizing.py are that fit, each part is fitted on the rows it names, and the runner rule and the
+constants in planner/memory.py are that fit, each part is fitted on the rows it names, and the runner rule and the
 MoE workspace follow vLLM's source."""
 
 import json
@@ -7,19 +7,13 @@ from pathlib import Path
 
 import pytest
 
-import planner.sizing as sizing
+import planner.memory as memory
 from bench.fit import _lstsq, fit, leave_one_out, rows, smallest_margin
-from planner.architecture import parse_hf_config
 from planner.catalog import ACCELERATORS, GIB
-from planner.sizing import (
-    Layout,
-    default_engine,
-    fitted_peak_gib,
-    moe_workspace_bytes,
-    peak_features,
-    runner_v2,
-    single_gpu_fit,
-)
+from planner.layout import Layout
+from planner.memory import default_engine, fitted_peak_gib, moe_workspace_bytes, peak_features, runner_v2
+from planner.model_config import parse_hf_config
+from planner.sizing import single_gpu_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
@@ -32,8 +26,8 @@ def arch(name: str):
 
 
 @pytest.mark.parametrize("name,value", sorted(fit(DATA).items()))
-def test_sizing_constants_are_the_fit_of_the_measured_rows(name, value):
-    assert getattr(sizing, name) == pytest.approx(value, abs=6e-4), f"re-run python bench/fit.py: {name}"
+def test_memory_constants_are_the_fit_of_the_measured_rows(name, value):
+    assert getattr(memory, name) == pytest.approx(value, abs=6e-4), f"re-run python bench/fit.py: {name}"
 
 
 def test_each_part_is_fitted_on_its_own_rows():
@@ -149,7 +143,7 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed):
 
 
 def test_a_held_out_batch_stays_out_of_the_fit():
-    assert HELD_OUT, "the constants in planner/sizing.py are checked by a batch they were not fitted on"
+    assert HELD_OUT, "the constants in planner/memory.py are checked by a batch they were not fitted on"
     held = {r["model"] for b in HELD_OUT for r in b["measured"]}
     assert held and not held & {r.model for r in DATA}
 
@@ -163,9 +157,9 @@ def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_ove
     """PEAK_MARGIN_GIB is not chosen by hand: bench/fit.py searches it in 0.01 GiB steps over the calibration rows and
     the batches in the fit (not the held-out ones, which check it)."""
     margin, setter = smallest_margin(RESULTS)
-    assert margin == pytest.approx(sizing.PEAK_MARGIN_GIB) and setter
+    assert margin == pytest.approx(memory.PEAK_MARGIN_GIB) and setter
     # the search hands its candidates to the planner (margin_gib), which takes PEAK_MARGIN_GIB when given none
     arch = parse_hf_config(RESULTS["calibration_families"]["rows"][0]["config"], "row", "results.json")
     tokens = [single_gpu_fit(arch, "nvidia-h200-141gb", 0.9, 8192, **extra).kv_tokens
-              for extra in ({}, {"margin_gib": sizing.PEAK_MARGIN_GIB}, {"margin_gib": sizing.PEAK_MARGIN_GIB + 1})]
+              for extra in ({}, {"margin_gib": memory.PEAK_MARGIN_GIB}, {"margin_gib": memory.PEAK_MARGIN_GIB + 1})]
     assert tokens[0] == tokens[1] > tokens[2]

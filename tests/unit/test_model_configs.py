@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.architecture import parse_hf_config
 from planner.engine import PROFILES, profile_for_image
 from planner.errors import ConfigError
 from planner.layers import PART_MODULES, _compressed_tensors_match
+from planner.model_config import parse_hf_config
 from tests.helpers import accel, model, sizing
 
 ROOT = Path(__file__).resolve().parents[2]

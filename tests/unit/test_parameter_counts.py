@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from planner.architecture import parse_hf_config  # noqa: E402
+from planner.model_config import parse_hf_config  # noqa: E402
 from tests.helpers import DECODER_FAMILIES, family_default_config  # noqa: E402
 
 FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text")

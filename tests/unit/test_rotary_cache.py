@@ -12,7 +12,7 @@ pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
 from bench.calibrate import entry_config, parse_entry  # noqa: E402
-from planner.architecture import parse_hf_config  # noqa: E402
+from planner.model_config import parse_hf_config  # noqa: E402
 from tests.helpers import vllm_model_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,20 +3,12 @@
 
 import pytest
 
-from planner.architecture import parse_hf_config
 from planner.catalog import ACCELERATORS, GIB
+from planner.disks import choose_weights_disk, disk_read_mib_s, weights_load_seconds
 from planner.errors import ConfigError
-from planner.sizing import (
-    GRAPHS_DENSE_BASE_GIB,
-    GRAPHS_DENSE_PER_KHIDDEN_GIB,
-    LOAD_OVERHEAD_GIB,
-    RESERVE_GIB,
-    candidate_layouts,
-    choose_weights_disk,
-    disk_read_mib_s,
-    valid_tensor_sizes,
-    weights_load_seconds,
-)
+from planner.layout import candidate_layouts, valid_tensor_sizes
+from planner.memory import GRAPHS_DENSE_BASE_GIB, GRAPHS_DENSE_PER_KHIDDEN_GIB, LOAD_OVERHEAD_GIB, RESERVE_GIB
+from planner.model_config import parse_hf_config
 from tests.helpers import accel, model, settings, sizing
 
 G2 = ACCELERATORS["nvidia-l4"].machine("g2-standard-8")
@@ -235,7 +227,7 @@ def test_more_nodes_than_a_persistent_disk_attaches_to_are_refused_naming_hyperd
 
 def test_hyperdisk_ml_throughput_changes_only_when_the_pool_doubles():
     """A Hyperdisk ML volume takes one throughput change per 4 hours; main re-provisioned on every maxReplicas edit."""
-    from planner.sizing import hyperdisk_throughput
+    from planner.disks import hyperdisk_throughput
 
     assert [hyperdisk_throughput(4_000, n) for n in (1, 2, 3, 4, 5, 8)] == [4_000, 8_000, 16_000, 16_000, 32_000,
                                                                             32_000]

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 
-from planner.architecture import parse_hf_config  # noqa: E402
+from planner.model_config import parse_hf_config  # noqa: E402
 from tests.helpers import DECODER_FAMILIES, family_default_config, vllm_model_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,253 @@
+"""Layouts (tensor x pipeline parallel over nodes) and what they hold: the KV tokens of one layout on a GPU type
+(fit), the candidate layouts, the automatic choice and the refusals of an explicit one, each naming a layout that
+would work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.architecture import ModelArchitecture
+from planner.catalog import (
+    GIB,
+    Accelerator,
+    MachineType,
+)
+from planner.config import Settings
+from planner.engine import (
+    EngineChoice,
+    EngineSettings,
+    engine_settings,
+    profile_for_image,
+)
+from planner.errors import ConfigError
+from planner.memory import (
+    LOAD_OVERHEAD_GIB,
+    PEAK_MARGIN_GIB,
+    default_engine,
+    outside_kv_bytes,
+    rotary_cache_bytes,
+)
+from planner.stack_schema import VllmConfig
+
+MAX_NODES_PER_REPLICA = 64
+MEASURED_CROSS_NODE_TCP = ("measured on 2x H200 over TCP sockets (docs/benchmarks.md): pipeline parallel across "
+                           "nodes 3,690 output tok/s per GPU, tensor parallel across nodes 496")
+DEFAULT_UTILIZATION: float = VllmConfig.model_fields["gpu_memory_utilization"].default
+"""vllm.gpuMemoryUtilization's declared default: the level a too-low setting is compared with."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    nodes: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    def describe(self, machine: MachineType | None = None) -> str:
+        text = f"tensor={self.tp}, pipeline={self.pp}"
+        where = f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+        if machine is not None:
+            where += f" of {machine.name}"
+        return f"{text} on {where}"
+
+
+
+@dataclass(frozen=True)
+class Fit:
+    weights_per_gpu: float
+    usable_per_gpu: float
+    kv_bytes_per_token: float
+    kv_tokens: int
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.usable_per_gpu > 0
+
+
+
+def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
+    """TP sizes vLLM accepts: dividing the attention heads, and the KV heads dividing or divisible."""
+    return [tp for tp in range(1, limit + 1)
+            if arch.num_attention_heads % tp == 0
+            and (arch.num_kv_heads % tp == 0 or tp % arch.num_kv_heads == 0)]
+
+
+def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
+        weights_bytes: float, kv_bytes: float, max_len: int = 0, engine: EngineSettings | None = None,
+        margin_gib: float = PEAK_MARGIN_GIB) -> Fit:
+    """Weights and KV tokens per GPU under `engine` (default: the default profile's settings for this GPU);
+    `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
+    linear attention): vLLM reports those tokens per max_len-long request."""
+    engine = engine or default_engine(acc)
+    per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
+    usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, margin_gib)
+    length = max_len or arch.max_position_embeddings
+    if not engine.profile.grouped_kv:
+        tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, length, engine.max_num_batched_tokens)
+    else:
+        tokens = arch.kv_tokens_grouped(layout.tp, layout.pp, kv_bytes, usable, length,
+                                        engine.in_flight_tokens(layout.pp), engine.state_blocks)
+    per_token = usable / tokens if tokens else arch.kv_bytes_per_token(layout.tp, layout.pp, kv_bytes)
+    return Fit(per_gpu, usable, per_token, tokens)
+
+
+def place(tp: int, pp: int, gpus_per_node: int) -> int | None:
+    """Nodes a TP x PP replica needs: one when it fits a node, else whole nodes with TP inside one."""
+    gpus = tp * pp
+    if gpus <= gpus_per_node:
+        return 1
+    if tp > gpus_per_node or gpus % gpus_per_node:
+        return None
+    return gpus // gpus_per_node
+
+
+def candidate_layouts(arch: ModelArchitecture, gpus_per_node: int) -> list[Layout]:
+    """Every layout with TP inside a node, ordered smallest first (GPUs, then nodes, then larger TP)."""
+    layouts = []
+    for tp in valid_tensor_sizes(arch, gpus_per_node):
+        for pp in range(1, arch.num_layers + 1):
+            nodes = place(tp, pp, gpus_per_node)
+            if nodes is not None and nodes <= MAX_NODES_PER_REPLICA:
+                layouts.append(Layout(tp, pp, nodes))
+            if tp * pp >= gpus_per_node * MAX_NODES_PER_REPLICA:
+                break
+    return sorted(layouts, key=lambda lay: (lay.gpus, lay.nodes, -lay.tp))
+
+
+def smallest_working(arch: ModelArchitecture, acc: Accelerator, gpus_per_node: int, utilization: float,
+                     weights_bytes: float, kv_bytes: float, tokens_needed: int, max_len: int = 0,
+                     engine: EngineSettings | None = None) -> Layout | None:
+    for layout in candidate_layouts(arch, gpus_per_node):
+        if fit(arch, acc, layout, utilization, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= tokens_needed:
+            return layout
+    return None
+
+
+def engine_choice(settings: Settings) -> EngineChoice:
+    """The engine profile for the stack's vllm.image (planner/engine.py)."""
+    return profile_for_image(settings.vllm.image)
+
+
+def stack_engine(settings: Settings, choice: EngineChoice) -> EngineSettings:
+    """The batch and cache settings the stack's server runs with: its image's profile, its GPU, vllm.extraArgs."""
+    acc = settings.accelerator.catalog
+    return engine_settings(choice.profile, acc.memory_bytes, acc.type, settings.vllm.extra_args)
+
+
+def _suggestion(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float,
+                tokens_needed: int) -> str:
+    arch, accs = settings.model.architecture, settings.accelerator
+    util = settings.vllm.gpu_memory_utilization
+    options = []
+    here = smallest_working(arch, accs.catalog, accs.gpus_per_node, util, weights_bytes, kv_bytes, tokens_needed,
+                            settings.vllm.max_model_len, engine)
+    if here is not None:
+        options.append(here.describe(accs.machine))
+    for machine in accs.catalog.machines:
+        if machine.gpus <= accs.gpus_per_node or machine is not accs.catalog.default_machine(machine.gpus):
+            continue
+        other = smallest_working(arch, accs.catalog, machine.gpus, util, weights_bytes, kv_bytes, tokens_needed,
+                                 settings.vllm.max_model_len, engine)
+        if other is not None and other.nodes == 1 and (here is None or here.nodes > 1):
+            options.append(f"{other.describe(machine)} (accelerator.machineType: {machine.name})")
+            break
+    if not options:
+        return (f"no layout of up to {MAX_NODES_PER_REPLICA} nodes fits; use a larger accelerator, "
+                "an FP8 kv cache (vllm.kvCacheDtype: fp8) or a smaller vllm.maxModelLen")
+    return "a layout that fits: " + "; or ".join(options)
+
+
+def gib_text(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp: int, layout_pp: int,
+                          weights_bytes: float, kv_bytes: float) -> Layout:
+    arch, accs = settings.model.architecture, settings.accelerator
+    gpn = accs.gpus_per_node
+    tp_key = "parallelism.tensor" if settings.parallelism.tensor is not None else "parallelism.pipeline"
+    if arch.num_attention_heads % layout_tp or not (arch.num_kv_heads % layout_tp == 0
+                                                    or layout_tp % arch.num_kv_heads == 0):
+        valid = valid_tensor_sizes(arch, max(8, gpn))
+        listed = ", ".join(str(v) for v in valid[:-1]) + f" or {valid[-1]}" if len(valid) > 1 else str(valid[0])
+        raise ConfigError("parallelism.tensor", layout_tp,
+                          f"{arch.name} has {arch.num_attention_heads} attention heads and {arch.num_kv_heads} "
+                          f"KV heads, which {layout_tp} does not divide; use {listed}")
+    if layout_pp > arch.num_layers:
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"{arch.name} has only {arch.num_layers} layers; use at most {arch.num_layers}")
+    nodes = place(layout_tp, layout_pp, gpn)
+    if nodes is None:
+        if layout_tp > gpn:
+            raise ConfigError("parallelism.tensor", layout_tp,
+                              f"tensor parallelism must stay inside one node ({accs.machine_type} has {gpn} GPUs); "
+                              f"use tensor={gpn} and pipeline={layout_tp * layout_pp // gpn} across nodes")
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"tensor x pipeline = {layout_tp * layout_pp} GPUs does not fill whole nodes of "
+                          f"{gpn} ({accs.machine_type}); use a multiple of {gpn}")
+    if nodes > MAX_NODES_PER_REPLICA:
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"needs {nodes} nodes per replica; at most {MAX_NODES_PER_REPLICA} are supported")
+    layout = Layout(layout_tp, layout_pp, nodes)
+    result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
+                 settings.vllm.max_model_len, engine)
+    max_len = settings.vllm.max_model_len
+    if not result.weights_fit:
+        budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
+        raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
+                          f"{arch.name} needs {gib_text(result.weights_per_gpu)} of weights per GPU at "
+                          f"{layout.describe()} but an {accs.type} offers {gib_text(budget)} "
+                          f"({gib_text(accs.catalog.memory_bytes)} x "
+                          f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
+                          f"{outside_kv_bytes(arch, layout, engine) / GIB:.2f} GiB "
+                          f"reserve; {_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
+    if result.kv_tokens < max_len:
+        alternative = _suggestion(settings, engine, weights_bytes, kv_bytes, max_len).removeprefix(
+            "a layout that fits: ")
+        raise ConfigError("vllm.maxModelLen", max_len,
+                          f"the KV cache at {layout.describe()} holds only {result.kv_tokens} tokens per replica "
+                          f"({gib_text(result.usable_per_gpu)} per GPU), less than one sequence, so vLLM would refuse "
+                          f"to start; lower vllm.maxModelLen to {result.kv_tokens} or less, or use "
+                          f"{alternative}")
+    return layout
+
+
+def auto_layout(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float) -> Layout:
+    arch, accs = settings.model.architecture, settings.accelerator
+    acc, gpn, util = accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization
+    max_len = settings.vllm.max_model_len
+    wanted = settings.parallelism.min_concurrent_sequences * max_len
+    tps = valid_tensor_sizes(arch, gpn)
+    for tp in tps:  # (a) smallest TP on one node that holds the wanted concurrency
+        layout = Layout(tp, 1, 1)
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= wanted:
+            return layout
+    tp_max = tps[-1]
+    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= max_len:
+        return Layout(tp_max, 1, 1)  # (b) the whole node holds at least one full sequence
+    for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # (c) fewest nodes, PP across them
+        pp = nodes * gpn // tp_max
+        if pp > arch.num_layers:
+            break
+        layout = Layout(tp_max, pp, nodes)
+        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= max_len:
+            return layout
+    for higher in (DEFAULT_UTILIZATION,):  # a utilization set below the default may be all that is in the way
+        if higher > util:
+            layout = smallest_working(arch, acc, gpn, higher, weights_bytes, kv_bytes, max_len, max_len, engine)
+            if layout is not None:
+                raise ConfigError("vllm.gpuMemoryUtilization", util,
+                                  f"leaves too little GPU memory for {arch.name} ({gib_text(weights_bytes)} of "
+                                  f"weights) with vllm.maxModelLen {max_len} on {accs.machine_type}; at {higher:g} it "
+                                  "fits "
+                                  f"with {layout.describe(accs.machine)}: raise vllm.gpuMemoryUtilization")
+    raise ConfigError("model.id", settings.model.id,
+                      f"{arch.name} ({gib_text(weights_bytes)} of weights) with vllm.maxModelLen {max_len} does not "
+                      f"fit on up to {MAX_NODES_PER_REPLICA} nodes of {accs.machine_type}; "
+                      f"{_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
+
+

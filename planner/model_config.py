@@ -1,0 +1,349 @@
+"""A checkpoint's config.json read as vLLM reads it: the counts, context length, rotary caches, MLP and attention
+shapes, quantization and per-layer kinds of planner/architecture.py's ModelArchitecture, from configFile, the inline
+object or the Hugging Face Hub. Configs that need remote code are read through transformers' config class for their
+model_type where vLLM does the same."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from planner.architecture import DTYPE_BYTES, ModelArchitecture
+from planner.errors import ConfigError
+from planner.layers import (
+    checkpoint_kv_cache_dtype,
+    layer_kinds,
+    moe_layer_indices,
+    part_layers,
+    read_quantization,
+    refuse_unsized,
+    vision_parameters,
+)
+
+
+def _count(cfg: Mapping[str, Any], source: str, names: tuple[str, ...], minimum: int = 1,
+           default: int | None = None) -> int:
+    """The first of `names` that config.json sets (null counts as unset). A value that is there but impossible (0 or
+    negative where `minimum` is 1, a float, a string) is refused, never replaced by a default or by the next name:
+    vLLM would fail on it at start. Unset: `default`, or an error when there is none."""
+    for name in names:
+        value = cfg.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(source, value, f"{name} in the model config must be an integer >= {minimum}")
+        return value
+    if default is None:
+        raise ConfigError(source, names[0], f"the model config has no {' / '.join(names)}")
+    return default
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+"""The config.json keys vLLM derives the context length from, smallest wins, model_max_length overriding
+(vllm/transformers_utils/model_arch_config_convertor.py, derive_max_model_len_and_key)."""
+ROPE_KEEPS_LENGTH = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+"""RoPE scaling types whose factor vLLM does not apply to the derived length (vllm/config/model.py,
+_get_and_verify_max_len): for the others, the length is multiplied by rope_scaling.factor."""
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def context_length(cfg: Mapping[str, Any], source: str) -> int:
+    """The longest sequence vLLM accepts for this config.json, derived the way vLLM derives it."""
+    found = {}
+    for key in CONTEXT_KEYS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not _positive_int(value):
+            raise ConfigError(source, value, f"{key} must be a positive integer")
+        found[key] = value
+    if not found:
+        raise ConfigError(source, "max_position_embeddings",
+                          f"the model config has none of {', '.join(CONTEXT_KEYS)}, so its context length is unknown")
+    length: float = found.get("model_max_length") or min(found.values())
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
+        kind = rope.get("rope_type") or rope.get("type") or "default"
+        factor = rope.get("factor")
+        if kind not in ROPE_KEEPS_LENGTH and isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            if factor <= 0:
+                raise ConfigError(source, factor, "rope_scaling.factor must be positive")
+            length *= factor
+    return int(length)
+
+
+def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int) -> int:
+    """Elements of the cos/sin caches vLLM 0.32.0 keeps on each GPU from the load on
+    (vllm/model_executor/layers/rotary_embedding/__init__.py get_rope: one cache per distinct set of parameters,
+    shared by every layer that uses it; each is positions x rotary_dim, registered in the default dtype). The positions
+    are max_position_embeddings, except: `linear` caches factor x that (linear_scaling_rope.py), `yarn` and
+    `deepseek_yarn` original_max_position_embeddings x factor (yarn_scaling_rope.py, deepseek_scaling_rope.py),
+    `longrope` a short and a long cache (phi3_long_rope_scaled_rope.py) and M-RoPE 4 x (mrope.py positions_factor).
+    Gemma 3 keeps one parameter set per layer type (vllm/model_executor/models/gemma3.py). Latent attention
+    rotates qk_rope_head_dim channels (deepseek_v2.py)."""
+    positions = cfg.get("max_position_embeddings")
+    if not _positive_int(positions):
+        return 0
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, Mapping):
+        return 0
+    nested = bool(params) and all(isinstance(v, Mapping) for v in params.values())
+    sets = {json.dumps(p, sort_keys=True, default=str): p for p in (params.values() if nested else [params])}
+    width = int(cfg.get("qk_rope_head_dim") or 0) or head_dim
+    total = 0
+    for p in sets.values():
+        partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor")) or 1.0
+        rotary_dim = int(p.get("rope_dim") or int(width * float(partial)))
+        kind = p.get("rope_type") or p.get("type") or "default"
+        factor = p.get("factor") or 1
+        original = p.get("original_max_position_embeddings") or positions
+        if kind == "linear":
+            length = positions * factor
+        elif kind in ("yarn", "deepseek_yarn"):
+            length = original * factor
+        elif kind in ("longrope", "su"):
+            length = original + positions
+        elif "mrope_section" in p:
+            length = positions * 4
+        else:
+            length = positions
+        total += int(length) * rotary_dim
+    return total
+
+
+def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str) -> int:
+    """The MLP width; a per-layer list (vLLM accepts one, one entry per layer) counts as its mean."""
+    value = cfg.get("intermediate_size")
+    if value is None:
+        return 4 * hidden
+    if isinstance(value, list):
+        if len(value) != layers or not all(_positive_int(v) for v in value):
+            raise ConfigError(source, value, f"intermediate_size as a list needs {layers} positive integers, "
+                                             "one per layer")
+        return round(sum(value) / layers)
+    if not _positive_int(value):
+        raise ConfigError(source, value, "intermediate_size must be a positive integer (or a list, one per layer)")
+    return value
+
+
+NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", "falcon", "gpt_bigcode", "gpt2",
+                           "gptj", "opt", "nemotron"})
+"""Families whose MLP is two matrices, up and down, without a gate (vLLM: starcoder2.py c_fc/c_proj, gpt_neox.py
+dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
+gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py up_proj/down_proj with squared ReLU). Counted with three
+they were planned 21-57% heavier than transformers builds them."""
+LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
+GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+"""Families whose full-attention layers are vLLM's Qwen3NextAttention, which projects an output gate beside each
+query unless the config sets attn_output_gate false (vllm/model_executor/models/qwen3_next.py; qwen3_5.py uses the
+same class). Without it Qwen3.5's attention planned 134M parameters light per 8 full layers at hidden 4,096."""
+
+WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
+"""What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
+
+
+def _config_classes() -> Mapping[str, Any]:
+    """transformers' registry of built-in config classes by model_type (no remote code is ever run). The Pulumi
+    program's environment has transformers without torch, which is enough for configs; its import-time notice
+    about the missing torch is kept off the plan's output."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import CONFIG_MAPPING
+
+    return CONFIG_MAPPING
+
+
+def _filled(cls: Any, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """config.json through its transformers class: every default and derived field (vocab_size,
+    tie_word_embeddings, layer_types, head_dim, rope_parameters) as vLLM's config object has it. None when the class
+    refuses the values; the planner's own checks then name the key."""
+    try:
+        return dict(cls(**{k: v for k, v in cfg.items() if k != "auto_map"}).to_dict())
+    except Exception:  # transformers raises many kinds on bad values; our checks below give the one line
+        return None
+
+
+def _architecture_type(architectures: Any, classes: Mapping[str, Any]) -> str | None:
+    """The model_type of transformers' own class for the config's first architecture, if it has one."""
+    if not isinstance(architectures, list) or not architectures or not isinstance(architectures[0], str):
+        return None
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    by_class = {name: model_type for model_type, name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
+    found = by_class.get(architectures[0])
+    return found if found in classes else None
+
+
+def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The config as vLLM reads it: vLLM loads config.json through transformers' config class for its model_type
+    (vllm/transformers_utils/config.py, get_config), so fields a published config.json leaves out take that class's
+    defaults. A model_type transformers has no class for is read through its text_config's class when that one is
+    known (a wrapper around a known decoder); a remote-code config (auto_map) through transformers' class for its
+    first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM), and refused otherwise."""
+    model_type = cfg.get("model_type")
+    classes = _config_classes()
+    if isinstance(model_type, str) and model_type in classes:
+        return _filled(classes[model_type], cfg) or dict(cfg)
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
+        return {**cfg, "text_config": _filled(classes[text["model_type"]], text) or dict(text)}
+    known = _architecture_type(cfg.get("architectures"), classes)
+    if known is not None:  # remote code whose architecture transformers implements (Kimi-K2: DeepseekV3ForCausalLM)
+        return _filled(classes[known], {**cfg, "model_type": known}) or dict(cfg)
+    if cfg.get("auto_map"):
+        raise ConfigError(source, model_type, "this config needs remote code (auto_map) and transformers has no "
+                                              f"config class for model_type {model_type!r}; set model.architecture "
+                                              "to the config of the architecture it implements (a model_type "
+                                              "transformers knows), or model.weightsGib with parallelism.tensor")
+    return dict(cfg)
+
+
+def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArchitecture:
+    """Build a ModelArchitecture from a Hugging Face config.json mapping.
+
+    `source` is the config key the mapping came from, so errors name it.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
+    raw_text = cfg.get("text_config")
+    architectures = cfg.get("architectures")
+    refuse_unsized(raw_text if isinstance(raw_text, Mapping) else cfg, source)  # before transformers rewrites them
+    cfg = as_vllm_reads(cfg, source)
+    vision, wrapper = cfg.get("vision_config"), cfg
+    if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
+        text = cfg["text_config"]
+        outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
+        cfg = {**text, **outer}
+    refuse_unsized(cfg, source)
+    layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"))
+    hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
+    heads = _count(cfg, source, ("num_attention_heads", "n_head"))
+    kv_heads = _count(cfg, source, ("num_key_value_heads",), default=heads)
+    if heads % kv_heads:
+        raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
+    head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads)
+    if not head_dim:
+        raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
+                                          "head_dim is given")
+    inter = _intermediate(cfg, layers, hidden, source)
+    vocab = _count(cfg, source, ("vocab_size",))
+    max_pos = context_length(cfg, source)
+    experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
+                     minimum=0, default=0)
+    top_k = _count(cfg, source, ("num_experts_per_tok", "moe_topk", "moe_k"), minimum=0, default=-1)  # -1: not given
+    if experts == 0 and top_k > 0:
+        named = next((n for n in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(n) is not None),
+                     "num_local_experts")
+        raise ConfigError(source, 0, f"{named} in the model config is 0 (or unset) while num_experts_per_tok is "
+                                     f"{top_k}; an MoE model needs at least {top_k} experts")
+    if top_k > experts or (experts and top_k == 0):
+        raise ConfigError(source, top_k, f"num_experts_per_tok must be between 1 and the number of experts "
+                                         f"({experts}); a dense model routes to none and has none")
+    counts = {name: _count(cfg, source, (name,), minimum=int(name == "moe_intermediate_size" and experts > 0),
+                           default=0)
+              for name in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
+                           "qk_rope_head_dim", "q_lora_rank", "qk_nope_head_dim", "v_head_dim",
+                           "shared_expert_intermediate_size", "moe_num_shared_experts")}
+    if counts["moe_num_shared_experts"]:  # vllm/model_executor/models/ernie45_moe.py: shared, of the expert width
+        counts["n_shared_experts"] = counts["moe_num_shared_experts"]
+    if str(cfg.get("model_type")) in LLAMA4_TYPES and experts:
+        # vllm/model_executor/models/llama4.py: MoE layers hold the routed experts and one shared expert, both of
+        # intermediate_size; dense layers (interleave_moe_layer_step > 1) are intermediate_size_mlp wide.
+        counts["moe_intermediate_size"] = counts["moe_intermediate_size"] or int(inter)
+        counts["n_shared_experts"] = 1
+        inter = _count(cfg, source, ("intermediate_size_mlp",), default=int(inter))
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
+    kinds, window = layer_kinds(cfg, layers, source)
+    moe = moe_layer_indices(cfg, layers, experts, counts["first_k_dense_replace"])
+    method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source, part_layers(kinds, set(moe)))
+    linear = tuple(_count(cfg, source, (name,), default=0) for name in (
+        "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+        "linear_conv_kernel_dim"))
+    if "linear" in kinds and not all(linear):
+        raise ConfigError(source, "linear_num_key_heads", "linear-attention layers need linear_num_key_heads, "
+                          "linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and "
+                          "linear_conv_kernel_dim in the model config")
+    return ModelArchitecture(
+        name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
+        num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
+        vocab_size=vocab, max_position_embeddings=max_pos,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), num_experts=experts,
+        moe_intermediate_size=counts["moe_intermediate_size"], num_shared_experts=counts["n_shared_experts"],
+        first_dense_layers=counts["first_k_dense_replace"], kv_lora_rank=counts["kv_lora_rank"],
+        qk_rope_head_dim=counts["qk_rope_head_dim"],
+        torch_dtype=dtype, weight_bytes_per_param=weight_bytes, quantized_share=tuple(sorted(share.items())),
+        quant_method=method,
+        layer_kinds=kinds if set(kinds) != {"full"} else (), window=window,
+        moe_layer_count=len(moe), q_lora_rank=counts["q_lora_rank"],
+        qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
+        shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
+        gated_attention=(str(cfg.get("model_type")) in GATED_ATTENTION_TYPES
+                         and cfg.get("attn_output_gate") is not False),
+        linear_attention=linear,  # type: ignore[arg-type]
+        vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
+        architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
+        experts_per_token=max(top_k, 0) if experts else 0,
+        mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
+        checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
+        rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
+    )
+
+
+def _fetch_from_hub(model_id: str, revision: str) -> dict[str, Any]:
+    """config.json from the Hugging Face Hub (token from HF_TOKEN or the local login). HF_HUB_OFFLINE is read when
+    the call is made: huggingface_hub reads it once, at its import, and would otherwise retry the Hub for tens of
+    seconds in a process that set it later."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(model_id, "config.json", revision=revision, local_files_only=offline)
+        return json.loads(Path(path).read_text())
+    except Exception as exc:  # any network, auth or not-found error ends in the same advice
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError("model.id", model_id,
+                          f"could not fetch config.json at revision {revision} from Hugging Face ({reason}); "
+                          "when offline or for gated models without HF_TOKEN, set model.configFile "
+                          "(a local config.json) or model.architecture") from None
+
+
+def load_architecture(model_id: str, revision: str, config_file: str | None, inline: Mapping[str, Any] | None,
+                      project_dir: Path) -> tuple[ModelArchitecture, str | None]:
+    """Resolve the architecture from configFile, the inline object, or the Hub; returns a note on the source."""
+    name = model_id.rsplit("/", 1)[-1]
+    if config_file and inline:
+        raise ConfigError("model.architecture", dict(inline), "set either model.configFile or model.architecture")
+    if inline is not None:
+        return parse_hf_config(inline, name, "model.architecture"), None
+    if config_file:
+        path = Path(config_file)
+        path = path if path.is_absolute() else project_dir / path
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError("model.configFile", config_file, f"no such file ({path})") from None
+        except OSError as exc:
+            raise ConfigError("model.configFile", config_file, f"not readable ({exc.strerror})") from None
+        if raw[:2] == b"\x1f\x8b":
+            raise ConfigError("model.configFile", config_file, "is gzip-compressed; give the plain config.json")
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError("model.configFile", config_file, f"not a UTF-8 JSON file ({exc})") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError("model.configFile", config_file,
+                              f"holds a JSON {type(data).__name__ if data is not None else 'null'}, "
+                              "not a config.json object")
+        return parse_hf_config(data, name, "model.configFile"), None
+    data = _fetch_from_hub(model_id, revision)
+    return (parse_hf_config(data, name, "model.id"),
+            f"model architecture fetched from Hugging Face ({model_id}@{revision}); "
+            "commit it as model.configFile for reproducible offline plans")

@@ -1,0 +1,70 @@
+"""What vLLM refuses of a stack's settings, checked at preview with the same code for every rung: the flags of the
+rendered command against vllm.image's release, vllm.extraArgs against vLLM's parser, --kv-cache-dtype against the
+checkpoint's quantization, and the dtypes each rung's GPU lacks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from planner import vllm_flags
+from planner.architecture import ModelArchitecture
+from planner.catalog import ACCELERATORS
+from planner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from planner.config import AcceleratorSettings
+
+
+def _loads_kv_scales(arch: ModelArchitecture) -> bool:
+    """Whether vLLM 0.32.0 hands the model's attention layers a KV-cache method (fp8 KV scales) from the checkpoint's
+    quantization config (get_quant_method of vllm/model_executor/layers/quantization/): modelopt's FP8 and NVFP4
+    configs for every attention layer, MLA's too (modelopt.py ModelOptQuantConfigBase); fp8 and quark for
+    Attention layers, not MLA's (fp8.py, quark/quark.py); compressed-tensors where it declares a kv_cache_scheme
+    (attention.py lets a scheme-less one keep fp8_e5m2). tests/unit/test_vllm_refusals.py holds this to vLLM."""
+    method = arch.quant_method
+    if method.startswith("modelopt"):
+        return True
+    if arch.kv_lora_rank:
+        return False
+    return method in ("fp8", "quark") or (method == "compressed-tensors" and bool(arch.checkpoint_kv_dtype))
+
+
+def vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
+    """What vLLM's parser and model loader refuse of vllm.image, vllm.extraArgs and vllm.kvCacheDtype (refused in one
+    line); returns warnings for what can only be checked against vLLM 0.32.0's parser."""
+    if problem := vllm_flags.rendered_problem(v.image):
+        raise ConfigError("vllm.image", v.image, problem)
+    warnings = []
+    if problem := vllm_flags.unknown_flag(v.extra_args):
+        version = vllm_flags.image_version(v.image)
+        if version is None or ".".join(map(str, version)) == vllm_flags.FLAGS_VERSION:
+            raise ConfigError("vllm.extraArgs", list(v.extra_args),
+                              f"{problem}; accepted: the flags of vLLM {vllm_flags.FLAGS_VERSION}'s server, in any "
+                              "spelling its parser reads (- or _, =value, an unambiguous prefix)")
+        warnings.append(f"vllm.extraArgs: {problem} in vLLM {vllm_flags.FLAGS_VERSION}; not verified for "
+                        f"{v.image}, whose parser this plan does not have")
+    # vllm/model_executor/layers/attention/attention.py _init_kv_cache_quant: "fp8_e5m2 kv-cache is not supported
+    # with fp8 checkpoints" wherever the attention layer loads fp8 KV scales.
+    if v.kv_cache_dtype == "fp8_e5m2" and _loads_kv_scales(arch):
+        raise ConfigError("vllm.kvCacheDtype", v.kv_cache_dtype,
+                          f"{arch.name} is an fp8 checkpoint ({arch.quant_method}) whose attention layers load fp8 "
+                          "KV scales, and vLLM refuses fp8_e5m2 with it; use fp8 (fp8_e4m3) or auto")
+    return warnings
+
+
+def gpu_rules(accelerator: AcceleratorSettings, v: Any) -> None:
+    """What vLLM refuses on a GPU generation, checked on every rung's GPU with the same code: a fallback runs the
+    same pod, so a dtype its GPU lacks fails there as it would on the primary."""
+    for key, gpu in [(r.key, r.type) for r in accelerator.rungs] or [("accelerator", accelerator.type)]:
+        catalog = ACCELERATORS[gpu]
+        if catalog.bfloat16:
+            continue
+        for field, value in (("vllm.dtype", v.dtype), ("vllm.kvCacheDtype", v.kv_cache_dtype)):
+            if value != "bfloat16":
+                continue
+            if key == "accelerator":
+                raise ConfigError(field, value, f"{catalog.display} has no bfloat16 (compute capability below 8.0) "
+                                              "and vLLM refuses it; use float16 or auto")
+            raise ConfigError(f"{key}.type", gpu,
+                              f"{catalog.display} has no bfloat16 (compute capability below 8.0) and vLLM refuses "
+                              f"{field} {value} there; use another fallback, or {field} float16 or auto")
