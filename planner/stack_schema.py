@@ -14,7 +14,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from planner.catalog import ACCELERATORS, DISK_TYPES
@@ -165,6 +165,12 @@ def _zones(zones: tuple[str, ...]) -> tuple[str, ...]:
     return zones
 
 
+Zone = Annotated[str, BeforeValidator(_text), AfterValidator(_zone)]
+Zones = Annotated[tuple[str, ...], BeforeValidator(_texts), AfterValidator(_zones)]
+ReservationName = Annotated[str, BeforeValidator(_text), AfterValidator(_reservation_name)]
+"""A zone, a list of zones and a reservation name, each checked as Compute Engine checks it wherever it is used."""
+
+
 def _options(value: Any) -> Any:
     """One way of buying, or an ordered list of them without repeats."""
     if isinstance(value, (list, tuple)):
@@ -184,25 +190,10 @@ class FallbackConfig(Section):
     provisioning: Annotated[Provisioning | tuple[Provisioning, ...] | None, BeforeValidator(_options)] = Field(
         None, description="How the fallback's nodes are bought, in order (default: the first way its machine "
                           "series is sold).")
-    zones: Texts | None = Field(None, description="Zones of the fallback (default: accelerator.zones).")
-    reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
-    reservation_zone: Text | None = Field(None, description="The reservation's zone, one of the fallback's zones "
+    zones: Zones | None = Field(None, description="Zones of the fallback (default: accelerator.zones).")
+    reservation: ReservationName | None = Field(None, description="Reservation name, with provisioning: reservation.")
+    reservation_zone: Zone | None = Field(None, description="The reservation's zone, one of the fallback's zones "
                                                             "(a reservation is zonal); required when it has several.")
-
-    @field_validator("zones")
-    @classmethod
-    def _zone_names(cls, zones: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return None if zones is None else _zones(zones)
-
-    @field_validator("reservation")
-    @classmethod
-    def _reservation(cls, name: str | None) -> str | None:
-        return _reservation_name(name)
-
-    @field_validator("reservation_zone")
-    @classmethod
-    def _reservation_zone(cls, zone: str | None) -> str | None:
-        return None if zone is None else _zone(zone)
 
 
 class AcceleratorConfig(Section):
@@ -211,14 +202,14 @@ class AcceleratorConfig(Section):
     type: AcceleratorType = Field(description="GKE accelerator type.")
     machine_type: Text | None = Field(None, description="Machine type; derived from gpusPerNode when unset.")
     gpus_per_node: Int | None = Field(None, ge=1, description="GPUs per node; derived from machineType when unset.")
-    zones: Texts = Field((), description="Serving zones, e.g. [us-central1-a]. Several zones need Hyperdisk ML "
+    zones: Zones = Field((), description="Serving zones, e.g. [us-central1-a]. Several zones need Hyperdisk ML "
                                          "weights (one disk per zone behind one volume) and make a ComputeClass.")
     provisioning: Annotated[Provisioning | tuple[Provisioning, ...] | None, BeforeValidator(_options)] = Field(
         None, description="How GPU nodes are bought: one way, or an ordered list the autoscaler walks on a stockout "
                           "(default: on-demand where Compute Engine sells the machine type so, else flex-start; "
                           "planner/catalog.py MACHINE_SERIES). The first is the Pulumi-managed pool's.")
-    reservation: Text | None = Field(None, description="Reservation name, with provisioning: reservation.")
-    reservation_zone: Text | None = Field(None, description="The reservation's zone, one of accelerator.zones (a "
+    reservation: ReservationName | None = Field(None, description="Reservation name, with provisioning: reservation.")
+    reservation_zone: Zone | None = Field(None, description="The reservation's zone, one of accelerator.zones (a "
                                                             "reservation is zonal: its rung, and the GPU pool when it "
                                                             "is the first, has nodes there only); required with "
                                                             "several zones.")
@@ -229,20 +220,6 @@ class AcceleratorConfig(Section):
                                                      "notice, shorter than a group's drain, and its loss restarts the "
                                                      "whole group.")
 
-    @field_validator("zones")
-    @classmethod
-    def _zone_names(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
-        return _zones(zones)
-
-    @field_validator("reservation")
-    @classmethod
-    def _reservation(cls, name: str | None) -> str | None:
-        return _reservation_name(name)
-
-    @field_validator("reservation_zone")
-    @classmethod
-    def _reservation_zone(cls, zone: str | None) -> str | None:
-        return None if zone is None else _zone(zone)
     driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = Field(
         "LATEST", description="GKE-managed NVIDIA driver version.")
 

@@ -103,7 +103,7 @@ VLLM_0_32_FLAGS = frozenset("""
     -dpn -dpp -dpr -ep -h -n -pcp -pp -q -r -sc -tp
 """.split())
 """Every option string of vLLM 0.32.0's API server parser (vllm/entrypoints/launchers/cli_args.py make_arg_parser on
-FlexibleArgumentParser, allow_abbrev on); tests/unit/test_vllm_reads_configs.py holds it equal to the installed
+FlexibleArgumentParser, allow_abbrev on); tests/engine/test_vllm_refusals.py holds it equal to the installed
 vLLM's parser."""
 FLAGS_VERSION = "0.32.0"
 

@@ -20,7 +20,7 @@ def _loads_kv_scales(arch: ModelArchitecture) -> bool:
     quantization config (get_quant_method of vllm/model_executor/layers/quantization/): modelopt's FP8 and NVFP4
     configs for every attention layer, MLA's too (modelopt.py ModelOptQuantConfigBase); fp8 and quark for
     Attention layers, not MLA's (fp8.py, quark/quark.py); compressed-tensors where it declares a kv_cache_scheme
-    (attention.py lets a scheme-less one keep fp8_e5m2). tests/unit/test_vllm_refusals.py holds this to vLLM."""
+    (attention.py lets a scheme-less one keep fp8_e5m2). tests/engine/test_vllm_refusals.py holds this to vLLM."""
     method = arch.quant_method
     if method.startswith("modelopt"):
         return True

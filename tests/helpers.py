@@ -21,7 +21,7 @@ DECODER_FAMILIES = (
     "deepseek_v2", "deepseek_v3", "olmo2", "olmo3", "olmoe", "exaone4", "seed_oss", "smollm3", "minimax_m2", "gpt_oss",
     "stablelm", "ernie4_5", "ernie4_5_moe", "starcoder2", "gpt_neox", "phi", "apertus", "arcee", "nemotron")
 """transformers model_types of decoder families the planner sizes, checked from transformers' default config of
-each (tests/unit/test_parameter_counts.py, tests/unit/test_vllm_reads_configs.py)."""
+each (tests/engine/test_parameter_counts.py, tests/engine/test_vllm_reads_configs.py)."""
 
 FAMILY_DEFAULTS = {"nemotron": {"head_dim": 128, "num_key_value_heads": 8}}
 """What a family's default config leaves unset that its model needs (transformers' NemotronConfig: head_dim and

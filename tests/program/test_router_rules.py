@@ -4,7 +4,6 @@ with routing epp and gke-gateway, and each breaks when its object is put back th
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -13,34 +12,11 @@ import yaml
 from planner import router_rules as rr
 from planner import routing
 from planner.commands import DRAIN_SECONDS
-from tests.helpers import full_config
-from tools.mocks import Recording, run_program
+from tests.program.test_routing import dev, find, objects
+from tools.mocks import run_program
 
 ROUTER = ("Deployment", "vllm", "vllm-router")
 POOL = ("InferencePool", "vllm", "vllm")
-
-
-def dev(mode: str, **serving: Any) -> dict[str, Any]:
-    return full_config("dev", serving={"routing": mode, **serving}, autoscaling={"maxReplicas": 2})
-
-
-@pytest.fixture(scope="module")
-def epp() -> Recording:
-    return run_program(dev("epp"))
-
-
-@pytest.fixture(scope="module")
-def gateway() -> Recording:
-    return run_program(dev("gke-gateway"))
-
-
-def objects(rec: Recording) -> list[dict[str, Any]]:
-    return copy.deepcopy(rec.kubernetes_objects())
-
-
-def find(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    (found,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
-    return found
 
 
 def container(objs: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -27,16 +27,6 @@ def dev(mode: str, **serving: Any) -> dict[str, Any]:
     return full_config("dev", serving={"routing": mode, **serving}, autoscaling={"maxReplicas": 2})
 
 
-@pytest.fixture(scope="module")
-def epp() -> Recording:
-    return run_program(dev("epp"))
-
-
-@pytest.fixture(scope="module")
-def gateway() -> Recording:
-    return run_program(dev("gke-gateway"))
-
-
 def objects(rec: Recording) -> list[dict[str, Any]]:
     return copy.deepcopy(rec.kubernetes_objects())
 
