@@ -110,7 +110,8 @@ FLAGS_VERSION = "0.32.0"
 RENDERED_SINCE = {"--shutdown-timeout": "0.18.0"}
 """Flags the program renders that older vLLM releases lack (the server exits on an unrecognized argument): read from
 each release's vllm/engine/arg_utils.py in its PyPI sdist (0.16.0 and 0.17.0 have no --shutdown-timeout; 0.18.0,
-0.19.0, 0.20.0 and 0.25.1 have it). The other rendered flags are older than 0.6."""
+0.19.0, 0.20.0 and 0.25.1 have it). Every other flag the program renders is in 0.18.0's engine and server argument
+sources too (the same sdist read), so 0.18.0 is the oldest release the rendered command is known to start."""
 
 _VERSION = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-.+][0-9A-Za-z.+-]*)?$")
 
