@@ -28,27 +28,18 @@ from planner.stack_schema import (
     SECRETS,
     SECTIONS,
     AcceleratorConfig,
+    AutoscalingConfig,
+    ClusterConfig,
     FallbackConfig,
     ModelConfig,
+    MonitoringConfig,
+    ParallelismConfig,
+    ServingConfig,
     section_defaults,
 )
 from planner.vllm_rules import gpu_rules, vllm_rules
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    name: str
-    location: str
-    create: bool
-    release_channel: str
-    image_mirror: bool = True
-
-    @property
-    def region(self) -> str:
-        """`us-central1-a` -> `us-central1`; a region stays as it is."""
-        parts = self.location.split("-")
-        return "-".join(parts[:2]) if len(parts) > 2 else self.location
 
 
 class _OnMachine:
@@ -127,13 +118,6 @@ class ModelSettings:
 
 
 @dataclass(frozen=True)
-class ParallelismSettings:
-    tensor: int | None
-    pipeline: int | None
-    min_concurrent_sequences: int
-
-
-@dataclass(frozen=True)
 class VllmSettings:
     image: str
     max_model_len: int
@@ -156,52 +140,21 @@ class WeightsSettings:
 
 
 @dataclass(frozen=True)
-class AutoscalingSettings:
-    min_replicas: int
-    max_replicas: int
-    metric: str
-    target: float | None
-    headroom: int = 0
-    """Spare serving-shaped slots held by placeholder pods (autoscaling.headroom)."""
-
-
-@dataclass(frozen=True)
-class ServingSettings:
-    namespace: str
-    expose: str
-    install_lws: bool
-    allowed_namespaces: tuple[str, ...]
-    smoke_test: bool
-    source_ranges: tuple[str, ...]
-    chat_ui: bool = False
-    chat_ui_image: str | None = None
-    routing: str = "service"
-    """service | epp | gke-gateway (planner/routing.py)."""
-    router_replicas: int = 1
-    prefix_scorer: str = "approximate"
-    gateway_class: str = "gke-l7-rilb"
-    proxy_subnet_cidr: str | None = None
-    request_timeout_seconds: int = 600
-
-
-@dataclass(frozen=True)
-class MonitoringSettings:
-    scrape_interval: str
-    dashboard: bool
-    install_adapter: bool
-
-
-@dataclass(frozen=True)
 class Settings:
-    cluster: ClusterSettings
+    """A stack's validated settings. The sections read as the user wrote them are the schema's own frozen models
+    (planner/stack_schema.py: every key declared once); accelerator, model, vllm and weights carry what the planner
+    derives from them (the catalog entries and rungs, the parsed architecture, the resolved maxModelLen, the disk
+    types every rung attaches)."""
+
+    cluster: ClusterConfig
     accelerator: AcceleratorSettings
     model: ModelSettings
-    parallelism: ParallelismSettings
+    parallelism: ParallelismConfig
     vllm: VllmSettings
     weights: WeightsSettings
-    autoscaling: AutoscalingSettings
-    serving: ServingSettings
-    monitoring: MonitoringSettings
+    autoscaling: AutoscalingConfig
+    serving: ServingConfig
+    monitoring: MonitoringConfig
     has_hf_token: bool = False
     has_api_key: bool = False
     warnings: tuple[str, ...] = field(default=())
@@ -373,8 +326,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
             raise ConfigError(key, raw[key], f"unknown key; accepted keys: {', '.join(sorted(known))}")
     cfg = {key: section(key, model, _decode(key, raw.get(key))) for key, model in SECTIONS.items()}
 
-    c = cfg["cluster"]
-    cluster = ClusterSettings(c.name, c.location, c.create, c.release_channel, c.image_mirror)
+    cluster = c = cfg["cluster"]
     accelerator = _accelerator(cfg["accelerator"])
     zone = accelerator.zones[0]
     if zone != c.location and not zone.startswith(f"{c.location}-"):
@@ -390,9 +342,6 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
         raise ConfigError("serving.installLws", False, "a cluster this program creates has no LeaderWorkerSet "
                           "controller; leave serving.installLws true (false is for existing clusters running one)")
     model, note = _model(cfg["model"], project_dir)
-    p = cfg["parallelism"]
-    parallelism = ParallelismSettings(p.tensor, p.pipeline, p.min_concurrent_sequences)
-
     v = cfg["vllm"]
     max_len = v.max_model_len or model.architecture.max_position_embeddings
     if max_len > model.architecture.max_position_embeddings:
@@ -412,19 +361,13 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
         raise ConfigError("weights.sizeGib", w.size_gib, f"a {' or '.join(types)} disk holds at most {largest:,} GiB")
     weights = WeightsSettings(w.disk_type, w.size_gib, w.load_seconds, types)
 
-    a = cfg["autoscaling"]
-    autoscaling = AutoscalingSettings(a.min_replicas, a.max_replicas, a.metric, a.target, a.headroom)
+    autoscaling = cfg["autoscaling"]
     if autoscaling.min_replicas > autoscaling.max_replicas:
         raise ConfigError("autoscaling.minReplicas", autoscaling.min_replicas,
                           f"must not exceed autoscaling.maxReplicas ({autoscaling.max_replicas})")
 
-    sv, mo = cfg["serving"], cfg["monitoring"]
-    serving = ServingSettings(sv.namespace, sv.expose, sv.install_lws, sv.allowed_namespaces, sv.smoke_test,
-                              sv.source_ranges, sv.chat_ui, sv.chat_ui_image, sv.routing, sv.router_replicas,
-                              sv.prefix_scorer, sv.gateway_class, sv.proxy_subnet_cidr, sv.request_timeout_seconds)
-    monitoring = MonitoringSettings(mo.scrape_interval, mo.dashboard, mo.install_adapter)
-    settings = Settings(cluster, accelerator, model, parallelism, vllm, weights, autoscaling, serving,
-                        monitoring, has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),
+    settings = Settings(cluster, accelerator, model, cfg["parallelism"], vllm, weights, autoscaling, cfg["serving"],
+                        cfg["monitoring"], has_hf_token=bool(raw.get("hfToken")), has_api_key=bool(raw.get("apiKey")),
                         warnings=tuple(notes))
     routed = routing.check(settings)  # the routing keys' refusals (ConfigError) and warnings
     return replace(settings, warnings=(*settings.warnings, *routed)) if routed else settings

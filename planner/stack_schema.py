@@ -122,6 +122,12 @@ class ClusterConfig(Section):
                                                  "remote repository the program creates, so GKE image streaming "
                                                  "applies to them (it streams only from Artifact Registry).")
 
+    @property
+    def region(self) -> str:
+        """`us-central1-a` -> `us-central1`; a region stays as it is."""
+        parts = self.location.split("-")
+        return "-".join(parts[:2]) if len(parts) > 2 else self.location
+
     @field_validator("name")
     @classmethod
     def _gke_name(cls, name: str) -> str:
