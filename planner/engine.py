@@ -11,14 +11,13 @@ and the memory it keeps outside the KV cache differ between releases. Two profil
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from planner.catalog import GIB
 from planner.commands import flag_value
 from planner.errors import ConfigError
 from planner.versions import VLLM_VERSION
-from planner.vllm_flags import canonical_args
+from planner.vllm_flags import canonical_args, image_version, version_key
 
 DEFAULT_PROFILE = VLLM_VERSION
 
@@ -94,13 +93,6 @@ PROFILES = {
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
 }
 
-_TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-.+][0-9A-Za-z.+-]*)?$")
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 @dataclass(frozen=True)
 class EngineChoice:
     profile: EngineProfile
@@ -113,17 +105,17 @@ def profile_for_image(image: str) -> EngineChoice:
     """The profile for `vllm.image`: its tag's version when a profile exists for it; otherwise the newest profile not
     newer than that version (the oldest when it predates every profile; the default for a digest), with one line
     naming the key."""
-    found = _TAG.search(image.split("@", 1)[0])
+    found = image_version(image)
     if found is None:
         profile = PROFILES[DEFAULT_PROFILE]
         return EngineChoice(profile, None, f"vllm.image = {image}: no vLLM version in the tag, so the plan applies "
                                            f"the vLLM {profile.version} engine profile (profiles: "
-                                           f"{', '.join(sorted(PROFILES, key=_key))})")
-    version = ".".join(found.groups())
+                                           f"{', '.join(sorted(PROFILES, key=version_key))})")
+    version = ".".join(map(str, found))
     if version in PROFILES:
         return EngineChoice(PROFILES[version], version)
-    known = sorted(PROFILES, key=_key)
-    older = [v for v in known if _key(v) <= _key(version)]
+    known = sorted(PROFILES, key=version_key)
+    older = [v for v in known if version_key(v) <= version_key(version)]
     chosen = older[-1] if older else known[0]
     return EngineChoice(PROFILES[chosen], version,
                         f"vllm.image = {image}: no engine profile for vLLM {version}; the plan applies the vLLM "

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from planner import routing as rt
-from planner.commands import DRAIN_SECONDS
+from planner.commands import DRAIN_SECONDS, flag_value
 from planner.labels import LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
 from planner.scheduling_rules import _where as where_of
 from planner.scheduling_rules import pod_templates
@@ -49,24 +49,13 @@ def _where(key: ObjectKey) -> str:
     return f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
 
 
-def _templates(objects: Iterable[dict[str, Any]]) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
-    """(owner, pod template) of every Deployment."""
-    for obj in objects:
-        if obj.get("kind") == "Deployment":
-            yield obj, ((obj.get("spec") or {}).get("template") or {})
+def _deployments(objects: Iterable[dict[str, Any]]) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
+    """(Deployment, its pod spec) of every Deployment (scheduling_rules.pod_templates)."""
+    return ((t.owner, t.spec) for t in pod_templates(objects) if t.owner.get("kind") == "Deployment")
 
 
 def _is(container: dict[str, Any], image: str) -> bool:
     return unmirrored(container.get("image", "")) == unmirrored(image)
-
-
-def _flag(args: list[str], name: str) -> str | None:
-    for index, arg in enumerate(args):
-        if arg == name and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith(f"{name}="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 # ---------------------------------------------------------------------------------------------- awaits
@@ -75,13 +64,13 @@ def awaits(objects: list[dict[str, Any]], waits: Mapping[ObjectKey, set[ObjectKe
     """A picker Deployment in pool mode that Pulumi awaits must wait for its InferencePool, and the pool must not
     wait for it (`waits`: each object -> every object it waits for, transitively, from the program's dependencies)."""
     problems = []
-    for owner, template in _templates(objects):
+    for owner, spec in _deployments(objects):
         annotations = (owner.get("metadata") or {}).get("annotations") or {}
         if str(annotations.get(SKIP_AWAIT, "")).lower() == "true":
             continue
         key = object_key(owner)
-        for container in (template.get("spec") or {}).get("containers") or []:
-            pool = _flag(container.get("args") or [], "--pool-name") if _is(container, EPP_IMAGE) else None
+        for container in spec.get("containers") or []:
+            pool = flag_value(container.get("args") or [], "--pool-name") if _is(container, EPP_IMAGE) else None
             if pool is None:
                 continue
             pool_key = ("InferencePool", key[1], pool)
@@ -246,12 +235,12 @@ def _allows(granted: set[tuple[str, str, str]], group: str, resource: str, verb:
 def rbac(objects: list[dict[str, Any]]) -> list[str]:
     """Every endpoint picker's ServiceAccount reads what the picker reads in its mode."""
     problems = []
-    for owner, template in _templates(objects):
-        spec, ns = template.get("spec") or {}, (owner.get("metadata") or {}).get("namespace", "")
+    for owner, spec in _deployments(objects):
+        ns = (owner.get("metadata") or {}).get("namespace", "")
         for container in spec.get("containers") or []:
             if not _is(container, EPP_IMAGE):
                 continue
-            pool = _flag(container.get("args") or [], "--pool-name") is not None
+            pool = flag_value(container.get("args") or [], "--pool-name") is not None
             account = spec.get("serviceAccountName") or "default"
             granted = _granted(objects, ns, account)
             missing = [f"{resource}.{group or 'core'}" for group, resource in
@@ -269,7 +258,7 @@ def rbac(objects: list[dict[str, Any]]) -> list[str]:
 def _bootstrap(objects: list[dict[str, Any]], namespace: str, spec: dict[str, Any],
                container: dict[str, Any]) -> dict[str, Any] | None:
     """The Envoy bootstrap the container reads (`-c PATH` from a mounted ConfigMap), None when not rendered."""
-    path = _flag(container.get("args") or [], "-c") or _flag(container.get("args") or [], "--config-path")
+    path = flag_value(container.get("args") or [], "-c") or flag_value(container.get("args") or [], "--config-path")
     if not path:
         return None
     volumes = {v.get("name"): (v.get("configMap") or {}).get("name") for v in spec.get("volumes") or []}
@@ -326,9 +315,8 @@ def _sleep(container: dict[str, Any]) -> int:
 def envoy(objects: list[dict[str, Any]]) -> list[str]:
     """The router pods' Envoy bootstrap and shutdown, as Envoy and the kubelet act on them."""
     problems = []
-    for owner, template in _templates(objects):
-        spec, ns, where = template.get("spec") or {}, (owner.get("metadata") or {}).get("namespace", ""), \
-            _where(object_key(owner))
+    for owner, spec in _deployments(objects):
+        ns, where = (owner.get("metadata") or {}).get("namespace", ""), _where(object_key(owner))
         containers = spec.get("containers") or []
         proxies = [c for c in containers if _is(c, ENVOY_IMAGE)]
         for container in proxies:

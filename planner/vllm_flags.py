@@ -123,7 +123,8 @@ def image_version(image: str) -> tuple[int, int, int] | None:
     return tuple(int(g) for g in found.groups()) if found else None  # type: ignore[return-value]
 
 
-def _key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
+    """'0.18.0' -> (0, 18, 0): versions compared by their numbers."""
     return tuple(int(p) for p in version.split("."))
 
 
@@ -171,7 +172,7 @@ def rendered_problem(image: str) -> str | None:
     if version is None:
         return None
     for flag, since in RENDERED_SINCE.items():
-        if version < _key(since):
+        if version < version_key(since):
             return (f"vLLM {'.'.join(map(str, version))} has no {flag}, which the server's command passes (from "
                     f"vLLM {since}); use vLLM {since} or later")
     return None
