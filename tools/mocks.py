@@ -7,6 +7,7 @@ their inputs echoed back as outputs, plus the few computed outputs the program r
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -285,6 +286,7 @@ def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = 
                              logger=logger)
     pulumi_settings.SETTINGS.rpc_manager.clear()
     pulumi_settings.SETTINGS.outputs.clear()
+    _quiet_event_loop()
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(project_dir / "__main__.py"),
                                                              run_name="__pulumi_main__")))
@@ -292,8 +294,33 @@ def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = 
         # A failed program (a refusal at preview) leaves RPCs running; let them end here, or their errors would land
         # in the next run's RPC manager.
         _sync_await(_drain())
+        gc.collect()  # the refusal's unretrieved tasks end here, under _quiet_event_loop's handler, not at random
         raise
     return Recording(stack, [r for r in monitor.recorded if r.type != "pulumi:pulumi:Stack"])
+
+
+def _unretrieved(loop: Any, context: dict[str, Any]) -> None:
+    """The loop's exception handler: the exception of a task nobody awaited is the refusal the caller already got."""
+    UNRETRIEVED.append(str(context.get("message", "")))
+
+
+UNRETRIEVED: list[str] = []
+"""Messages of exceptions no task retrieved (tasks a refused program left), kept instead of logged."""
+
+
+def _quiet_event_loop() -> None:
+    """Give the loop Pulumi runs on a handler that does not format tracebacks. asyncio's default one logs a task's
+    unretrieved exception when the garbage collector finalizes the task, at any allocation; Python 3.11's traceback
+    formatting calls ast.parse (caret anchors), and a parse nested inside another one (pytest's assertion rewriting)
+    breaks the interpreter-wide AST state: `SystemError: AST constructor recursion depth mismatch`
+    (python/cpython#106905 and the reports linked there)."""
+    import asyncio
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    loop.set_exception_handler(_unretrieved)
 
 
 async def _drain() -> None:
