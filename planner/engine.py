@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from planner.catalog import GIB
 from planner.commands import flag_value
 from planner.errors import ConfigError
+from planner.kv_cache import POOL_RULES, Admission, LayerSpec
 from planner.versions import VLLM_VERSION
 from planner.vllm_flags import canonical_args, image_version, version_key
 
@@ -36,10 +37,10 @@ class EngineProfile:
     """State blocks a Gated DeltaNet (Mamba-style) layer holds per request: 2 when prefix caching is on, which sets
     mamba_cache_mode 'align' (vllm/model_executor/models/config.py, MambaModelConfig; MambaSpec.
     max_memory_usage_bytes); 1 with mamba_cache_mode 'none' (0.25.1's default for these models)."""
-    grouped_kv: bool
-    """Sizes the KV cache as vLLM 0.32.0's get_kv_cache_configs does: layer groups over the whole model, each
-    pipeline stage's pool, tokens as concurrency x max_model_len (ModelArchitecture.kv_tokens_grouped). False:
-    0.25.1's rules on the first stage's layers (ModelArchitecture.kv_tokens)."""
+    kv_pool: str
+    """The rule that turns KV memory into tokens (planner/kv_cache.py POOL_RULES): "grouped", vLLM 0.32.0's
+    get_kv_cache_configs (layer groups over the whole model, each pipeline stage's pool); "first-stage", 0.25.1's
+    (the first stage's layers alone)."""
     cudagraph_reserved: bool
     """Model Runner V2 subtracts a measured CUDA-graph estimate before sizing the KV cache for every model
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory). 0.25.1: its V2 estimate was a stub
@@ -59,6 +60,10 @@ class EngineProfile:
     EngineArgs.get_batch_defaults)."""
     huge_gpu_batched_tokens: int
     """--max-num-batched-tokens for the API server on GPUs of 160 GiB or more (B200/B300): 16384 in 0.32.0."""
+
+    def __post_init__(self) -> None:
+        if self.kv_pool not in POOL_RULES:
+            raise ValueError(f"engine profile {self.version}: kv_pool {self.kv_pool!r} is none of {sorted(POOL_RULES)}")
 
     def concurrent_batches(self, pp: int, async_scheduling: bool = True) -> int:
         """max_concurrent_batches for a replica with `pp` pipeline stages."""
@@ -84,10 +89,10 @@ V2_MOE_ARCHITECTURES_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCaus
 """vLLM 0.25.1's DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (vllm/config/vllm.py): the MoE classes it runs on V2."""
 
 PROFILES = {
-    "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, grouped_kv=True,
+    "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, kv_pool="grouped",
                             cudagraph_reserved=True, checkpoint_kv_dtype=True, v2_moe_architectures=None,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
-    "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, grouped_kv=False,
+    "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, kv_pool="first-stage",
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
@@ -153,6 +158,14 @@ class EngineSettings:
     @property
     def state_blocks(self) -> int:
         return self.profile.state_blocks(self.prefix_caching)
+
+    def admission(self, pp: int) -> Admission:
+        """What one request may hold beyond its tokens on a replica of `pp` stages (planner/kv_cache.py)."""
+        return Admission(self.in_flight_tokens(pp), self.state_blocks)
+
+    def kv_tokens(self, specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int) -> int:
+        """The `GPU KV cache size` vLLM reports for `available` bytes per GPU, by this release's pool rule."""
+        return POOL_RULES[self.profile.kv_pool](specs, pp, available, max_len, self.admission(pp))
 
 
 def _positive(args: tuple[str, ...], flag: str) -> int | None:

@@ -21,6 +21,7 @@ from planner.engine import (
     profile_for_image,
 )
 from planner.errors import ConfigError
+from planner.kv_cache import bytes_per_token, layer_specs
 from planner.memory import (
     LOAD_OVERHEAD_GIB,
     PEAK_MARGIN_GIB,
@@ -86,12 +87,8 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, margin_gib)
     length = max_len or arch.max_position_embeddings
-    if not engine.profile.grouped_kv:
-        tokens = arch.kv_tokens(layout.tp, layout.pp, kv_bytes, usable, length, engine.max_num_batched_tokens)
-    else:
-        tokens = arch.kv_tokens_grouped(layout.tp, layout.pp, kv_bytes, usable, length,
-                                        engine.in_flight_tokens(layout.pp), engine.state_blocks)
-    per_token = usable / tokens if tokens else arch.kv_bytes_per_token(layout.tp, layout.pp, kv_bytes)
+    tokens = engine.kv_tokens(layer_specs(arch, layout.tp, kv_bytes), layout.pp, usable, length)
+    per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
     return Fit(per_gpu, usable, per_token, tokens)
 
 

@@ -11,13 +11,13 @@ The scheduler numbers (max_in_flight_tokens, max_concurrent_batches) come from V
 from __future__ import annotations
 
 import json
-import math
 import types
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from planner import kv_cache
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, GIB
 from planner.engine import PROFILES, batch_defaults, engine_settings
@@ -108,7 +108,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, block: int, mamba_mode: str) -
 def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
                 prefix_caching: bool = True, async_scheduling: bool = True) -> int:
     cfg = EngineConfig(max_len, tp, pp, batched, prefix_caching, async_scheduling)
-    block = arch.attention_block_tokens(tp, 2.0)
+    block = kv_cache.block_tokens(kv_cache.layer_specs(arch, tp, 2.0))
     specs = layer_specs(arch, tp, block, cfg.cache_config.mamba_cache_mode)
     workers = []
     for rank in range(pp):
@@ -121,8 +121,10 @@ def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_l
 
 def planner_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
                    prefix_caching: bool = True, async_scheduling: bool = True) -> int:
-    in_flight = PROFILE.in_flight_tokens(pp, batched, async_scheduling)
-    return arch.kv_tokens_grouped(tp, pp, 2.0, available, max_len, in_flight, PROFILE.state_blocks(prefix_caching))
+    admission = kv_cache.Admission(PROFILE.in_flight_tokens(pp, batched, async_scheduling),
+                                   PROFILE.state_blocks(prefix_caching))
+    pool = kv_cache.POOL_RULES[PROFILE.kv_pool]
+    return pool(kv_cache.layer_specs(arch, tp, 2.0), pp, available, max_len, admission)
 
 
 def load(path: Path) -> ModelArchitecture:
@@ -181,41 +183,42 @@ def test_the_flags_that_change_the_rules_change_them_as_in_vllm(model, prefix_ca
         assert ours == theirs, f"{model} pp={pp} prefix={prefix_caching} async={async_scheduling}: {ours} vs {theirs}"
 
 
+def _one_batch_in_flight(monkeypatch):
+    """Sliding and chunked layers admit one batch in flight, not max_concurrent_batches of them."""
+    for cls in (kv_cache.SlidingWindow, kv_cache.ChunkedLocal):
+        original = cls.request_blocks
+
+        def one_batch(self, max_len, block, admission, original=original):
+            return original(self, max_len, block, replace(admission, in_flight_tokens=8192))
+        monkeypatch.setattr(cls, "request_blocks", one_batch)
+
+
 MUTATIONS = {
-    "in-flight tokens of one batch, not max_concurrent_batches": "in_flight",
-    "one Gated DeltaNet state block, not two with prefix caching": "state_blocks",
-    "group size always the smallest kind's count": "group_size",
+    "in-flight tokens of one batch, not max_concurrent_batches": _one_batch_in_flight,
+    "one Gated DeltaNet state block, not two with prefix caching":
+        lambda mp: mp.setattr(kv_cache.LinearState, "request_blocks", lambda self, n, b, a: 1),
+    "a sliding window without the block for an unaligned start":
+        lambda mp: mp.setattr(kv_cache.SlidingWindow, "request_blocks",
+                              lambda self, n, b, a: kv_cache.cdiv(min(self.window - 1 + a.in_flight_tokens, n), b)),
+    "group size always the largest kind's count": lambda mp: mp.setattr(kv_cache, "group_size", max),
+    "every stage holds the whole model's groups": lambda mp: mp.setattr(kv_cache, "pp_stages",
+                                                                       lambda layers, pp: [(0, layers)] * pp),
 }
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 def test_a_mutated_rule_disagrees_with_vllm(mutation, monkeypatch):
-    """Each rule the test holds is one vLLM applies: change it and some models/ file plans a different count."""
-    import planner.architecture as architecture
-
-    original = architecture.ModelArchitecture.kv_tokens_grouped
-    kind = MUTATIONS[mutation]
-
-    def mutated(self, tp, pp, kv, available, max_len, in_flight, state_blocks, state_bytes=2.0):
-        if kind == "in_flight":
-            in_flight = in_flight // PROFILE.concurrent_batches(pp)
-        if kind == "state_blocks":
-            state_blocks = 1
-        if kind == "group_size":
-            counts = {k: self.kinds.count(k) for k in set(self.kinds)}
-            if len(counts) > 1:  # pad the larger kinds' groups as if the smallest count were the size
-                smallest = min(counts.values())
-                per_token = self.attention_bytes_per_token(tp, kv)
-                return int(available // (16 * per_token * smallest) / sum(
-                    math.ceil(c / smallest) for c in counts.values()) * 16)
-        return original(self, tp, pp, kv, available, max_len, in_flight, state_blocks, state_bytes)
-
-    monkeypatch.setattr(architecture.ModelArchitecture, "kv_tokens_grouped", mutated)
+    """Each rule the test holds is one vLLM applies: change one class's rule (or the grouping) and some models/ file
+    plans a different count."""
     differing = []
     for path in MODELS:
         arch = load(path)
         for pp in (1, 2):
-            if planner_tokens(arch, 1, pp, 50 * GIB, 32768, 8192) != vllm_tokens(arch, 1, pp, 50 * GIB, 32768, 8192):
+            expected = vllm_tokens(arch, 1, pp, 50 * GIB, 32768, 8192)
+            with monkeypatch.context() as mp:
+                MUTATIONS[mutation](mp)
+                ours = planner_tokens(arch, 1, pp, 50 * GIB, 32768, 8192)
+            if ours != expected:
                 differing.append((path.stem, pp))
     assert differing, f"the mutation '{mutation}' went unnoticed: vLLM agrees with it on every models/ file"
 

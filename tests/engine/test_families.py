@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import ConfigError
+from planner.kv_cache import Admission, layer_specs, pool_first_stage
 from planner.layers import MXFP4_BYTES_PER_PARAM, cut_layers
 from planner.model_config import parse_hf_config
 from planner.sizing import families, single_gpu_fit
@@ -152,12 +153,13 @@ def test_moe_layer_patterns_count_only_sparse_layers():
 
 def test_hybrid_tokens_depend_on_the_sequence_length_as_in_vllm():
     """Sliding layers hold at most window - 1 + 8192 tokens, so longer sequences raise the reported tokens."""
-    oss = arch("gpt-oss-20b")
-    short = oss.kv_tokens(1, 1, 2.0, 100 * 2**30, 8192, 8192)
-    long = oss.kv_tokens(1, 1, 2.0, 100 * 2**30, 32768, 8192)
-    assert long > 1.5 * short
-    full = arch("Qwen3-30B-A3B")
-    assert full.kv_tokens(1, 1, 2.0, 100 * 2**30, 8192, 8192) == full.kv_tokens(1, 1, 2.0, 100 * 2**30, 32768, 8192)
+    one_batch = Admission(in_flight_tokens=8192, state_blocks=1)
+
+    def tokens(model: str, max_len: int) -> int:
+        return pool_first_stage(layer_specs(arch(model), 1, 2.0), 1, 100 * 2**30, max_len, one_batch)
+
+    assert tokens("gpt-oss-20b", 32768) > 1.5 * tokens("gpt-oss-20b", 8192)
+    assert tokens("Qwen3-30B-A3B", 8192) == tokens("Qwen3-30B-A3B", 32768)
 
 
 def test_cut_layers_keeps_the_pattern():

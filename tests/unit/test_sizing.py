@@ -6,6 +6,7 @@ import pytest
 from planner.catalog import ACCELERATORS, GIB
 from planner.disks import choose_weights_disk, disk_read_mib_s, weights_load_seconds
 from planner.errors import ConfigError
+from planner.kv_cache import bytes_per_token
 from planner.layout import candidate_layouts, valid_tensor_sizes
 from planner.memory import GRAPHS_DENSE_BASE_GIB, GRAPHS_DENSE_PER_KHIDDEN_GIB, LOAD_OVERHEAD_GIB, RESERVE_GIB
 from planner.model_config import parse_hf_config
@@ -28,9 +29,9 @@ def test_parameter_count_matches_published_sizes_counting_every_expert(name, bil
 
 def test_kv_bytes_per_token_follow_the_formula_and_replicate_kv_heads_beyond_tp():
     a = arch("Llama-3.1-70B-Instruct")  # 80 layers, 8 KV heads, head_dim 128
-    assert a.kv_bytes_per_token(tp=1, pp=1, kv_dtype_bytes=2) == 2 * 80 * 8 * 128 * 2
-    assert a.kv_bytes_per_token(tp=4, pp=2, kv_dtype_bytes=2) == 2 * 40 * 2 * 128 * 2
-    assert a.kv_bytes_per_token(tp=16, pp=1, kv_dtype_bytes=1) == 2 * 80 * 1 * 128 * 1
+    assert bytes_per_token(a, tp=1, pp=1, kv_dtype_bytes=2) == 2 * 80 * 8 * 128 * 2
+    assert bytes_per_token(a, tp=4, pp=2, kv_dtype_bytes=2) == 2 * 40 * 2 * 128 * 2
+    assert bytes_per_token(a, tp=16, pp=1, kv_dtype_bytes=1) == 2 * 80 * 1 * 128 * 1
 
 
 def test_dev_stack_is_llama_8b_on_one_l4_with_tp1():

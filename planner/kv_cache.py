@@ -1,0 +1,233 @@
+"""The KV cache as vLLM lays it out: one class per layer kind, and the pool rules that turn per-GPU bytes into the
+`GPU KV cache size: N tokens` vLLM reports.
+
+vLLM builds one KVCacheSpec per attention layer (vllm/v1/kv_cache_interface.py: FullAttentionSpec, MLAAttentionSpec,
+SlidingWindowSpec, ChunkedLocalAttentionSpec, MambaSpec); each spec has a page size (the bytes of one block of one
+layer) and the blocks one request of max_model_len tokens may hold (max_admission_blocks_per_request). The classes
+below are those specs as the planner needs them; `layer_specs` reads a model's per-layer pattern into them. The pool
+rules (how layers share pages and how the stages of a pipeline split them) differ between vLLM releases: an engine
+profile (planner/engine.py) names the one its release applies (`POOL_RULES`).
+
+Adding a layer kind: one class here with its page and request blocks, its entry in `layer_specs`, and a case in
+tests/engine/test_engine_kv_vllm.py that builds vLLM's own spec for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.architecture import ModelArchitecture
+
+BLOCK_TOKENS = 16
+"""vLLM's default block size on GPUs; FlashAttention's kernel blocks are multiples of it."""
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a request may hold beyond its own tokens, by the engine settings (planner/engine.py EngineSettings)."""
+
+    in_flight_tokens: int
+    """Tokens scheduled but not yet computed that a sliding or chunked layer keeps (max_in_flight_tokens)."""
+    state_blocks: int
+    """Blocks a Mamba-style state takes per request (MambaSpec.max_memory_usage_bytes: 2 under 'align', else 1)."""
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One decoder layer's cache on one GPU: `token_bytes` per token of an attention layer, `state_bytes` per request
+    of a state layer."""
+
+    kind = ""
+    """The name planner/layers.py gives this kind in ModelArchitecture.layer_kinds."""
+    token_bytes: float = 0.0
+
+    def page_bytes(self, block: int) -> float:
+        """Bytes of one block of this layer (KVCacheSpec.page_size_bytes)."""
+        return block * self.token_bytes
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        """Blocks one request of `max_len` tokens may hold (max_admission_blocks_per_request)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FullAttention(LayerSpec):
+    """FullAttentionSpec: K and V of every token, KV heads split over TP (a head replicated where TP exceeds them)."""
+
+    kind = "full"
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        return cdiv(max_len, block)
+
+
+@dataclass(frozen=True)
+class MLAAttention(FullAttention):
+    """MLAAttentionSpec: one latent vector (kv_lora_rank + rope dims) per token, the same on every TP rank; admitted
+    as full attention (it subclasses FullAttentionSpec)."""
+
+
+@dataclass(frozen=True)
+class SlidingWindow(LayerSpec):
+    """SlidingWindowSpec: a request keeps its window less one token, the tokens in flight, and one block more for a
+    window that does not start on a block boundary."""
+
+    kind = "sliding"
+    window: int = 0
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        return cdiv(min(self.window - 1 + admission.in_flight_tokens, max_len), block) + 1
+
+
+@dataclass(frozen=True)
+class ChunkedLocal(LayerSpec):
+    """ChunkedLocalAttentionSpec: a request keeps its current chunk and the tokens in flight."""
+
+    kind = "chunked"
+    chunk: int = 0
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        return cdiv(min(self.chunk + admission.in_flight_tokens, max_len), block)
+
+
+@dataclass(frozen=True)
+class LinearState(LayerSpec):
+    """MambaSpec for a Gated DeltaNet layer: a fixed state per request, its page padded to the attention page
+    (vLLM grows the attention block until one page holds a state: vllm/platforms/interface.py,
+    _align_hybrid_block_size)."""
+
+    kind = "linear"
+    state_bytes: float = 0.0
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        return admission.state_blocks
+
+
+def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
+                state_dtype_bytes: float = 2.0) -> tuple[LayerSpec, ...]:
+    """One spec per decoder layer of `arch` on one GPU of a TP group."""
+    if arch.kv_lora_rank:
+        attention: LayerSpec = MLAAttention((arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_dtype_bytes)
+    else:
+        attention = FullAttention(2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes)
+    made: dict[str, LayerSpec] = {"full": attention}
+    specs = []
+    for kind in arch.kinds:
+        if kind not in made:
+            if kind == "sliding":
+                made[kind] = SlidingWindow(attention.token_bytes, window=arch.window)
+            elif kind == "chunked":
+                made[kind] = ChunkedLocal(attention.token_bytes, chunk=arch.window)
+            elif kind == "linear":
+                made[kind] = LinearState(attention.token_bytes,
+                                         state_bytes=gated_delta_net_state_bytes(arch, tp, state_dtype_bytes))
+            else:
+                raise ValueError(f"no KV-cache spec for layer kind {kind!r}")
+        specs.append(made[kind])
+    return tuple(specs)
+
+
+def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+    """One Gated DeltaNet layer's state per request on one GPU: the conv state of (kernel - 1) steps over
+    2 x key + value channels and the v_heads x v_dim x k_dim recurrent state, in the model's dtype
+    (vllm/model_executor/layers/mamba/mamba_utils.py, gated_delta_net_state_shape / _mamba_state_dtype)."""
+    k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
+    conv = (2 * k_heads * k_dim + v_heads * v_dim) / tp * (kernel - 1)
+    return (conv + v_heads / tp * v_dim * k_dim) * dtype_bytes
+
+
+def bytes_per_token(arch: ModelArchitecture, tp: int, pp: int, kv_dtype_bytes: float) -> float:
+    """KV-cache bytes one token takes on one GPU of a TP x PP replica when every layer were full attention (the
+    figure a replica whose pool is empty is described by)."""
+    return math.ceil(arch.num_layers / pp) * layer_specs(arch, tp, kv_dtype_bytes)[0].token_bytes
+
+
+def block_tokens(specs: tuple[LayerSpec, ...]) -> int:
+    """Tokens per block: 16, or with state layers the smallest multiple of 16 whose attention page holds one state."""
+    states = [s.state_bytes for s in specs if isinstance(s, LinearState)]
+    if not states:
+        return BLOCK_TOKENS
+    return BLOCK_TOKENS * math.ceil(max(states) / (BLOCK_TOKENS * specs[0].token_bytes))
+
+
+def group_size(counts: list[int]) -> int:
+    """Layers per KV-cache group when kinds mix: the smallest kind's count, or the largest when it is under 1.5 x
+    the smallest (vllm/v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size)."""
+    return max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+
+
+def _by_kind(specs: tuple[LayerSpec, ...]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for index, spec in enumerate(specs):
+        out.setdefault(spec.kind, []).append(index)
+    return out
+
+
+def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
+                     admission: Admission) -> int:
+    """vLLM 0.25.1 (vllm/v1/core/kv_cache_utils.py): the first pipeline stage's layers alone, all-full attention as
+    bytes per token, otherwise groups of group_size layers sharing pages and max concurrency x max_model_len
+    (get_kv_cache_capacity)."""
+    if available <= 0:
+        return 0
+    stage = specs[:math.ceil(len(specs) / pp)]
+    by_kind = _by_kind(stage)
+    if set(by_kind) == {"full"}:
+        return int(available // (stage[0].token_bytes * len(stage)))
+    block = block_tokens(stage)
+    counts = [len(layers) for layers in by_kind.values()]
+    size = group_size(counts)
+    blocks = available // (stage[0].page_bytes(block) * size)
+    per_request = sum(math.ceil(len(layers) / size) * stage[layers[0]].request_blocks(max_len, block, admission)
+                      for layers in by_kind.values())
+    return int(blocks / per_request * max_len)
+
+
+def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
+                 admission: Admission) -> int:
+    """vLLM 0.32.0 (vllm/v1/core/kv_cache_utils.py, get_kv_cache_configs): the whole model's layers of one kind dealt
+    round-robin into cdiv(count, group_size) groups (one group when every layer is of one kind); each pipeline stage
+    (get_pp_indices) needs a page per layer of its largest group per block, the stage with the fewest blocks sets the
+    pool, and the size is num_blocks / blocks per request x max_model_len (get_kv_cache_capacity)."""
+    if available <= 0:
+        return 0
+    block = block_tokens(specs)
+    page = specs[0].page_bytes(block)
+    by_kind = _by_kind(specs)
+    if len(by_kind) == 1:
+        groups = [list(range(len(specs)))]
+    else:
+        size = group_size([len(layers) for layers in by_kind.values()])
+        groups = []
+        for layers in by_kind.values():
+            n = math.ceil(len(layers) / size)
+            groups.extend(layers[i::n] for i in range(n))
+    blocks = min(int(available // (page * max(sum(1 for layer in g if start <= layer < stop) for g in groups)))
+                 for start, stop in pp_stages(len(specs), pp))
+    per_request = sum(specs[g[0]].request_blocks(max_len, block, admission) for g in groups)
+    return int(blocks / per_request * max_len)
+
+
+PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission], int]
+POOL_RULES: dict[str, PoolRule] = {"first-stage": pool_first_stage, "grouped": pool_grouped}
+"""The pool rules by the name an engine profile gives them."""
+
+
+def pp_stages(layers: int, pp: int) -> list[tuple[int, int]]:
+    """[start, stop) of each pipeline stage's layers: an even split with the remainder on the stages before the last
+    (vllm/distributed/utils.py, get_pp_indices)."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    bounds, start = [], 0
+    for part in parts:
+        bounds.append((start, start + part))
+        start += part
+    return bounds
