@@ -1,7 +1,15 @@
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+if os.environ.get("TEST_PROGRAM_ENV") == "1":
+    # `make test-fast`: the unit and program tiers run as the Pulumi program's environment is (requirements.txt:
+    # transformers without torch, no vLLM). A None entry makes both look uninstalled: importlib.util.find_spec
+    # answers None (transformers then reads configs without torch) and an import raises ImportError.
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    sys.modules["vllm"] = None  # type: ignore[assignment]
 
 import pytest
 

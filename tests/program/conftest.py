@@ -1,11 +1,15 @@
-"""Fixtures shared by the program-tier tests of routing (tests/program/test_routing.py, test_router_rules.py)."""
+"""The program tier: runs with the same inputs share one recording (tools/mocks.py SHARED; test_program.py holds that
+two runs record the same), and the fixtures shared by the routing tests (test_routing.py, test_router_rules.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.program.test_routing import dev
+from tools import mocks
 from tools.mocks import Recording, run_program
+
+mocks.SHARED = {}
 
 
 @pytest.fixture(scope="module")

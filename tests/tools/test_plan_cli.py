@@ -171,3 +171,15 @@ def test_make_plan_writes_byte_identical_files_for_the_same_stack(tmp_path):
     assert len(runs[0]) > 30 and runs[0] == runs[1]
     head = next(v for k, v in runs[0].items() if k.startswith("deployment-")).decode().splitlines()[:3]
     assert [line.split(":")[0] for line in head] == ["apiVersion", "kind", "metadata"]
+
+
+def test_the_multizone_plan_prints_every_rung_and_checks_the_compute_class():
+    # `make plan STACK=multizone` as a user runs it (a process of its own: the plan closes its event loop)
+    done = run_plan("--stack", "multizone")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    rows = [line for line in out.splitlines() if "a3-" in line and ("flex-start" in line or "demand" in line
+                                                                     or "reservation" in line)]
+    assert len(rows) == 4, out
+    assert "multi-zone volume projects/my-gcp-project/zones/multi-zone/disks/" in out
+    assert "cluster rules" in out and "no violations" in out
