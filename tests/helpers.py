@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from pathlib import Path
@@ -48,7 +49,12 @@ def vllm_model_config(config: dict[str, Any], tmp_path: Path) -> Any:
 
 
 def stack_file(name: str) -> dict[str, Any]:
-    """The `config:` block of Pulumi.<name>.yaml (project) or tests/stacks/<name>.yaml."""
+    """The `config:` block of Pulumi.<name>.yaml (project) or tests/stacks/<name>.yaml (a copy: callers edit it)."""
+    return copy.deepcopy(_stack_file(name))
+
+
+@functools.cache
+def _stack_file(name: str) -> dict[str, Any]:
     path = PROJECT_DIR / f"Pulumi.{name}.yaml"
     if not path.exists():
         path = STACKS / f"{name}.yaml"

@@ -47,7 +47,7 @@ def _schema(name: str, api_version: str = "") -> dict[str, Any]:
     text = (HERE / name).read_text()
     if name.endswith(".json"):
         return json.loads(text)
-    crd = yaml.safe_load(text)
+    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's safe loader where built
     version = api_version.rsplit("/", 1)[-1]
     for served in crd["spec"]["versions"]:
         if served["name"] == version:
