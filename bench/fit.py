@@ -19,10 +19,10 @@ The rows are every started checkpoint up to the last finished validation batch, 
 config with one field changed, run to separate two terms); a new batch is predicted with these constants before it
 runs (`python bench/calibrate.py --predict-only`) and joins this set once all of it has run, unless it is marked
 `held_out`: a batch that checks the constants as they are stays out of their fit, so the constants in
-planner/memory.py are the ones it validated (tests/unit/test_fit.py holds today's planner to its predictions). The
-next refit takes it in and needs a new held-out batch. `python bench/fit.py`
-prints the constants, each row's residual and its leave-one-out residual; tests/unit/test_fit.py holds
-planner/memory.py's constants to it.
+planner/memory_fit.py are the ones it validated (tests/unit/test_fit.py holds today's planner to its predictions). The
+next refit takes it in and needs a new held-out batch. `python bench/fit.py` prints `FITTED = MemoryFit(...)` to paste
+into planner/memory_fit.py (a new frozen object; nothing is assigned in place), each row's residual and its
+leave-one-out residual; tests/unit/test_fit.py holds planner/memory_fit.py's FITTED to it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 import re
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,13 @@ from planner.architecture import ModelArchitecture  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
-    BASELINE_BY_GPU,
     PeakFeatures,
     default_engine,
     fitted_peak_gib,
     peak_features,
     runner_v2,
 )
+from planner.memory_fit import FITTED, MemoryFit  # noqa: E402
 from planner.model_config import parse_hf_config  # noqa: E402
 from planner.sizing import single_gpu_fit  # noqa: E402
 
@@ -152,31 +152,47 @@ def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
     return [aty[i] / ata[i][i] for i in range(n)]
 
 
-def fit(data: list[Row]) -> dict[str, float]:
-    """The constants of planner/memory.py's parts model, from these rows."""
+def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFit:
+    """The constants of planner/memory.py's parts model from these rows (planner/memory_fit.py MemoryFit), with the
+    peak margin `margin_gib` (smallest_margin searches it against the KV rows)."""
     dense = [r for r in data if r.family == "dense"]
     sampling, forward = _two_phases(dense)
-    c = {"PEAK_BASE_GIB": sampling[0], "PEAK_PER_LOGITS": sampling[1], "PEAK_PER_HIDDEN": sampling[2],
-         "FORWARD_BASE_GIB": forward[0], "FORWARD_PER_HIDDEN": forward[1], "FORWARD_PER_MLP": forward[2],
-         "V1_SAMPLER_PER_LOGITS": 0.0, "V1_ATTENTION_PER_QUERY": 0.0, "V1_WORKSPACE_REUSE": 0.0}
-    v1 = [r for r in data if not r.v2]
-    c["V1_SAMPLER_PER_LOGITS"], c["V1_ATTENTION_PER_QUERY"], c["V1_WORKSPACE_REUSE"] = _lstsq(
-        [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
-        [r.peak - fitted_peak_gib(r.features, c) for r in v1])
     mla = [r for r in data if r.family == "mla" and not r.v2]
     on_v2 = [r for r in data if r.v2 and r.available is not None and r.non_kv is not None]
     graphs = [r for r in on_v2 if r.graphs_captured]
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
                                              [float(r.graphs_captured or 0) for r in graphs])
+    v1 = [r for r in data if not r.v2]
     estimates = [float(r.graphs_estimate or 0) for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
-    return {
-        **c,
-        "NON_TORCH_GIB": sum(r.non_torch for r in data) / len(data),
-        **{name: _baseline([r for r in on_v2 if r.accelerator == gpu]) for gpu, name in BASELINE_BY_GPU.items()},
-        "GRAPHS_DENSE_BASE_GIB": graphs_base, "GRAPHS_DENSE_PER_KHIDDEN_GIB": graphs_per_khidden,
-        "GRAPHS_MOE_GIB": statistics.median(estimates),
-        "GRAPHS_MLA_PER_KHIDDEN_GIB": max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
-    }
+    dense_only = MemoryFit(
+        peak_base_gib=sampling[0], peak_per_logits=sampling[1], peak_per_hidden=sampling[2],
+        forward_base_gib=forward[0], forward_per_hidden=forward[1], forward_per_mlp=forward[2],
+        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
+        non_torch_gib=sum(r.non_torch for r in data) / len(data),
+        baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
+                                  for gpu in sorted({r.accelerator for r in on_v2})),
+        graphs_dense_base_gib=graphs_base, graphs_dense_per_khidden_gib=graphs_per_khidden,
+        graphs_moe_gib=statistics.median(estimates),
+        graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
+        peak_margin_gib=margin_gib)
+    sampler, attention, reuse = _lstsq(
+        [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
+        [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
+    return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
+                   v1_workspace_reuse=reuse)
+
+
+def literal(fitted: MemoryFit) -> str:
+    """`FITTED = MemoryFit(...)` as planner/memory_fit.py writes it (4 decimals, the margin's 2)."""
+    lines = []
+    for field in fields(fitted):
+        value = getattr(fitted, field.name)
+        if field.name == "baseline_gib_by_gpu":
+            text = "(" + ", ".join(f'("{gpu}", {gib:.4f})' for gpu, gib in value) + ")"
+        else:
+            text = f"{value:.2f}" if field.name == "peak_margin_gib" else f"{value:.4f}"
+        lines.append(f"    {field.name}={text},")
+    return "FITTED = MemoryFit(\n" + "\n".join(lines) + "\n)"
 
 
 def _two_phases(dense: list[Row]) -> tuple[list[float], list[float]]:
@@ -235,19 +251,19 @@ def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     return [(r, gpu) for r, gpu in out if r.get("kv_cache_tokens_measured")]
 
 
-def smallest_margin(results: dict[str, Any], step: float = 0.01) -> tuple[float, str]:
-    """PEAK_MARGIN_GIB: the smallest multiple of `step` under which no row of kv_rows is more than OVER_BOUND over,
-    and the row that is over at one step less (the one that sets it)."""
+def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: float = 0.01) -> tuple[float, str]:
+    """peak_margin_gib: the smallest multiple of `step` under which no row of kv_rows is more than OVER_BOUND over
+    with the other constants of `fitted`, and the row that is over at one step less (the one that sets it)."""
     rows = [(parse_hf_config(r["config"], r["model"], "results.json"), gpu, r["max_model_len"],
              r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}") for r, gpu in kv_rows(results)]
     setter = ""
     for i in range(round(2.0 / step) + 1):
-        margin = round(i * step, 6)
-        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, margin_gib=margin).kv_tokens - measured) / measured,
+        candidate = replace(fitted, peak_margin_gib=round(i * step, 6))
+        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate).kv_tokens - measured) / measured,
                            name) for a, gpu, length, measured, name in rows)
         if error <= OVER_BOUND:
-            return margin, setter
-        setter = f"{name} at {error:+.2%} with {margin:.2f} GiB"
+            return candidate.peak_margin_gib, setter
+        setter = f"{name} at {error:+.2%} with {candidate.peak_margin_gib:.2f} GiB"
     raise ValueError(f"no margin up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
 
 
@@ -257,11 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text())
     data = rows(results)
-    constants = fit(data)
-    for name, value in constants.items():
-        print(f"{name} = {value:.4f}")
-    margin, setter = smallest_margin(results)
-    print(f"PEAK_MARGIN_GIB = {margin:.2f} (the smallest with no KV row over +{OVER_BOUND:.1%}; set by {setter})")
+    unmargined = fit(data)
+    margin, setter = smallest_margin(results, unmargined)
+    constants = replace(unmargined, peak_margin_gib=margin)
+    print("# planner/memory_fit.py")
+    print(literal(constants))
+    print(f"# peak_margin_gib: the smallest with no KV row over +{OVER_BOUND:.1%}; set by {setter}")
     loo = leave_one_out(data)
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
     for r in data:

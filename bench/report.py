@@ -400,8 +400,9 @@ def families_section(found: dict) -> list[str]:
     lines += ["", f"KV tokens: {min(kv_err):+.2f}% to {max(kv_err):+.2f}% (bound: within 1%, never more than 0.5% "
               f"over); weights: {min(w_err):+.2f}% to {max(w_err):+.2f}% (bound: 3%). The per-layer rules (sliding "
               "window, chunked, gated-delta-net state, MLA latent, grouping) are vLLM 0.25.1's, cited in "
-              "`planner/architecture.py` and `planner/layers.py`. The memory outside the KV cache (activation peak, "
-              "MoE and MLA terms, non-torch, baseline, CUDA graphs: `planner/memory.py`) is fitted on these rows, so "
+              "`planner/kv_cache.py` and `planner/layers.py`. The memory outside the KV cache (activation peak, "
+              "MoE and MLA terms, non-torch, baseline, CUDA graphs: `planner/memory.py`, its constants "
+              "`planner/memory_fit.py`) is fitted on these rows, so "
               "this table is the fit; the next section holds what was predicted for checkpoints before they ran. "
               "The 32k rows check the hybrid arithmetic at a second length."]
     if found.get("failed_first"):

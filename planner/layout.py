@@ -24,11 +24,11 @@ from planner.errors import ConfigError
 from planner.kv_cache import bytes_per_token, layer_specs
 from planner.memory import (
     LOAD_OVERHEAD_GIB,
-    PEAK_MARGIN_GIB,
     default_engine,
     outside_kv_bytes,
     rotary_cache_bytes,
 )
+from planner.memory_fit import FITTED, MemoryFit
 from planner.stack_schema import VllmConfig
 
 MAX_NODES_PER_REPLICA = 64
@@ -79,13 +79,13 @@ def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
 
 def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
         weights_bytes: float, kv_bytes: float, max_len: int = 0, engine: EngineSettings | None = None,
-        margin_gib: float = PEAK_MARGIN_GIB) -> Fit:
+        fitted: MemoryFit = FITTED) -> Fit:
     """Weights and KV tokens per GPU under `engine` (default: the default profile's settings for this GPU);
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
     linear attention): vLLM reports those tokens per max_len-long request."""
     engine = engine or default_engine(acc)
     per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
-    usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, margin_gib)
+    usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
     length = max_len or arch.max_position_embeddings
     tokens = engine.kv_tokens(layer_specs(arch, layout.tp, kv_bytes), layout.pp, usable, length)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)

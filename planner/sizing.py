@@ -45,7 +45,8 @@ from planner.layout import (
     gib_text,
     stack_engine,
 )
-from planner.memory import PEAK_MARGIN_GIB, cudagraph_bytes, default_engine, kv_dtype_bytes, model_weight_bytes
+from planner.memory import cudagraph_bytes, default_engine, kv_dtype_bytes, model_weight_bytes
+from planner.memory_fit import FITTED, MemoryFit
 
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
 """A new GPU node until its GPUs are allocatable, typically: VM create and boot, joining the cluster, and ~30 s of
@@ -393,11 +394,11 @@ def families(arch: ModelArchitecture) -> list[str]:
 
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
                    dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1,
-                   version: str = "0.25.1", margin_gib: float = PEAK_MARGIN_GIB) -> Fit:
+                   version: str = "0.25.1", fitted: MemoryFit = FITTED) -> Fit:
     """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM (the
     GPU hosts run 0.25.1, so that profile by default)."""
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
     engine = default_engine(acc, version)
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
-               kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine, margin_gib)
+               kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine, fitted)

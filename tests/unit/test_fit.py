@@ -1,17 +1,18 @@
 """The planner's memory outside the KV cache is the fit bench/fit.py makes from the GPU rows in results.json: the
-constants in planner/memory.py are that fit, each part is fitted on the rows it names, and the runner rule and the
+constants in planner/memory_fit.py are that fit, each part is fitted on the rows it names, and the runner rule and the
 MoE workspace follow vLLM's source."""
 
 import json
+from dataclasses import FrozenInstanceError, fields, replace
 from pathlib import Path
 
 import pytest
 
-import planner.memory as memory
-from bench.fit import _lstsq, fit, leave_one_out, rows, smallest_margin
+from bench.fit import _lstsq, fit, leave_one_out, literal, rows, smallest_margin
 from planner.catalog import ACCELERATORS, GIB
 from planner.layout import Layout
 from planner.memory import default_engine, fitted_peak_gib, moe_workspace_bytes, peak_features, runner_v2
+from planner.memory_fit import FITTED, MemoryFit
 from planner.model_config import parse_hf_config
 from planner.sizing import single_gpu_fit
 
@@ -25,9 +26,32 @@ def arch(name: str):
     return parse_hf_config(json.loads((ROOT / "models" / f"{name}.json").read_text()), name, "x")
 
 
-@pytest.mark.parametrize("name,value", sorted(fit(DATA).items()))
-def test_memory_constants_are_the_fit_of_the_measured_rows(name, value):
-    assert getattr(memory, name) == pytest.approx(value, abs=6e-4), f"re-run python bench/fit.py: {name}"
+FIT = fit(DATA)
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(MemoryFit) if f.name != "peak_margin_gib"])
+def test_memory_constants_are_the_fit_of_the_measured_rows(name):
+    ours, refit = getattr(FITTED, name), getattr(FIT, name)
+    if name == "baseline_gib_by_gpu":
+        assert [gpu for gpu, _ in ours] == [gpu for gpu, _ in refit], "re-run python bench/fit.py: a GPU was added"
+        ours, refit = [gib for _, gib in ours], [gib for _, gib in refit]
+    assert ours == pytest.approx(refit, abs=6e-4), f"re-run python bench/fit.py: {name}"
+
+
+def test_the_fit_is_printed_as_the_object_the_planner_holds():
+    """bench/fit.py writes what planner/memory_fit.py holds: its literal evaluates to a MemoryFit equal to the fit at
+    four decimals, and the planner's object is frozen (nothing assigns to it in place)."""
+    printed = literal(FIT)
+    assert printed.startswith("FITTED = MemoryFit(")
+    namespace: dict = {"MemoryFit": MemoryFit}
+    exec(printed, namespace)
+    printed_fit = namespace["FITTED"]
+    for field in fields(MemoryFit):
+        if field.name != "baseline_gib_by_gpu":
+            assert getattr(printed_fit, field.name) == pytest.approx(getattr(FIT, field.name), abs=0.006), field.name
+    assert dict(printed_fit.baseline_gib_by_gpu) == pytest.approx(dict(FIT.baseline_gib_by_gpu), abs=1e-4)
+    with pytest.raises(FrozenInstanceError):
+        FITTED.peak_margin_gib = 0.0  # type: ignore[misc]
 
 
 def test_each_part_is_fitted_on_its_own_rows():
@@ -143,7 +167,7 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed):
 
 
 def test_a_held_out_batch_stays_out_of_the_fit():
-    assert HELD_OUT, "the constants in planner/memory.py are checked by a batch they were not fitted on"
+    assert HELD_OUT, "the constants in planner/memory_fit.py are checked by a batch they were not fitted on"
     held = {r["model"] for b in HELD_OUT for r in b["measured"]}
     assert held and not held & {r.model for r in DATA}
 
@@ -154,12 +178,13 @@ def test_some_predictions_are_waiting_while_a_batch_has_entries_pending():
 
 
 def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_over_bound():
-    """PEAK_MARGIN_GIB is not chosen by hand: bench/fit.py searches it in 0.01 GiB steps over the calibration rows and
+    """peak_margin_gib is not chosen by hand: bench/fit.py searches it in 0.01 GiB steps over the calibration rows and
     the batches in the fit (not the held-out ones, which check it)."""
     margin, setter = smallest_margin(RESULTS)
-    assert margin == pytest.approx(memory.PEAK_MARGIN_GIB) and setter
-    # the search hands its candidates to the planner (margin_gib), which takes PEAK_MARGIN_GIB when given none
+    assert margin == pytest.approx(FITTED.peak_margin_gib) and setter
+    # the search hands the planner a copy per candidate (fitted=), which takes FITTED when given none
     arch = parse_hf_config(RESULTS["calibration_families"]["rows"][0]["config"], "row", "results.json")
     tokens = [single_gpu_fit(arch, "nvidia-h200-141gb", 0.9, 8192, **extra).kv_tokens
-              for extra in ({}, {"margin_gib": memory.PEAK_MARGIN_GIB}, {"margin_gib": memory.PEAK_MARGIN_GIB + 1})]
+              for extra in ({}, {"fitted": FITTED},
+                            {"fitted": replace(FITTED, peak_margin_gib=FITTED.peak_margin_gib + 1)})]
     assert tokens[0] == tokens[1] > tokens[2]

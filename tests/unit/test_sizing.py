@@ -8,7 +8,8 @@ from planner.disks import choose_weights_disk, disk_read_mib_s, weights_load_sec
 from planner.errors import ConfigError
 from planner.kv_cache import bytes_per_token
 from planner.layout import candidate_layouts, valid_tensor_sizes
-from planner.memory import GRAPHS_DENSE_BASE_GIB, GRAPHS_DENSE_PER_KHIDDEN_GIB, LOAD_OVERHEAD_GIB, RESERVE_GIB
+from planner.memory import LOAD_OVERHEAD_GIB, RESERVE_GIB
+from planner.memory_fit import FITTED
 from planner.model_config import parse_hf_config
 from tests.helpers import accel, model, settings, sizing
 
@@ -41,7 +42,7 @@ def test_dev_stack_is_llama_8b_on_one_l4_with_tp1():
     # vLLM 0.32.0 (the default image): Model Runner V2 keeps its CUDA graphs out of the KV cache, and the cache is
     # whole 16-token blocks of all 32 layers. An L4 runs 256 sequences / 2048 batched tokens, outside the settings
     # the activation-peak parts were fitted at, so the measured dense reserve applies.
-    graphs = GRAPHS_DENSE_BASE_GIB + GRAPHS_DENSE_PER_KHIDDEN_GIB * 4096 / 1000
+    graphs = FITTED.graphs_dense_base_gib + FITTED.graphs_dense_per_khidden_gib * 4096 / 1000
     assert s.engine_profile == "0.32.0" and s.cudagraph_gib_per_gpu == pytest.approx(graphs, abs=0.01)
     rotary = 131072 * 128 * 2 / GIB  # the llama3 rope's cos/sin cache: 131,072 positions x head_dim 128, bf16
     usable = 23_034 / 1024 * 0.9 - 14.96 - LOAD_OVERHEAD_GIB - rotary - RESERVE_GIB - graphs

@@ -1,0 +1,107 @@
+"""The fitted constants of the memory vLLM keeps outside the KV cache: one frozen object, written by bench/fit.py.
+
+`python bench/fit.py` fits them on the GPU rows in docs/benchmarks/results.json and prints `FITTED = MemoryFit(...)`
+to paste here; tests/unit/test_fit.py holds FITTED to that fit, so a change of rows or of the model that is not
+re-fitted fails `make test`. Nothing assigns to these values while the program runs: bench/fit.py's margin search
+hands the planner a copy (dataclasses.replace) for each candidate. The model that reads them is planner/memory.py.
+
+The rows: the started checkpoints (31 on an H200, 21 on an H100) and 2 ablations of vLLM 0.25.1 at TP=1,
+--max-num-seqs 1024, --max-num-batched-tokens 8192 (PEAK_FIT_SETTINGS in planner/memory.py); bench/fit.py names the
+rows each constant is fitted on, and docs/benchmarks.md "Planner calibration" keeps each validation batch as it was
+predicted before its run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """The parts model's constants (GiB, or GiB per GiB of a feature of planner/memory.py PeakFeatures)."""
+
+    peak_base_gib: float
+    peak_per_logits: float
+    """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
+    peak_per_hidden: float
+    """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
+    two terms above: the peak while the profile samples (planner/memory.py fitted_peak_gib)."""
+    forward_base_gib: float
+    forward_per_hidden: float
+    forward_per_mlp: float
+    """The peak while the profile runs the forward: a base, per GiB of the hidden-state tensor and per GiB of the
+    widest dense MLP's up-projection output (PeakFeatures.mlp). The dense peak is the larger of the two phases, since
+    V2's profile runs the forward, then the sampler (vllm/v1/worker/gpu/model_runner.py profile_run). On the 35 dense
+    rows the two lines leave residuals of -0.43..+0.32 GiB (-0.48..+0.40 leaving each out); one line over both phases
+    left -0.53..+0.39 on 26 of them, and over-promised 0.3-0.4 GiB where the MLP is wide for the vocabulary."""
+    v1_sampler_per_logits: float
+    """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the
+    profile batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py,
+    _dummy_sampler_run: a sort of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows
+    ran on V2."""
+    v1_attention_per_query: float
+    """The V1 runner's attention, per GiB of one bf16 query tensor of the batch on this GPU: V1's profile runs
+    attention (profile_run -> _dummy_run), V2's skips it (skip_attn=True). Measured directly by GLM-4.5-Air cut to 8
+    layers with 96 and with 64 heads (docs/benchmarks/results.json calibration_ablations: 4.64 against 4.32 GiB)."""
+    v1_workspace_reuse: float
+    """Per GiB of MoE workspace, what the V1 transients above give back (negative): the peak is a maximum over the
+    forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of
+    workspace, shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served
+    (MoE, MLA and hybrid)."""
+    non_torch_gib: float
+    """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
+    baseline_gib_by_gpu: tuple[tuple[str, float], ...]
+    """What each GPU type holds before vLLM profiles (CUDA context, allocator pools): gpuMemoryUtilization x total
+    less the logged non-KV total less the logged available KV memory on the V2 runs on it (no graph estimate
+    subtracted), the mean. H200: 0.54 GiB; H100 80GB: 0.41-0.42 GiB on the 18 V2 rows of validation batches 5-8 (set
+    from batch 5 alone first, 0.423, it held on the 14 rows of batches 6-8 before they joined the fit)."""
+    graphs_dense_base_gib: float
+    graphs_dense_per_khidden_gib: float
+    """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.48-2.56
+    GiB on 36 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its
+    estimate a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
+    graphs_moe_gib: float
+    """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
+    runs, 2.07 on GLM-4.5; the median). It is the largest FULL graph's first capture plus the second capture's delta
+    times the further graphs, and that first capture moves in steps of the allocator's segments (512 MiB with 64
+    heads, 768 MiB with 96 on GLM-4.5-Air). The median, not the mean: on GLM-4.5 the second PIECEWISE capture took
+    26 MiB where every other row took 1 MiB, so vLLM extrapolated 2.07 GiB for a capture that then took 1.04; the mean
+    would take 0.18 GiB from every other MoE model for that one row."""
+    graphs_mla_per_khidden_gib: float
+    """The V1 runner's CUDA-graph estimate for MLA models, per 1,000 of hidden size (4.28, 4.18 and 2.24 GiB at
+    hidden 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and
+    Kimi-K2.5 are one shape and their estimates differ by 2 GiB, so the safe side is kept; a constant (4.28 GiB)
+    reserved 3.4 GiB too much for Moonlight."""
+    peak_margin_gib: float
+    """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit
+    is leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no
+    calibration row and no row of a batch in the fit is over +0.5% (bench/fit.py smallest_margin). The row that sets
+    it is GLM-4.5 cut to 6 layers (+0.50% at 0.34), whose V1 CUDA-graph estimate was 2.07 GiB against the 0.60
+    reserved (graphs_moe_gib)."""
+
+    def baseline_gib(self, gpu: str) -> float:
+        """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
+        promises fewer KV tokens)."""
+        measured = dict(self.baseline_gib_by_gpu)
+        return measured.get(gpu, max(measured.values()))
+
+
+FITTED = MemoryFit(
+    peak_base_gib=-1.0928,
+    peak_per_logits=2.1236,
+    peak_per_hidden=17.5904,
+    forward_base_gib=0.1541,
+    forward_per_hidden=0.8541,
+    forward_per_mlp=1.6032,
+    v1_sampler_per_logits=1.5046,
+    v1_attention_per_query=10.7812,
+    v1_workspace_reuse=-0.7156,
+    non_torch_gib=0.2231,
+    baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
+    graphs_dense_base_gib=0.4316,
+    graphs_dense_per_khidden_gib=0.1288,
+    graphs_moe_gib=0.6000,
+    graphs_mla_per_khidden_gib=0.5971,
+    peak_margin_gib=0.35,
+)
+"""The fit of today's rows (python bench/fit.py)."""
