@@ -39,6 +39,9 @@ class Accelerator:
     display: str
     memory_mib: int
     machines: tuple[MachineType, ...]
+    device_name: str
+    """What the driver calls the GPU (torch.cuda.get_device_name, nvidia-smi's name): vLLM keys batch defaults on it
+    (planner/engine.py batch_defaults)."""
     compact_placement: bool
     bfloat16: bool = True
     """bf16 arithmetic: compute capability 8.0 and up (NVIDIA CUDA GPUs list); the T4 (7.5) has none, and vLLM
@@ -74,6 +77,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "nvidia-tesla-t4", "NVIDIA T4", 15_360,
             (_m("n1-standard-8", 1, 8, 30), _m("n1-standard-4", 1, 4, 15),
              _m("n1-standard-16", 2, 16, 60), _m("n1-standard-32", 4, 32, 120)),
+            device_name="Tesla T4",
             compact_placement=False, bfloat16=False,
         ),
         Accelerator(
@@ -82,6 +86,7 @@ ACCELERATORS: dict[str, Accelerator] = {
              _m("g2-standard-12", 1, 12, 48), _m("g2-standard-16", 1, 16, 64),
              _m("g2-standard-32", 1, 32, 128), _m("g2-standard-24", 2, 24, 96),
              _m("g2-standard-48", 4, 48, 192), _m("g2-standard-96", 8, 96, 384)),
+            device_name="NVIDIA L4",
             compact_placement=True,
         ),
         Accelerator(
@@ -89,33 +94,39 @@ ACCELERATORS: dict[str, Accelerator] = {
             (_m("a2-highgpu-1g", 1, 12, 85), _m("a2-highgpu-2g", 2, 24, 170),
              _m("a2-highgpu-4g", 4, 48, 340), _m("a2-highgpu-8g", 8, 96, 680),
              _m("a2-megagpu-16g", 16, 96, 1360)),
+            device_name="NVIDIA A100-SXM4-40GB",
             compact_placement=True,
         ),
         Accelerator(
             "nvidia-a100-80gb", "NVIDIA A100 80GB", 81_920,
             (_m("a2-ultragpu-1g", 1, 12, 170, 1), _m("a2-ultragpu-2g", 2, 24, 340, 2),
              _m("a2-ultragpu-4g", 4, 48, 680, 4), _m("a2-ultragpu-8g", 8, 96, 1360, 8)),
+            device_name="NVIDIA A100-SXM4-80GB",
             compact_placement=True,
         ),
         Accelerator(
             "nvidia-h100-80gb", "NVIDIA H100 80GB", 81_559,
             (_m("a3-highgpu-1g", 1, 26, 234, 2), _m("a3-highgpu-2g", 2, 52, 468, 4),
              _m("a3-highgpu-4g", 4, 104, 936, 8), _m("a3-highgpu-8g", 8, 208, 1872, 16, "GPUDirect-TCPX")),
+            device_name="NVIDIA H100 80GB HBM3",
             compact_placement=True,
         ),
         Accelerator(
             "nvidia-h100-mega-80gb", "NVIDIA H100 80GB (Mega)", 81_559,
             (_m("a3-megagpu-8g", 8, 208, 1872, 16, "GPUDirect-TCPXO"),),
+            device_name="NVIDIA H100 80GB HBM3",
             compact_placement=True,
         ),
         Accelerator(
             "nvidia-h200-141gb", "NVIDIA H200 141GB", 143_771,
             (_m("a3-ultragpu-8g", 8, 224, 2952, 32, "GPUDirect RDMA"),),
+            device_name="NVIDIA H200",
             compact_placement=True,
         ),
         Accelerator(
             "nvidia-b200", "NVIDIA B200", 183_359,
             (_m("a4-highgpu-8g", 8, 224, 3968, 32, "GPUDirect RDMA"),),
+            device_name="NVIDIA B200",
             compact_placement=True,
         ),
     )

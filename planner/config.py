@@ -20,7 +20,7 @@ from typing import Any
 
 from planner import routing
 from planner.architecture import ModelArchitecture
-from planner.catalog import ACCELERATORS, DISK_TYPES, Accelerator, MachineType, machine_series
+from planner.catalog import ACCELERATORS, DISK_TYPES, MACHINE_SERIES, Accelerator, MachineType, machine_series
 from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.model_config import load_architecture
@@ -272,6 +272,11 @@ def _accelerator(acc: AcceleratorConfig) -> AcceleratorSettings:
                                acc.driver_version, tuple(rungs), acc.spot_multi_node)
 
 
+def _series_attaching(disk_type: str) -> list[str]:
+    """The machine families (A3, G2, ...) whose series attach `disk_type`, from planner/catalog.py."""
+    return sorted({series.name.split(" ")[0] for series in MACHINE_SERIES if disk_type in series.data_disk_types})
+
+
 def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None) -> tuple[str, ...]:
     """The weights-disk types every rung's machine attaches (weights.diskType when set). Several zones need
     Hyperdisk ML: the PD CSI driver serves one volume from same-named disks in several zones only for the disk types
@@ -291,7 +296,8 @@ def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None)
         if several and "hyperdisk-ml" not in kinds:
             raise ConfigError(f"{rung.key}.machineType", rung.machine_type,
                               f"{series.name} cannot attach hyperdisk-ml, the only weights disk several zones can "
-                              f"share; use a machine that can (G2, A2, A3, A4) or one zone")
+                              f"share; use a machine that can ({', '.join(_series_attaching('hyperdisk-ml'))}) or one "
+                              "zone")
         if disk_type is not None and disk_type not in kinds:
             key = "weights.diskType" if rung.key == "accelerator" else f"{rung.key}.machineType"
             shown = disk_type if rung.key == "accelerator" else rung.machine_type

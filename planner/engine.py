@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.catalog import GIB
+from planner.catalog import GIB, Accelerator
 from planner.commands import flag_value
 from planner.errors import ConfigError
 from planner.kv_cache import POOL_RULES, Admission, LayerSpec
@@ -127,13 +127,13 @@ def profile_for_image(image: str) -> EngineChoice:
                         f"{chosen} profile (profiles: {', '.join(known)})")
 
 
-def batch_defaults(memory_bytes: int, accelerator_type: str, profile: EngineProfile) -> tuple[int, int]:
+def batch_defaults(memory_bytes: int, device_name: str, profile: EngineProfile) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM's API server takes on this GPU when the flags are not given
-    (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): by the device's total memory, with the A100 kept on
-    the small defaults (vLLM PR #17885)."""
+    (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): by the device's total memory and, as vLLM does, its
+    device name (the A100 kept on the small defaults: vLLM PR #17885); `device_name` is planner/catalog.py's."""
     if memory_bytes >= 160 * GIB:
         return profile.large_gpu_max_num_seqs, profile.huge_gpu_batched_tokens
-    if memory_bytes >= 70 * GIB and "a100" not in accelerator_type:
+    if memory_bytes >= 70 * GIB and "a100" not in device_name.lower():
         return profile.large_gpu_max_num_seqs, 8192
     return 256, 2048
 
@@ -177,11 +177,11 @@ def _positive(args: tuple[str, ...], flag: str) -> int | None:
     return int(value)
 
 
-def engine_settings(profile: EngineProfile, memory_bytes: int, accelerator_type: str,
+def engine_settings(profile: EngineProfile, accelerator: Accelerator,
                     extra_args: tuple[str, ...] = ()) -> EngineSettings:
     """The batch and cache settings the server runs with: vLLM's defaults for this GPU, overridden by the flags in
     vllm.extraArgs that change them."""
-    seqs, batched = batch_defaults(memory_bytes, accelerator_type, profile)
+    seqs, batched = batch_defaults(accelerator.memory_bytes, accelerator.device_name, profile)
     args = canonical_args(extra_args)  # as vLLM's parser reads them: --max_num_seqs=64, --enforce_eager, prefixes
     return EngineSettings(
         profile=profile,
@@ -190,5 +190,5 @@ def engine_settings(profile: EngineProfile, memory_bytes: int, accelerator_type:
         prefix_caching="--no-enable-prefix-caching" not in args,
         async_scheduling="--no-async-scheduling" not in args,
         cudagraphs="--enforce-eager" not in args,
-        gpu=accelerator_type,
+        gpu=accelerator.type,
     )

@@ -132,7 +132,7 @@ def engine_choice(settings: Settings) -> EngineChoice:
 def stack_engine(settings: Settings, choice: EngineChoice) -> EngineSettings:
     """The batch and cache settings the stack's server runs with: its image's profile, its GPU, vllm.extraArgs."""
     acc = settings.accelerator.catalog
-    return engine_settings(choice.profile, acc.memory_bytes, acc.type, settings.vllm.extra_args)
+    return engine_settings(choice.profile, acc, settings.vllm.extra_args)
 
 
 def _suggestion(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float,

@@ -55,7 +55,7 @@ weights bound (-2.5% on the AWQ 7B)."""
 
 
 def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE) -> EngineSettings:
-    return engine_settings(PROFILES[version], acc.memory_bytes, acc.type)
+    return engine_settings(PROFILES[version], acc)
 
 
 def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:

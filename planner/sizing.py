@@ -227,7 +227,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
                               f"of notice, less than the group's {DRAIN_SECONDS} s drain, and losing one node "
                               "restarts the whole group; set accelerator.spotMultiNode: true to accept that, or "
                               "drop spot")
-        engine = engine_settings(choice.profile, rung.catalog.memory_bytes, rung.type, vllm.extra_args)
+        engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args)
         got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                   vllm.max_model_len, engine)
         if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len:
