@@ -72,6 +72,10 @@ class ModelArchitecture:
     (NON_GATED_MLP)."""
     rotary_cache_elements: int = 0
     """Elements of the rotary cos/sin caches vLLM builds at load, in the model dtype (rotary_cache_elements)."""
+    unsized: str = ""
+    """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
+    "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention
+    and reported as unverified."""
 
     @property
     def quantized_parts(self) -> frozenset[str]:

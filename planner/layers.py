@@ -56,25 +56,23 @@ UNSIZED_KEYS = {
 Mamba / SSM hybrids (Jamba, Granite 4, Nemotron-H, Falcon-H1), DeepSeek V4's compressed attention, Gemma 3n (KV
 sharing in its last num_kv_shared_layers layers, vllm/model_executor/models/gemma3n.py kv_sharing_target_layer_name;
 embed_tokens_per_layer, vocab_size_per_layer_input x layers x hidden_size_per_layer_input weights), LongCat-Flash
-(vllm/model_executor/models/longcat_flash.py: two MLA blocks per layer). Read as any other decoder they plan wrong,
-the weights of Gemma 3n by about 2.3B parameters under."""
+(vllm/model_executor/models/longcat_flash.py: two MLA blocks per layer). Read as any other decoder their numbers are
+unverified, the weights of Gemma 3n about 2.3B parameters under: they plan with stated parallelism and a warning."""
 
 
-def refuse_unsized(cfg: Mapping[str, Any], source: str) -> None:
-    """One line naming the key, instead of a plan that would be wrong in either direction."""
+def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(key, what it marks) when the config has a layer structure the planner does not size yet, else None. Such a
+    model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
+    the plan could not verify (planner/sizing.py)."""
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None:
-            raise ConfigError(source, key, f"{key} in the model config marks {what}, a layer structure the planner "
-                                           "does not size yet, so it cannot plan this model (model.weightsGib does "
-                                           "not help: the KV cache per token is unknown too); it plans decoders of "
-                                           "full, sliding, chunked and latent (MLA) attention and gated-delta-net "
-                                           "layers")
+            return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list):
         unknown = sorted({str(t) for t in types if t not in KIND_NAMES})
         if unknown:
-            raise ConfigError(source, unknown[0], f"layer_types holds {unknown[0]!r}, a layer type the planner does "
-                                                  f"not size yet; accepted: {', '.join(sorted(KIND_NAMES))}")
+            return "layer_types", f"layer_types holds {unknown[0]!r}"
+    return None
 
 
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
@@ -88,7 +86,7 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # "linear_attention" layers are Gated DeltaNet.
         if len(types) < layers:
             raise ConfigError(source, len(types), f"layer_types has {len(types)} entries for {layers} layers")
-        kinds = tuple(KIND_NAMES[t] for t in types[:layers])
+        kinds = tuple(KIND_NAMES.get(t, "full") for t in types[:layers])  # an unknown kind: unsized_reason
         chunk = cfg.get("attention_chunk_size")
         if "chunked" in kinds and isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
             return kinds, chunk  # transformers' Llama4TextConfig writes layer_types; the window is the chunk

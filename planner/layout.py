@@ -202,7 +202,7 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
                           f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
                           f"{outside_kv_bytes(arch, layout, engine) / GIB:.2f} GiB "
                           f"reserve; {_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
-    if result.kv_tokens < max_len:
+    if result.kv_tokens < max_len and not arch.unsized:  # unsized: the plan warns that this is not verified
         alternative = _suggestion(settings, engine, weights_bytes, kv_bytes, max_len).removeprefix(
             "a layout that fits: ")
         raise ConfigError("vllm.maxModelLen", max_len,

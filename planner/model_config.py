@@ -19,7 +19,7 @@ from planner.layers import (
     moe_layer_indices,
     part_layers,
     read_quantization,
-    refuse_unsized,
+    unsized_reason,
     vision_parameters,
 )
 
@@ -213,14 +213,14 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
     raw_text = cfg.get("text_config")
     architectures = cfg.get("architectures")
-    refuse_unsized(raw_text if isinstance(raw_text, Mapping) else cfg, source)  # before transformers rewrites them
+    unsized = unsized_reason(raw_text if isinstance(raw_text, Mapping) else cfg)  # before transformers rewrites them
     cfg = as_vllm_reads(cfg, source)
     vision, wrapper = cfg.get("vision_config"), cfg
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
         text = cfg["text_config"]
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
-    refuse_unsized(cfg, source)
+    unsized = unsized or unsized_reason(cfg)
     layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"))
     hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
     heads = _count(cfg, source, ("num_attention_heads", "n_head"))
@@ -268,9 +268,11 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel_dim"))
     if "linear" in kinds and not all(linear):
-        raise ConfigError(source, "linear_num_key_heads", "linear-attention layers need linear_num_key_heads, "
-                          "linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and "
-                          "linear_conv_kernel_dim in the model config")
+        unsized = unsized or ("linear_num_key_heads", "linear-attention layers without Gated DeltaNet's "
+                              "linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, "
+                              "linear_value_head_dim and linear_conv_kernel_dim (another linear-attention kind)")
+    if unsized:
+        kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
     return ModelArchitecture(
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
@@ -294,6 +296,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
+        unsized=unsized[1] if unsized else "",
     )
 
 

@@ -230,7 +230,8 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
         engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args)
         got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                   vllm.max_model_len, engine)
-        if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len:
+        if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len and (arch.unsized == ""
+                                                                                 or not got.weights_fit):
             held = (f"holds only {got.kv_tokens} KV tokens per replica" if got.weights_fit else
                     f"cannot hold {gib_text(got.weights_per_gpu)} of weights per GPU")
             raise ConfigError(f"{rung.key}.type", rung.type,
@@ -266,6 +267,12 @@ def plan(settings: Settings) -> Sizing:
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
 
     if par.tensor is None and par.pipeline is None:
+        if arch.unsized:
+            raise ConfigError("parallelism.tensor", None,
+                              f"{arch.name}: {arch.unsized}, a layer structure the planner does not size yet, so it "
+                              "cannot choose the layout; vLLM serves it: state parallelism.tensor (and "
+                              "parallelism.pipeline across nodes), and model.weightsGib if the weights are not "
+                              f"{gib_text(weights_bytes)} (counted from config.json as a plain decoder)")
         layout, source = auto_layout(settings, engine, weights_bytes, kv_bytes), "auto"
     else:
         layout = check_explicit_layout(settings, engine, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
@@ -276,8 +283,15 @@ def plan(settings: Settings) -> Sizing:
     warnings = list(settings.warnings)
     if choice.warning:
         warnings.append(choice.warning)
+    if arch.unsized:
+        weighed = ("model.weightsGib as stated" if settings.model.weights_gib is not None
+                   else "weights counted from config.json as a plain decoder")
+        warnings.append(f"{arch.name}: {arch.unsized}, which the planner does not size yet; the plan takes "
+                        f"parallelism {layout.tp}x{layout.pp} as stated and {weighed}, and does not verify the KV "
+                        f"tokens per replica ({result.kv_tokens:,} as if every layer were full attention), that "
+                        "one sequence fits, or an HPA target derived from them")
     concurrency = result.kv_tokens // settings.vllm.max_model_len
-    if concurrency < par.min_concurrent_sequences:
+    if concurrency < par.min_concurrent_sequences and not arch.unsized:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
                         f"parallelism.minConcurrentSequences ({par.min_concurrent_sequences})")
     if layout.nodes > 1 and not accs.catalog.compact_placement:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from planner.catalog import GIB
-from planner.config import NAMESPACE, PROJECT_DIR, build_settings, check_namespaces
+from planner.config import NAMESPACE, PROJECT_DIR, Settings, build_settings, check_namespaces
 from planner.engine import PROFILES
 from planner.errors import ConfigError
 from planner.memory import resolved_kv_cache_dtype
@@ -148,6 +148,15 @@ def rung_rows(s: Sizing) -> str:
     lines = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines) + (f"\n  shared by every rung (worst rung): startup probe {s.startup_probe_seconds} s, "
                                f"HPA target {s.hpa_target:g}, pod {s.pod_cpu} CPU / {s.pod_memory_gib} GiB")
+
+
+def weights_source(settings: Settings) -> str:
+    """Where the planned weights come from: the stack (model.weightsGib) or counted from the model's config.json."""
+    if settings.model.weights_gib is not None:
+        return "stated (model.weightsGib)"
+    unsized = settings.model.architecture.unsized
+    unverified = "; its layer structure is not sized yet, see the warning" if unsized else ""
+    return f"counted from config.json (parameters by part at the bytes vLLM loads them){unverified}"
 
 
 def rung_table(s: Sizing, objects: list[dict[str, Any]]) -> str:
@@ -316,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stack {stack}: {settings.model.id} on {sizing.accelerator} ({sizing.machine_type})")
         print(f"engine profile: vLLM {sizing.engine_profile} rules for {settings.vllm.image} (max_num_seqs "
               f"{sizing.max_num_seqs}, max_num_batched_tokens {sizing.max_num_batched_tokens}, KV cache "
-              f"{kv_cache_dtype_line(settings, sizing)})\n")
+              f"{kv_cache_dtype_line(settings, sizing)})")
+        print(f"weights: {sizing.weights_gib:,.2f} GiB, {weights_source(settings)}\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
         print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
         if sizing.rungs:

@@ -170,18 +170,45 @@ def test_cut_layers_keeps_the_pattern():
     assert oss["layer_types"] == ["sliding_attention", "full_attention"] * 2
 
 
-@pytest.mark.parametrize("change, key", [
+UNSIZED = [
     ({"layers_block_type": ["mamba", "attention"]}, "layers_block_type"),
     ({"mamba_d_state": 128}, "mamba_d_state"),
-    ({"layer_types": ["mamba"] * 48}, "mamba"),
+    ({"layer_types": ["mamba"] * 48}, "layer_types"),
+    ({"layer_types": ["indexed_attention"] * 48}, "layer_types"),
+    ({"layer_types": ["linear_attention", "full_attention"] * 24}, "linear_num_key_heads"),
     ({"num_kv_shared_layers": 15, "hidden_size_per_layer_input": 256}, "num_kv_shared_layers"),
     ({"zero_expert_num": 256}, "zero_expert_num"),
-])
-def test_families_not_sized_are_refused_naming_the_key(change, key):
+]
+
+
+@pytest.mark.parametrize("change, key", UNSIZED, ids=[k for _, k in UNSIZED])
+def test_a_structure_not_sized_yet_plans_with_stated_parallelism_and_a_warning(change, key, tmp_path):
+    """vLLM serves these families, so the plan must not stop at them: the config reads with what it marks named, the
+    automatic layout asks in one line for the parallelism (naming the key that blocks it), and with it stated the
+    stack plans, warning in one line what the plan could not verify."""
     cfg = {**json.loads((ROOT / "models" / "Qwen3-30B-A3B.json").read_text()), **change}
+    arch = parse_hf_config(cfg, "m", "model.configFile")
+    assert key in arch.unsized and set(arch.kinds) == {"full"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    section = {"id": "org/m", "configFile": str(path)}
+    h100 = accel("nvidia-h100-80gb", "a3-highgpu-8g")
     with pytest.raises(ConfigError) as err:
-        parse_hf_config(cfg, "m", "model.configFile")
-    assert key in str(err.value) and "does not size" in str(err.value)
+        sizing(model=section, accelerator=h100, vllm={"maxModelLen": 8192})
+    assert err.value.key == "parallelism.tensor" and key in str(err.value) and "\n" not in str(err.value)
+    planned = sizing(model=section, accelerator=h100, vllm={"maxModelLen": 8192}, parallelism={"tensor": 4})
+    assert planned.tensor_parallel_size == 4
+    [warning] = [w for w in planned.warnings if "does not size yet" in w]
+    assert key in warning and "does not verify the KV tokens" in warning and "\n" not in warning
+    stated = sizing(model={**section, "weightsGib": 61.0}, accelerator=h100, vllm={"maxModelLen": 8192},
+                    parallelism={"tensor": 4})
+    assert stated.weights_gib == 61.0 and any("model.weightsGib as stated" in w for w in stated.warnings)
+
+
+def test_a_sized_model_gets_no_unsized_warning():
+    planned = sizing(model=model("Qwen3-30B-A3B"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"),
+                     vllm={"maxModelLen": 8192})
+    assert not any("does not size yet" in w for w in planned.warnings)
 
 
 def test_an_unknown_quantization_asks_for_model_weights_gib(tmp_path):
@@ -211,15 +238,15 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
 
 @pytest.mark.parametrize("model_type, key", [("gemma3n_text", "num_kv_shared_layers"),
                                              ("longcat_flash", "zero_expert_num")])
-def test_families_that_would_plan_wrong_are_refused_as_transformers_writes_their_configs(model_type, key):
+def test_families_that_would_plan_wrong_are_marked_as_transformers_writes_their_configs(model_type, key):
     """Gemma 3n (KV shared by its last layers, 2.3B parameters of per-layer embeddings) and LongCat-Flash (two MLA
     blocks per layer) read as plain decoders gave plans wrong both ways (LongCat-Flash: 6,498B parameters for a 560B
-    model); transformers' own default config of each is refused naming the key, also inside a wrapper."""
+    model); transformers' own default config of each is marked unsized naming the key, also inside a wrapper, so the
+    plan takes stated parallelism and says what it could not verify."""
     from transformers import CONFIG_MAPPING
 
     cfg = {**CONFIG_MAPPING[model_type]().to_dict(), "architectures": ["X"]}
-    with pytest.raises(ConfigError) as err:
-        parse_hf_config(cfg, "m", "model.configFile")
-    assert err.value.value == key and "cannot plan this model" in str(err.value)
-    with pytest.raises(ConfigError):
-        parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m", "model.configFile")
+    assert key in parse_hf_config(cfg, "m", "model.configFile").unsized
+    wrapped = parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m",
+                              "model.configFile")
+    assert key in wrapped.unsized

@@ -183,3 +183,25 @@ def test_the_multizone_plan_prints_every_rung_and_checks_the_compute_class():
     assert len(rows) == 4, out
     assert "multi-zone volume projects/my-gcp-project/zones/multi-zone/disks/" in out
     assert "cluster rules" in out and "no violations" in out
+
+
+def test_the_plan_says_where_the_weights_come_from_and_plans_an_unsized_layer_kind_with_a_warning(tmp_path):
+    """`make plan` prints the weights' source; a config with a layer kind the planner does not size (a sparse
+    indexer's `indexed_attention`) asks for the parallelism in one line, then plans with it and warns once."""
+    dev = run_plan("--stack", "dev")
+    assert dev.returncode == 0, dev.stderr
+    assert "weights: 14.96 GiB, counted from config.json" in dev.stdout
+    cfg = json.loads((PROJECT_DIR / "models" / "Qwen3-30B-A3B.json").read_text())
+    cfg["layer_types"] = ["indexed_attention"] * cfg["num_hidden_layers"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    model = ["--set", f"model.configFile={path}", "--set", "accelerator.type=nvidia-h100-80gb",
+             "--set", "accelerator.machineType=a3-highgpu-8g", "--set", "vllm.maxModelLen=8192"]
+    refused = run_plan("--stack", "dev", *model)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "parallelism.tensor" in refused.stderr and "indexed_attention" in refused.stderr
+    planned = run_plan("--stack", "dev", *model, "--set", "parallelism.tensor=4", "--set", "model.weightsGib=57")
+    assert planned.returncode == 0, planned.stderr
+    assert "weights: 57.00 GiB, stated (model.weightsGib)" in planned.stdout
+    warnings = [line for line in planned.stdout.splitlines() if "does not size yet" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "indexed_attention" in warnings[0]
