@@ -292,7 +292,15 @@ def run_program(config: dict[str, Any], stack: str = "dev", project_dir: Path = 
 
 
 SHARED: dict[str, Recording] | None = None
-"""Recordings by their inputs, when runs are shared (None: every call runs the program)."""
+"""Recordings by their inputs, when runs are shared (None: every call runs the program); share_recordings turns it
+on."""
+
+
+def share_recordings() -> None:
+    """From now on in this process, runs with the same inputs share one recording (the test tiers call this)."""
+    global SHARED
+    if SHARED is None:
+        SHARED = {}
 
 
 def _in_own_thread(run: Callable[[], Recording]) -> Recording:

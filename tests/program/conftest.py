@@ -9,7 +9,7 @@ from tests.program.test_routing import dev
 from tools import mocks
 from tools.mocks import Recording, run_program
 
-mocks.SHARED = {}
+mocks.share_recordings()
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -155,3 +156,46 @@ def test_the_unit_and_program_tiers_import_without_torch_or_vllm():
             + "".join(f"importlib.import_module({m!r})\n" for m in modules))
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    """Names a module binds to other modules: `import x [as y]`, and `from p import m` where p.m is a module."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                try:
+                    found = importlib.util.find_spec(f"{node.module}.{a.name}")
+                except (ImportError, ValueError):
+                    found = None
+                if found is not None:
+                    names.add(a.asname or a.name)
+    return names
+
+
+def test_no_module_looks_up_constants_in_globals_or_assigns_another_modules_names():
+    """The program's and the benchmark's code reads constants as names and passes changed ones as arguments (the
+    fitted constants are one frozen object, planner/memory_fit.py): no globals() lookup, and no assignment to an
+    attribute of an imported module (the way bench/fit.py once overwrote sizing.PEAK_MARGIN_GIB while it searched)."""
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "__main__.py", *(p for d in ("planner", "components", "tools", "bench")
+                                     for p in sorted((root / d).rglob("*.py")))]
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        modules = _module_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals":
+                found.append(f"{path.relative_to(root)}:{node.lineno} globals()")
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for target in targets:
+                base = target
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if isinstance(target, ast.Attribute) and isinstance(base, ast.Name) and base.id in modules:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} assigns {ast.unparse(target)}")
+    assert len(files) > 40
+    assert not found, found
