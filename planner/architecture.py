@@ -72,6 +72,9 @@ class ModelArchitecture:
     (NON_GATED_MLP)."""
     rotary_cache_elements: int = 0
     """Elements of the rotary cos/sin caches vLLM builds at load, in the model dtype (rotary_cache_elements)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction layers the checkpoint stores after the decoder (num_nextn_predict_layers), which vLLM
+    does not load without speculative decoding (planner/checkpoint.py)."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention

@@ -21,6 +21,7 @@ from typing import Any
 from planner import routing
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, MACHINE_SERIES, Accelerator, MachineType, machine_series
+from planner.checkpoint import load_tensors_file, tensor_bytes
 from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.model_config import load_architecture
@@ -115,6 +116,10 @@ class ModelSettings:
     weights_gib: float | None
     served_name: str
     architecture: ModelArchitecture
+    checkpoint_bytes: float | None = None
+    """The bytes vLLM loads of the checkpoint's tensors (model.tensorsFile, planner/checkpoint.py); None without."""
+    skipped_tensors: int = 0
+    """Tensors of model.tensorsFile vLLM does not load (multi-token-prediction layers)."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +325,12 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
     if m.source == "huggingface" and m.gcs_uri is not None:
         raise ConfigError("model.gcsUri", m.gcs_uri, "only used with model.source: gcs")
     arch, note = load_architecture(m.id, m.revision, m.config_file, m.architecture, project_dir)
-    return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch), note
+    checkpoint, skipped = None, 0
+    if m.tensors_file is not None:
+        tensors = load_tensors_file(m.tensors_file, project_dir)
+        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, "model.tensorsFile")
+    return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
+                         checkpoint, skipped), note
 
 
 def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> Settings:

@@ -297,6 +297,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
         unsized=unsized[1] if unsized else "",
+        mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
     )
 
 

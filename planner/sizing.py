@@ -249,12 +249,22 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
     return planned
 
 
+CHECKPOINT_COUNT_TOLERANCE = 0.03
+"""The weights bound of the GPU calibration (docs/benchmarks.md): a count from config.json further than this from the
+checkpoint's tensors is reported, since one of the two is not what vLLM loads."""
+
+
 def plan(settings: Settings) -> Sizing:
     """The serving layout and its derived numbers for validated settings (raises ConfigError)."""
     arch, accs, par = settings.model.architecture, settings.accelerator, settings.parallelism
     params = arch.parameter_count()
+    counted_bytes = None
     if settings.model.weights_gib is not None:
         weights_bytes = settings.model.weights_gib * GIB
+    elif settings.model.checkpoint_bytes is not None:
+        weights_bytes = settings.model.checkpoint_bytes
+        if not arch.quantized_parts or arch.weight_bytes_per_param:
+            counted_bytes = model_weight_bytes(arch, settings.vllm.dtype)
     else:
         if arch.quantized_parts and not arch.weight_bytes_per_param:
             raise ConfigError("model.weightsGib", None,
@@ -283,8 +293,13 @@ def plan(settings: Settings) -> Sizing:
     warnings = list(settings.warnings)
     if choice.warning:
         warnings.append(choice.warning)
+    if counted_bytes is not None and abs(counted_bytes / weights_bytes - 1) > CHECKPOINT_COUNT_TOLERANCE:
+        warnings.append(f"model.tensorsFile: the checkpoint's tensors weigh {gib_text(weights_bytes)} as vLLM loads "
+                        f"them, the count from config.json {gib_text(counted_bytes)} "
+                        f"({counted_bytes / weights_bytes - 1:+.1%}); the plan uses the tensors")
     if arch.unsized:
         weighed = ("model.weightsGib as stated" if settings.model.weights_gib is not None
+                   else "the checkpoint's tensors (model.tensorsFile)" if settings.model.checkpoint_bytes is not None
                    else "weights counted from config.json as a plain decoder")
         warnings.append(f"{arch.name}: {arch.unsized}, which the planner does not size yet; the plan takes "
                         f"parallelism {layout.tp}x{layout.pp} as stated and {weighed}, and does not verify the KV "

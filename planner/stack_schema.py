@@ -240,6 +240,10 @@ class ModelConfig(Section):
     config_file: Text | None = Field(None, description="Local config.json (relative to the project) for offline "
                                                        "plans; without it or architecture, the Hub is asked.")
     architecture: dict[str, Any] | None = Field(None, description="The config.json fields inline.")
+    tensors_file: Text | None = Field(None, description="The checkpoint's tensors (names, dtypes, shapes from its "
+                                                        "safetensors headers; python -m tools.checkpoint_tensors "
+                                                        "writes it): the weights are planned from them, not counted "
+                                                        "from config.json.")
     weights_gib: Float | None = Field(None, gt=0, le=100_000, description="Overrides the computed weight size.")
     served_name: Text | None = Field(None, description="OpenAI model name (default: id).")
 

@@ -1,0 +1,61 @@
+"""Write a checkpoint's tensors (name, dtype, shape) into the JSON file model.tensorsFile names.
+
+    python -m tools.checkpoint_tensors meta-llama/Llama-3.1-8B-Instruct --out models/Llama-3.1-8B-Instruct.tensors.json
+    python -m tools.checkpoint_tensors /path/to/checkpoint-dir --out my-model.tensors.json
+
+A Hub repository is read through huggingface_hub's safetensors metadata functions (HTTP range reads of each file's
+header; HF_TOKEN for gated models); a local directory from its .safetensors files' headers. No weight is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from planner.checkpoint import read_directory, write_tensors_file  # noqa: E402
+
+
+def from_hub(repo: str, revision: str) -> tuple[dict[str, dict], list[str]]:
+    from huggingface_hub import get_safetensors_metadata
+
+    meta = get_safetensors_metadata(repo, revision=revision)
+    tensors: dict[str, dict] = {}
+    for info in meta.files_metadata.values():
+        for name, tensor in info.tensors.items():
+            tensors[name] = {"dtype": tensor.dtype, "shape": list(tensor.shape)}
+    return tensors, sorted(meta.files_metadata)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", help="a Hugging Face repo id, or a local checkpoint directory")
+    parser.add_argument("--revision", default="main", help="branch, tag or commit on the Hub (default: main)")
+    parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    args = parser.parse_args(argv)
+    local = Path(args.source)
+    try:
+        if local.is_dir():
+            files = sorted(p.name for p in local.glob("*.safetensors"))
+            if not files:
+                print(f"error: source {args.source}: no .safetensors files in this directory", file=sys.stderr)
+                return 2
+            tensors, where = read_directory(local), str(local)
+        else:
+            tensors, files = from_hub(args.source, args.revision)
+            where = f"{args.source}@{args.revision}"
+    except Exception as exc:  # network, auth, not found, a malformed header: one line, the source named
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: source {args.source}: could not read the safetensors headers ({reason})", file=sys.stderr)
+        return 2
+    write_tensors_file(tensors, where, args.out, files)
+    print(f"wrote {len(tensors)} tensors of {len(files)} file(s) from {where} to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
