@@ -117,7 +117,7 @@ _VERSION = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-.+][0-9A-Za-z.+-]*)?$")
 
 
 def image_version(image: str) -> tuple[int, int, int] | None:
-    """The vLLM version an image tag names (vllm/vllm-openai:v0.32.0 -> (0, 32, 0)); None for a digest or another
+    """The vLLM version an image tag names (vllm/vllm-openai:v0.25.1 -> (0, 25, 1)); None for a digest or another
     tag."""
     found = _VERSION.search(image.split("@", 1)[0])
     return tuple(int(g) for g in found.groups()) if found else None  # type: ignore[return-value]
