@@ -302,9 +302,9 @@ def plan(settings: Settings) -> Sizing:
                    else "the checkpoint's tensors (model.tensorsFile)" if settings.model.checkpoint_bytes is not None
                    else "weights counted from config.json as a plain decoder")
         warnings.append(f"{arch.name}: {arch.unsized}, which the planner does not size yet; the plan takes "
-                        f"parallelism {layout.tp}x{layout.pp} as stated and {weighed}, and does not verify the KV "
-                        f"tokens per replica ({result.kv_tokens:,} as if every layer were full attention), that "
-                        "one sequence fits, or an HPA target derived from them")
+                        f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) as stated and {weighed}, and "
+                        f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
+                        "full attention), that one sequence fits, or an HPA target derived from them")
     concurrency = result.kv_tokens // settings.vllm.max_model_len
     if concurrency < par.min_concurrent_sequences and not arch.unsized:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
