@@ -59,6 +59,7 @@ class PodNetwork:
         self.bridge = f"vgkb{self.tag}"
         self.next_host = 2
         self.namespaces: list[str] = []
+        self.veths: list[str] = []
 
     def __enter__(self) -> PodNetwork:
         if os.geteuid() != 0:
@@ -76,6 +77,10 @@ class PodNetwork:
         self.next_host += 1
         ns, host, peer = f"vgk{self.tag}-{n}", f"vgk{self.tag}h{n}", f"vgk{self.tag}p{n}"
         _ip("netns", "add", ns)
+        # Owned from here on: a step below that fails (seen once under memory pressure: `ip link add` exited 2)
+        # must not leave the namespace or a veth behind for the next pod of this run, which reuses the names.
+        self.namespaces.append(ns)
+        self.veths.append(host)
         _ip("link", "add", host, "type", "veth", "peer", "name", peer)
         _ip("link", "set", peer, "netns", ns)
         _ip("link", "set", host, "master", self.bridge)
@@ -83,12 +88,13 @@ class PodNetwork:
         for args in (("link", "set", peer, "name", "eth0"), ("addr", "add", f"{SUBNET}.{n}/24", "dev", "eth0"),
                      ("link", "set", "eth0", "up"), ("link", "set", "lo", "up")):
             _ip("netns", "exec", ns, "ip", *args)
-        self.namespaces.append(ns)
         return ns, f"{SUBNET}.{n}"
 
     def __exit__(self, *_: Any) -> None:
         for ns in self.namespaces:
             _delete_namespace(ns)
+        for host in self.veths:  # gone with its namespace once the peer moved there; a failed add may leave it
+            subprocess.run(["ip", "link", "del", host], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 

@@ -249,6 +249,30 @@ def test_a_killed_runs_bridge_and_namespaces_are_removed_before_a_new_pod_networ
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def test_a_pod_network_that_fails_midway_leaves_nothing_for_the_next_pod(monkeypatch):
+    """Seen in a full run: `ip link add` for a pod's veth exited 2 once, and the namespace it had just made stayed
+    behind under the name the next pod of the same run takes, so six more pod tests failed at `ip netns add`."""
+    import tools.pod_runner as runner
+
+    real = runner._ip
+    failed = []
+
+    def veth_fails_once(*args):
+        if args[:2] == ("link", "add") and "veth" in args and not failed:
+            failed.append(args)
+            raise subprocess.CalledProcessError(2, ["ip", *args])
+        real(*args)
+
+    monkeypatch.setattr(runner, "_ip", veth_fails_once)
+    with PodNetwork() as net, pytest.raises(subprocess.CalledProcessError):
+        net.add()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"vgk{net.tag}-" not in listed and failed
+    with PodNetwork() as again:  # the same run (same pid, same names) starts its next pod
+        ns, _ = again.add()
+        assert ns == f"vgk{again.tag}-2"
+
+
 UI_VENV = Path(__file__).resolve().parents[2] / ".venv-ui"
 
 
