@@ -18,6 +18,7 @@ from planner.checkpoint import read_directory, read_header, skipped_by_vllm, ten
 from planner.config import PROJECT_DIR
 from planner.errors import ConfigError
 from tests.helpers import model, sizing
+from tools import checkpoint_tensors
 
 LAYERS = 4
 
@@ -70,9 +71,7 @@ def test_a_tensor_of_an_unknown_dtype_is_one_line_naming_it():
 def test_a_stack_plans_its_weights_from_a_generated_checkpoints_headers(tmp_path):
     arrays = generated_checkpoint(tmp_path)
     out = tmp_path / "tensors.json"
-    done = subprocess.run([sys.executable, "-m", "tools.checkpoint_tensors", str(tmp_path), "--out", str(out)],
-                          cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert checkpoint_tensors.main([str(tmp_path), "--out", str(out)]) == 0
     assert set(json.loads(out.read_text())["tensors"]) == set(arrays)
     counted = sizing(model=model("Llama-3.1-8B-Instruct"))
     planned = sizing(model={**model("Llama-3.1-8B-Instruct"), "tensorsFile": str(out)})

@@ -145,10 +145,13 @@ def test_the_unit_and_program_tiers_import_without_torch_or_vllm():
     """The inner loop runs as the Pulumi program's environment is (requirements.txt: transformers without torch, no
     vLLM); checks held to vLLM's, torch's or a quantization library's own code live in tests/engine/. Every unit and
     program test module imports with both hidden as `make test-fast` hides them (tests/conftest.py)."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
+    if os.environ.get("TEST_PROGRAM_ENV") == "1":
+        pytest.skip("this run hides torch and vLLM itself (make test-fast): every module here imported without them")
     root = Path(__file__).resolve().parents[2]
     modules = sorted(f"tests.{tier}.{p.stem}" for tier in ("unit", "program")
                      for p in (root / "tests" / tier).glob("test_*.py"))
