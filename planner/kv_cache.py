@@ -110,13 +110,18 @@ class LinearState(LayerSpec):
         return admission.state_blocks
 
 
+def attention_spec(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float) -> FullAttention:
+    """The model's full-attention layer on one GPU of a TP group: MLA's latent vector, replicated on every rank, or K
+    and V of its KV heads (a head replicated where TP exceeds them)."""
+    if arch.kv_lora_rank:
+        return MLAAttention((arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_dtype_bytes)
+    return FullAttention(2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes)
+
+
 def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                 state_dtype_bytes: float = 2.0) -> tuple[LayerSpec, ...]:
     """One spec per decoder layer of `arch` on one GPU of a TP group."""
-    if arch.kv_lora_rank:
-        attention: LayerSpec = MLAAttention((arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_dtype_bytes)
-    else:
-        attention = FullAttention(2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes)
+    attention = attention_spec(arch, tp, kv_dtype_bytes)
     made: dict[str, LayerSpec] = {"full": attention}
     specs = []
     for kind in arch.kinds:
@@ -146,7 +151,7 @@ def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: f
 def bytes_per_token(arch: ModelArchitecture, tp: int, pp: int, kv_dtype_bytes: float) -> float:
     """KV-cache bytes one token takes on one GPU of a TP x PP replica when every layer were full attention (the
     figure a replica whose pool is empty is described by)."""
-    return math.ceil(arch.num_layers / pp) * layer_specs(arch, tp, kv_dtype_bytes)[0].token_bytes
+    return math.ceil(arch.num_layers / pp) * attention_spec(arch, tp, kv_dtype_bytes).token_bytes
 
 
 def block_tokens(specs: tuple[LayerSpec, ...]) -> int:

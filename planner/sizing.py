@@ -230,7 +230,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
         engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args)
         got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                   vllm.max_model_len, engine)
-        if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len and (arch.unsized == ""
+        if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len and (not arch.unsized
                                                                                  or not got.weights_fit):
             held = (f"holds only {got.kv_tokens} KV tokens per replica" if got.weights_fit else
                     f"cannot hold {gib_text(got.weights_per_gpu)} of weights per GPU")
@@ -272,6 +272,9 @@ def plan(settings: Settings) -> Sizing:
                               "does not weigh yet (it reads fp8, fbgemm_fp8, mxfp4, awq, gptq and compressed-tensors); "
                               "set model.weightsGib to the checkpoint's size")
         weights_bytes = model_weight_bytes(arch, settings.vllm.dtype)
+    weighed = ("model.weightsGib as stated" if settings.model.weights_gib is not None
+               else "the checkpoint's tensors (model.tensorsFile)" if settings.model.checkpoint_bytes is not None
+               else "weights counted from config.json as a plain decoder")
     choice = engine_choice(settings)
     engine = stack_engine(settings, choice)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
@@ -282,7 +285,7 @@ def plan(settings: Settings) -> Sizing:
                               f"{arch.name}: {arch.unsized}, a layer structure the planner does not size yet, so it "
                               "cannot choose the layout; vLLM serves it: state parallelism.tensor (and "
                               "parallelism.pipeline across nodes), and model.weightsGib if the weights are not "
-                              f"{gib_text(weights_bytes)} (counted from config.json as a plain decoder)")
+                              f"{gib_text(weights_bytes)} ({weighed})")
         layout, source = auto_layout(settings, engine, weights_bytes, kv_bytes), "auto"
     else:
         layout = check_explicit_layout(settings, engine, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
@@ -298,9 +301,6 @@ def plan(settings: Settings) -> Sizing:
                         f"them, the count from config.json {gib_text(counted_bytes)} "
                         f"({counted_bytes / weights_bytes - 1:+.1%}); the plan uses the tensors")
     if arch.unsized:
-        weighed = ("model.weightsGib as stated" if settings.model.weights_gib is not None
-                   else "the checkpoint's tensors (model.tensorsFile)" if settings.model.checkpoint_bytes is not None
-                   else "weights counted from config.json as a plain decoder")
         warnings.append(f"{arch.name}: {arch.unsized}, which the planner does not size yet; the plan takes "
                         f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) as stated and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "

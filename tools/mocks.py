@@ -316,6 +316,7 @@ def _in_own_thread(run: Callable[[], Recording]) -> Recording:
 
     def target() -> None:
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_unretrieved)
         asyncio.set_event_loop(loop)
         try:
             outcome["recording"] = run()
@@ -348,7 +349,6 @@ def _run(config: dict[str, Any], stack: str, project_dir: Path, preview: bool, c
                              logger=logger)
     pulumi_settings.SETTINGS.rpc_manager.clear()
     pulumi_settings.SETTINGS.outputs.clear()
-    _quiet_event_loop()
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(project_dir / "__main__.py"),
                                                              run_name="__pulumi_main__")))
@@ -356,33 +356,17 @@ def _run(config: dict[str, Any], stack: str, project_dir: Path, preview: bool, c
         # A failed program (a refusal at preview) leaves RPCs running; let them end here, or their errors would land
         # in the next run's RPC manager.
         _sync_await(_drain())
-        gc.collect()  # the refusal's unretrieved tasks end here, under _quiet_event_loop's handler, not at random
+        gc.collect()  # the refusal's unretrieved tasks end here, under _unretrieved, not at random
         raise
     return Recording(stack, [r for r in monitor.recorded if r.type != "pulumi:pulumi:Stack"])
 
 
 def _unretrieved(loop: Any, context: dict[str, Any]) -> None:
-    """The loop's exception handler: the exception of a task nobody awaited is the refusal the caller already got."""
-    UNRETRIEVED.append(str(context.get("message", "")))
-
-
-UNRETRIEVED: list[str] = []
-"""Messages of exceptions no task retrieved (tasks a refused program left), kept instead of logged."""
-
-
-def _quiet_event_loop() -> None:
-    """Give the loop Pulumi runs on a handler that does not format tracebacks. asyncio's default one logs a task's
-    unretrieved exception when the garbage collector finalizes the task, at any allocation; Python 3.11's traceback
-    formatting calls ast.parse (caret anchors), and a parse nested inside another one (pytest's assertion rewriting)
-    breaks the interpreter-wide AST state: `SystemError: AST constructor recursion depth mismatch`
-    (python/cpython#106905 and the reports linked there)."""
-    import asyncio
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-    loop.set_exception_handler(_unretrieved)
+    """The exception handler of the loop a program runs on: the exception of a task nobody awaited is the refusal the
+    caller already got, so it is dropped, not logged. asyncio's default handler logs it when the garbage collector
+    finalizes the task, at any allocation; Python 3.11's traceback formatting calls ast.parse (caret anchors), and a
+    parse nested inside another one (pytest's assertion rewriting) breaks the interpreter-wide AST state:
+    `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905 and the reports linked there)."""
 
 
 async def _drain() -> None:
@@ -396,16 +380,3 @@ async def _drain() -> None:
         await asyncio.gather(*pending, return_exceptions=True)
     pulumi_settings.SETTINGS.rpc_manager.clear()
     pulumi_settings.SETTINGS.outputs.clear()
-
-
-def close_event_loop() -> None:
-    """Close the event loop Pulumi's runtime ran on. Left to the garbage collector at interpreter exit, it is
-    sometimes closed after its self-pipe, and Python prints an ignored `Invalid file descriptor` traceback."""
-    import asyncio
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-    if not loop.is_running() and not loop.is_closed():
-        loop.close()

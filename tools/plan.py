@@ -297,15 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         sizing = plan(settings)
         import pulumi
 
-        from tools.mocks import close_event_loop, run_program  # imported late: pulumi start-up is the slow part
+        from tools.mocks import run_program  # imported late: pulumi start-up is the slow part
 
         try:
             recording = run_program(config, stack=stack)
         except pulumi.RunError as exc:  # refused as the preview reads the cluster (components/gke_cluster.py)
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        finally:
-            close_event_loop()
     except (ConfigError, PlanInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
