@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ATTENTION_KINDS = ("full", "sliding", "chunked")
+"""Layer kinds with attention weights and a per-token KV cache."""
+STATE_KINDS = ("linear", "mamba")
+"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear") and Mamba-2 ("mamba"). A layer of kind
+"none" holds neither (NemotronH's MLP and expert layers)."""
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
@@ -44,7 +49,9 @@ class ModelArchitecture:
     in vLLM for every method read here."""
     quant_method: str = ""
     layer_kinds: tuple[str, ...] = ()
-    """Per decoder layer: full, sliding, chunked or linear (planner/layers.py); empty means all full attention."""
+    """Per decoder layer: full, sliding, chunked, linear (Gated DeltaNet), mamba (Mamba-2) or none (a layer with
+    neither attention nor state: NemotronH's MLP and expert layers) (planner/layers.py); empty means all full
+    attention."""
     window: int = 0
     """sliding_window (sliding layers) or attention_chunk_size (chunked layers), in tokens."""
     moe_layer_count: int = -1
@@ -75,6 +82,20 @@ class ModelArchitecture:
     mtp_layers: int = 0
     """Multi-token-prediction layers the checkpoint stores after the decoder (num_nextn_predict_layers), which vLLM
     does not load without speculative decoding (planner/checkpoint.py)."""
+    mamba: tuple[int, ...] = ()
+    """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
+    bias (1/0), projection bias (1/0), as planner/layers.py mamba2_dims reads them per family."""
+    mamba_ssm_dtype: str = ""
+    """The dtype vLLM keeps a Mamba layer's SSM state in ("" : the model's; NemotronH: the config's
+    mamba_ssm_cache_dtype, float32 by default)."""
+    ffn_free_layers: int = 0
+    """Decoder layers without an MLP or experts (NemotronH: a layer is one block, a mixer or an MLP or experts)."""
+    expert_matrices: int = 3
+    """Weight matrices of one routed or shared expert: 3 gated, 2 where the family's experts are not (NemotronH)."""
+    norms_per_layer: int = 2
+    shared_expert_gate: bool = True
+    """Whether the shared expert of shared_expert_intermediate_size has a sigmoid gate (Qwen: hidden_size weights);
+    GraniteMoeHybrid's shared MLP and NemotronH's shared experts have none."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention
@@ -89,6 +110,11 @@ class ModelArchitecture:
         return self.layer_kinds or ("full",) * self.num_layers
 
     @property
+    def has_state_layers(self) -> bool:
+        """A hybrid whose state layers (Gated DeltaNet, Mamba) keep a fixed state per request."""
+        return any(kind in STATE_KINDS for kind in self.kinds)
+
+    @property
     def moe_layers(self) -> int:
         if not self.num_experts:
             return 0
@@ -101,7 +127,7 @@ class ModelArchitecture:
         (dense layers), experts (routed and shared), router, embeddings, vision, norms."""
         h = self.hidden_size
         kinds = self.kinds
-        attention_layers = sum(kind != "linear" for kind in kinds)
+        attention_layers = sum(kind in ATTENTION_KINDS for kind in kinds)
         if self.kv_lora_rank:
             nope, rope = self.qk_nope_head_dim or self.head_dim - self.qk_rope_head_dim, self.qk_rope_head_dim
             v_dim = self.v_head_dim or self.head_dim
@@ -118,20 +144,26 @@ class ModelArchitecture:
         key, value = k_heads * k_dim, v_heads * v_dim_l
         linear = h * (2 * key + 2 * value) + h * 2 * v_heads + (2 * key + value) * kernel + value * h
         moe_layers = self.moe_layers
-        dense_layers = self.num_layers - moe_layers
+        dense_layers = self.num_layers - moe_layers - self.ffn_free_layers
+        inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
+        conv_dim = inner + 2 * groups * state
+        mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads + inner
+                 + inner * h + proj_bias * (inner + conv_dim + m_heads + h))
         expert_inter = self.moe_intermediate_size or self.intermediate_size
-        shared = self.num_shared_experts * 3 * h * expert_inter + (
-            3 * h * self.shared_expert_intermediate_size + h if self.shared_expert_intermediate_size else 0)
+        shared = self.num_shared_experts * self.expert_matrices * h * expert_inter + (
+            self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
+            if self.shared_expert_intermediate_size else 0)
         return {
             "attention": attention_layers * attention,
-            "linear": (len(kinds) - attention_layers) * linear,
+            "linear": kinds.count("linear") * linear,
+            "mamba": kinds.count("mamba") * mamba,
             "mlp": dense_layers * self.mlp_matrices * h * self.intermediate_size,
-            "experts": moe_layers * self.num_experts * 3 * h * expert_inter,
+            "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,
             "router": moe_layers * h * self.num_experts,
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
-            "norms": self.num_layers * 2 * h + h,
+            "norms": self.num_layers * self.norms_per_layer * h + h,
         }
 
     def weight_bytes(self, unquantized_bytes: float) -> float:

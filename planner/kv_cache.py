@@ -2,7 +2,8 @@
 `GPU KV cache size: N tokens` vLLM reports.
 
 vLLM builds one KVCacheSpec per attention layer (vllm/v1/kv_cache_interface.py: FullAttentionSpec, MLAAttentionSpec,
-SlidingWindowSpec, ChunkedLocalAttentionSpec, MambaSpec); each spec has a page size (the bytes of one block of one
+SlidingWindowSpec, ChunkedLocalAttentionSpec, MambaSpec for Gated DeltaNet and Mamba-2 states; none for a layer
+without attention or state, as NemotronH's MLP blocks); each spec has a page size (the bytes of one block of one
 layer) and the blocks one request of max_model_len tokens may hold (max_admission_blocks_per_request). The classes
 below are those specs as the planner needs them; `layer_specs` reads a model's per-layer pattern into them. The pool
 rules (how layers share pages and how the stages of a pipeline split them) differ between vLLM releases: an engine
@@ -110,6 +111,25 @@ class LinearState(LayerSpec):
         return admission.state_blocks
 
 
+@dataclass(frozen=True)
+class MambaState(LinearState):
+    """MambaSpec for a Mamba-2 mixer (NemotronH, Granite 4.0-H): a conv state and an SSM state per request, padded to
+    the attention page as a Gated DeltaNet state is."""
+
+    kind = "mamba"
+
+
+@dataclass(frozen=True)
+class NoCache(LayerSpec):
+    """A layer with neither attention nor state (NemotronH's MLP and expert blocks): vLLM declares no spec for it,
+    but it still counts in the pipeline split (get_pp_indices splits all layers)."""
+
+    kind = "none"
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        return 0
+
+
 def attention_spec(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float) -> FullAttention:
     """The model's full-attention layer on one GPU of a TP group: MLA's latent vector, replicated on every rank, or K
     and V of its KV heads (a head replicated where TP exceeds them)."""
@@ -133,6 +153,11 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             elif kind == "linear":
                 made[kind] = LinearState(attention.token_bytes,
                                          state_bytes=gated_delta_net_state_bytes(arch, tp, state_dtype_bytes))
+            elif kind == "mamba":
+                made[kind] = MambaState(attention.token_bytes,
+                                        state_bytes=mamba2_state_bytes(arch, tp, state_dtype_bytes))
+            elif kind == "none":
+                made[kind] = NoCache()
             else:
                 raise ValueError(f"no KV-cache spec for layer kind {kind!r}")
         specs.append(made[kind])
@@ -148,18 +173,46 @@ def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: f
     return (conv + v_heads / tp * v_dim * k_dim) * dtype_bytes
 
 
+def mamba2_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+    """One Mamba-2 layer's state per request on one GPU: the conv state of (kernel - 1) steps over the intermediate
+    size and 2 x groups x state size (groups padded to TP where TP does not divide them), in the model dtype, and the
+    heads x head_dim x state_size SSM state in its own dtype (vllm/model_executor/layers/mamba/mamba_utils.py,
+    mamba2_state_shape, extra_groups_for_head_shards, _mamba_state_dtype)."""
+    from planner.architecture import DTYPE_BYTES
+
+    inner, groups, heads, head_dim, state, kernel = arch.mamba[:6]
+    groups += 0 if groups % tp == 0 else tp - groups
+    conv = (inner + 2 * groups * state) // tp * (kernel - 1)
+    ssm_bytes = DTYPE_BYTES[arch.mamba_ssm_dtype] if arch.mamba_ssm_dtype else dtype_bytes
+    return conv * dtype_bytes + heads // tp * head_dim * state * ssm_bytes
+
+
 def bytes_per_token(arch: ModelArchitecture, tp: int, pp: int, kv_dtype_bytes: float) -> float:
     """KV-cache bytes one token takes on one GPU of a TP x PP replica when every layer were full attention (the
     figure a replica whose pool is empty is described by)."""
     return math.ceil(arch.num_layers / pp) * attention_spec(arch, tp, kv_dtype_bytes).token_bytes
 
 
+def _attention(specs: tuple[LayerSpec, ...]) -> LayerSpec | None:
+    return next((spec for spec in specs if spec.kind in ("full", "sliding", "chunked")), None)
+
+
 def block_tokens(specs: tuple[LayerSpec, ...]) -> int:
     """Tokens per block: 16, or with state layers the smallest multiple of 16 whose attention page holds one state."""
     states = [s.state_bytes for s in specs if isinstance(s, LinearState)]
-    if not states:
+    attention = _attention(specs)
+    if not states or attention is None:
         return BLOCK_TOKENS
-    return BLOCK_TOKENS * math.ceil(max(states) / (BLOCK_TOKENS * specs[0].token_bytes))
+    return BLOCK_TOKENS * math.ceil(max(states) / (BLOCK_TOKENS * attention.token_bytes))
+
+
+def page_bytes(specs: tuple[LayerSpec, ...], block: int) -> float:
+    """The page every cached layer's block takes: the attention page (states padded to it), or a state's own where
+    no layer attends."""
+    attention = _attention(specs)
+    if attention is None:
+        return max(s.state_bytes for s in specs if isinstance(s, LinearState))
+    return attention.page_bytes(block)
 
 
 def group_size(counts: list[int]) -> int:
@@ -169,9 +222,11 @@ def group_size(counts: list[int]) -> int:
 
 
 def _by_kind(specs: tuple[LayerSpec, ...]) -> dict[str, list[int]]:
+    """Indices of the layers of each kind that holds a cache."""
     out: dict[str, list[int]] = {}
     for index, spec in enumerate(specs):
-        out.setdefault(spec.kind, []).append(index)
+        if not isinstance(spec, NoCache):
+            out.setdefault(spec.kind, []).append(index)
     return out
 
 
@@ -185,11 +240,11 @@ def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, ma
     stage = specs[:math.ceil(len(specs) / pp)]
     by_kind = _by_kind(stage)
     if set(by_kind) == {"full"}:
-        return int(available // (stage[0].token_bytes * len(stage)))
+        return int(available // (stage[by_kind["full"][0]].token_bytes * len(by_kind["full"])))
     block = block_tokens(stage)
     counts = [len(layers) for layers in by_kind.values()]
     size = group_size(counts)
-    blocks = available // (stage[0].page_bytes(block) * size)
+    blocks = available // (page_bytes(stage, block) * size)
     per_request = sum(math.ceil(len(layers) / size) * stage[layers[0]].request_blocks(max_len, block, admission)
                       for layers in by_kind.values())
     return int(blocks / per_request * max_len)
@@ -204,18 +259,19 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     if available <= 0:
         return 0
     block = block_tokens(specs)
-    page = specs[0].page_bytes(block)
+    page = page_bytes(specs, block)
     by_kind = _by_kind(specs)
     if len(by_kind) == 1:
-        groups = [list(range(len(specs)))]
+        groups = list(by_kind.values())
     else:
         size = group_size([len(layers) for layers in by_kind.values()])
         groups = []
         for layers in by_kind.values():
             n = math.ceil(len(layers) / size)
             groups.extend(layers[i::n] for i in range(n))
-    blocks = min(int(available // (page * max(sum(1 for layer in g if start <= layer < stop) for g in groups)))
-                 for start, stop in pp_stages(len(specs), pp))
+    widest = [max(sum(1 for layer in g if start <= layer < stop) for g in groups)
+              for start, stop in pp_stages(len(specs), pp)]
+    blocks = min(int(available // (page * layers)) for layers in widest if layers)
     per_request = sum(specs[g[0]].request_blocks(max_len, block, admission) for g in groups)
     return int(blocks / per_request * max_len)
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from planner.architecture import ATTENTION_KINDS
 from planner.errors import ConfigError
 
 PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type")
@@ -44,6 +45,16 @@ def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
 
 KIND_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
               "linear_attention": "linear", "attention": "full"}
+MAMBA2_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
+"""Mamba-2 hybrids the planner sizes (vllm/model_executor/models/nemotron_h.py, granitemoehybrid.py: MambaMixer2
+layers beside attention, their state from MambaStateShapeCalculator.mamba2_state_shape). transformers 5 writes their
+Mamba layers as "linear_attention" in layer_types / layers_block_type (NemotronHConfig, GraniteMoeHybridConfig), and
+vLLM 0.32.0 reads those names (granitemoehybrid.py ALL_DECODER_LAYER_TYPES)."""
+NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "full", "-": "none", "E": "none", "linear_attention": "mamba",
+                     "mamba": "mamba", "full_attention": "full", "attention": "full", "mlp": "none", "moe": "none"}
+"""NemotronH's blocks: a layer is one of Mamba-2 mixer, attention, MLP or experts (hybrid_override_pattern, or the
+layers_block_type transformers 5 writes from it); only the first two hold a cache (vllm/model_executor/models/
+nemotron_h.py ALL_DECODER_LAYER_TYPES)."""
 MAMBA = "Mamba/SSM state"
 UNSIZED_KEYS = {
     "layers_block_type": MAMBA, "hybrid_override_pattern": MAMBA, "mamba_d_state": MAMBA, "ssm_state_size": MAMBA,
@@ -51,34 +62,66 @@ UNSIZED_KEYS = {
     "kv_lora_rank_per_layer": "compressed attention", "compress_ratios": "compressed attention",
     "num_kv_shared_layers": "layers that reuse another layer's KV cache, with per-layer input embeddings",
     "zero_expert_num": "two attention blocks per decoder layer and zero-computation experts",
+    "moe_latent_size": "experts computed in a latent space",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
-Mamba / SSM hybrids (Jamba, Granite 4, Nemotron-H, Falcon-H1), DeepSeek V4's compressed attention, Gemma 3n (KV
-sharing in its last num_kv_shared_layers layers, vllm/model_executor/models/gemma3n.py kv_sharing_target_layer_name;
-embed_tokens_per_layer, vocab_size_per_layer_input x layers x hidden_size_per_layer_input weights), LongCat-Flash
-(vllm/model_executor/models/longcat_flash.py: two MLA blocks per layer). Read as any other decoder their numbers are
+Mamba / SSM hybrids other than MAMBA2_TYPES (Jamba's Mamba-1, Falcon-H1's parallel attention and Mamba in every
+layer, Zamba), DeepSeek V4's compressed attention, Gemma 3n (KV sharing in its last num_kv_shared_layers layers,
+vllm/model_executor/models/gemma3n.py kv_sharing_target_layer_name; embed_tokens_per_layer, vocab_size_per_layer_input
+x layers x hidden_size_per_layer_input weights), LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
+blocks per layer), NemotronH's latent experts (moe_latent_size). Read as any other decoder their numbers are
 unverified, the weights of Gemma 3n about 2.3B parameters under: they plan with stated parallelism and a warning."""
+MAMBA2_KEYS = frozenset({"layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size",
+                         "mamba_expand"})
+"""The Mamba keys a MAMBA2_TYPES config has: sized there."""
 
 
 def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     """(key, what it marks) when the config has a layer structure the planner does not size yet, else None. Such a
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
+    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES
     for key, what in UNSIZED_KEYS.items():
-        if cfg.get(key) is not None:
+        if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list):
-        unknown = sorted({str(t) for t in types if t not in KIND_NAMES})
+        known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else KIND_NAMES
+        unknown = sorted({str(t) for t in types if t not in known})
         if unknown:
             return "layer_types", f"layer_types holds {unknown[0]!r}"
     return None
+
+
+def mamba2_blocks(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str, ...] | None:
+    """Per layer of a MAMBA2_TYPES config: NemotronH's block ("mamba", "full", "none" for MLP / experts), or a
+    GraniteMoeHybrid layer's mixer ("mamba" or "full"); None for another family."""
+    model_type = str(cfg.get("model_type"))
+    if model_type not in MAMBA2_TYPES:
+        return None
+    key = "layers_block_type" if model_type == "nemotron_h" else "layer_types"
+    blocks = cfg.get(key)
+    if model_type == "nemotron_h" and not isinstance(blocks, list):
+        pattern = cfg.get("hybrid_override_pattern")
+        key, blocks = "hybrid_override_pattern", list(pattern) if isinstance(pattern, str) else None
+    if not isinstance(blocks, list):
+        return ("mamba",) * layers if model_type == "granitemoehybrid" else None
+    names = NEMOTRON_H_BLOCKS if model_type == "nemotron_h" else {"linear_attention": "mamba", "mamba": "mamba",
+                                                                  "full_attention": "full", "attention": "full"}
+    bad = next((b for b in blocks if b not in names), None)
+    if bad is not None or len(blocks) < layers:
+        raise ConfigError(source, bad if bad is not None else len(blocks),
+                          f"{key} must name each of the {layers} layers, one of {', '.join(sorted(names))}")
+    return tuple(names[b] for b in blocks[:layers])
 
 
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
     """(kind per layer, window) as vLLM builds the layers (cited per rule)."""
     window = cfg.get("sliding_window")
     window = window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else 0
+    mamba = mamba2_blocks(cfg, layers, source)
+    if mamba is not None:
+        return mamba, 0
     types = cfg.get("layer_types")
     if isinstance(types, list):
         # vllm/model_executor/models/{llama,gpt_oss,gemma3,qwen3_next}.py: layer i is sliding when
@@ -124,6 +167,9 @@ def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_d
     """Decoder layers with routed experts."""
     if not experts:
         return []
+    if str(cfg.get("model_type")) == "nemotron_h":  # vllm/model_executor/models/nemotron_h.py: the "E" blocks
+        blocks = cfg.get("layers_block_type") or list(str(cfg.get("hybrid_override_pattern") or ""))
+        return [i for i, b in enumerate(blocks[:layers]) if b in ("moe", "E")]
     moe = cfg.get("moe_layers")
     if isinstance(moe, list):
         return sorted({i for i in moe if isinstance(i, int) and 0 <= i < layers})
@@ -189,11 +235,13 @@ def _prefix_skipped(name: str, entries: list[str]) -> bool:
     return any(entry and (entry == name or entry in name) for entry in entries)
 
 
-def part_layers(kinds: tuple[str, ...], moe_layers: set[int]) -> dict[str, list[int]]:
-    """The decoder layers that hold each linear part."""
-    return {"attention": [i for i, k in enumerate(kinds) if k != "linear"],
+def part_layers(kinds: tuple[str, ...], moe_layers: set[int], ffn_free: frozenset[int] = frozenset()
+                ) -> dict[str, list[int]]:
+    """The decoder layers that hold each linear part (`ffn_free`: layers without MLP or experts). Mamba mixers are
+    not a part here: their weights count in the model dtype."""
+    return {"attention": [i for i, k in enumerate(kinds) if k in ATTENTION_KINDS],
             "linear": [i for i, k in enumerate(kinds) if k == "linear"],
-            "mlp": [i for i in range(len(kinds)) if i not in moe_layers],
+            "mlp": [i for i in range(len(kinds)) if i not in moe_layers and i not in ffn_free],
             "experts": sorted(moe_layers), "shared": sorted(moe_layers)}
 
 

@@ -60,7 +60,7 @@ def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE) -> EngineSe
 
 def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:
     """Whether the engine serves this model on Model Runner V2 (planner/engine.py, EngineProfile.runner_v2)."""
-    return engine.profile.runner_v2(arch.architecture, bool(arch.num_experts), "linear" in arch.kinds)
+    return engine.profile.runner_v2(arch.architecture, bool(arch.num_experts), arch.has_state_layers)
 
 
 def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
@@ -170,7 +170,7 @@ def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSett
     if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
         return (activation_peak_bytes(arch, layout, engine, fitted)
                 + (fitted.non_torch_gib + fitted.baseline_gib(engine.gpu)) * GIB + graphs)
-    measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or "linear" in arch.kinds)
+    measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or arch.has_state_layers)
     return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs)
 
 

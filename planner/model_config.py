@@ -134,16 +134,21 @@ def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str)
 
 
 NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", "falcon", "gpt_bigcode", "gpt2",
-                           "gptj", "opt", "nemotron"})
+                           "gptj", "opt", "nemotron", "nemotron_h"})
 """Families whose MLP is two matrices, up and down, without a gate (vLLM: starcoder2.py c_fc/c_proj, gpt_neox.py
 dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
-gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py up_proj/down_proj with squared ReLU). Counted with three
-they were planned 21-57% heavier than transformers builds them."""
+gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py and nemotron_h.py up_proj/down_proj with squared
+ReLU, nemotron_h's experts too). Counted with three they were planned 21-57% heavier than transformers builds
+them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
 GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 """Families whose full-attention layers are vLLM's Qwen3NextAttention, which projects an output gate beside each
 query unless the config sets attn_output_gate false (vllm/model_executor/models/qwen3_next.py; qwen3_5.py uses the
 same class). Without it Qwen3.5's attention planned 134M parameters light per 8 full layers at hidden 4,096."""
+
+EXPERTS_OPTIONAL = frozenset({"granitemoehybrid"})
+"""Families whose layers build experts only when the config has some, whatever num_experts_per_tok says
+(vllm/model_executor/models/granitemoehybrid.py: `num_local_experts > 0`; the dense Granite 4.0-H checkpoints)."""
 
 WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
 """What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
@@ -221,7 +226,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
     unsized = unsized or unsized_reason(cfg)
-    layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"))
+    blocks = cfg.get("layers_block_type")  # NemotronHConfig 5.x keeps no num_hidden_layers: it is this list's length
+    layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"),
+                    default=len(blocks) if isinstance(blocks, list) and blocks else None)
     hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
     heads = _count(cfg, source, ("num_attention_heads", "n_head"))
     kv_heads = _count(cfg, source, ("num_key_value_heads",), default=heads)
@@ -237,6 +244,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
                      minimum=0, default=0)
     top_k = _count(cfg, source, ("num_experts_per_tok", "moe_topk", "moe_k"), minimum=0, default=-1)  # -1: not given
+    if experts == 0 and top_k > 0 and str(cfg.get("model_type")) in EXPERTS_OPTIONAL:
+        top_k = 0
     if experts == 0 and top_k > 0:
         named = next((n for n in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(n) is not None),
                      "num_local_experts")
@@ -263,7 +272,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
     kinds, window = layer_kinds(cfg, layers, source)
     moe = moe_layer_indices(cfg, layers, experts, counts["first_k_dense_replace"])
-    method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source, part_layers(kinds, set(moe)))
+    ffn_free = frozenset(i for i, kind in enumerate(kinds) if kind != "none") if str(cfg.get("model_type")) == \
+        "nemotron_h" else frozenset()
+    method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
+                                                    part_layers(kinds, set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel_dim"))
@@ -273,6 +285,21 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                               "linear_value_head_dim and linear_conv_kernel_dim (another linear-attention kind)")
     if unsized:
         kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
+    hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds else {}
+    if str(cfg.get("model_type")) == "nemotron_h":
+        experts, top_k = (experts, top_k) if moe else (0, 0)  # its class defaults to 8 experts that no "E" block uses
+        hybrid.update(ffn_free_layers=sum(kind != "none" for kind in kinds), norms_per_layer=1, expert_matrices=2,
+                      shared_expert_gate=False)
+        counts["shared_expert_intermediate_size"] = (counts["n_shared_experts"] * _count(
+            cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0)) if moe else 0
+        counts["n_shared_experts"] = 0
+    if str(cfg.get("model_type")) == "granitemoehybrid":  # vllm granitemoehybrid.py: GraniteMoeSharedMLP
+        shared_inter = _count(cfg, source, ("shared_intermediate_size",), minimum=0, default=0)
+        if experts:
+            counts["shared_expert_intermediate_size"] = shared_inter
+            hybrid["shared_expert_gate"] = False
+        elif shared_inter:
+            inter = shared_inter  # no experts: the shared MLP is the layer's MLP
     return ModelArchitecture(
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
@@ -298,7 +325,32 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
         unsized=unsized[1] if unsized else "",
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
+        **hybrid,
     )
+
+
+def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:
+    """A Mamba-2 hybrid's mixer dimensions and state dtype, read as vLLM's model class reads them
+    (vllm/model_executor/models/nemotron_h.py NemotronHMambaDecoderLayer: intermediate mamba_num_heads x
+    mamba_head_dim; granitemoehybrid.py: mamba_expand x hidden_size) and its SSM-state dtype
+    (vllm/model_executor/models/config.py NemotronHForCausalLMConfig: the config's mamba_ssm_cache_dtype, float32 when
+    unset; other families the model dtype)."""
+    def count(*names: str) -> int:
+        return _count(cfg, source, names)
+
+    if str(cfg.get("model_type")) == "nemotron_h":
+        heads, head_dim = count("mamba_num_heads"), count("mamba_head_dim")
+        dims = (heads * head_dim, count("n_groups"), heads, head_dim, count("ssm_state_size"), count("conv_kernel"),
+                int(cfg.get("use_conv_bias", True) is not False), int(bool(cfg.get("use_bias"))))
+        ssm = str(cfg.get("mamba_ssm_cache_dtype") or "float32")
+    else:
+        dims = (count("mamba_expand") * hidden, count("mamba_n_groups"), count("mamba_n_heads"), count("mamba_d_head"),
+                count("mamba_d_state"), count("mamba_d_conv"), int(cfg.get("mamba_conv_bias", True) is not False),
+                int(bool(cfg.get("mamba_proj_bias"))))
+        ssm = ""
+    if ssm and ssm not in DTYPE_BYTES:
+        raise ConfigError(source, ssm, f"mamba_ssm_cache_dtype must be one of {', '.join(sorted(DTYPE_BYTES))}")
+    return {"mamba": dims, "mamba_ssm_dtype": ssm}
 
 
 def _fetch_from_hub(model_id: str, revision: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from planner.engine import PROFILES, batch_defaults, engine_settings
 from planner.layout import Layout, fit
 from planner.memory import model_weight_bytes
 from planner.model_config import parse_hf_config
+from tests.helpers import HYBRIDS, hybrid_config
 
 torch = pytest.importorskip("torch")
 vllm_config_mod = pytest.importorskip("vllm.config")
@@ -75,45 +76,84 @@ class EngineConfig:
         self.device_config = ns(device_type="cuda")
 
 
-def layer_specs(arch: ModelArchitecture, tp: int, block: int, mamba_mode: str) -> list:
-    """One KVCacheSpec per decoder layer, as vLLM's model classes declare them (Attention.get_kv_cache_spec,
-    MLAAttention, GatedDeltaNet via MambaStateShapeCalculator)."""
+def mamba2_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
+    """A Mamba-2 mixer's spec as vLLM 0.32.0 builds it: the model class's own get_mamba_state_shape_from_config and
+    get_mamba_state_dtype_from_config on the transformers config, after the family's verify_and_update_config
+    (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype)."""
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    ns = types.SimpleNamespace
+    architecture = hf_config.architectures[0]
+    config = ns(parallel_config=ns(tensor_parallel_size=tp),
+                cache_config=ns(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", use_replayssm=False),
+                model_config=ns(hf_config=hf_config, dtype=torch.bfloat16), num_speculative_tokens=0)
+    if architecture in MODELS_CONFIG_MAP:
+        MODELS_CONFIG_MAP[architecture].verify_and_update_config(config)
+    model_cls = ModelRegistry._try_load_model_cls(architecture)
+    assert model_cls is not None, f"vLLM 0.32.0 has no class for {architecture}"
+    return MambaSpec(block_size=16, shapes=model_cls.get_mamba_state_shape_from_config(config),
+                     dtypes=model_cls.get_mamba_state_dtype_from_config(config), mamba_cache_mode=mamba_mode)
+
+
+def hybrid_block(attention_token_bytes: int, state_page: int) -> int:
+    """The attention block vLLM 0.32.0 grows to hold a state (vllm/platforms/interface.py, _align_hybrid_block_size,
+    with FlashAttention's kernel alignment of 16)."""
+    return 16 * -(-state_page // (16 * attention_token_bytes))
+
+
+def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=None) -> dict[int, object]:
+    """One KVCacheSpec per decoder layer that has one, by layer index, as vLLM's model classes declare them
+    (Attention.get_kv_cache_spec, MLAAttention, GatedDeltaNet via MambaStateShapeCalculator, MambaMixer2 via the
+    model class's state functions); the block grown as vLLM grows it for a hybrid."""
     dtype = torch.bfloat16
     heads = max(arch.num_kv_heads // tp, 1)
     if arch.kv_lora_rank:
-        full = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=arch.kv_lora_rank + arch.qk_rope_head_dim,
+        full = MLAAttentionSpec(block_size=1, num_kv_heads=1, head_size=arch.kv_lora_rank + arch.qk_rope_head_dim,
                                 dtype=dtype, cache_dtype_str="auto")
     else:
-        full = FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype)
-    out = []
-    for kind in arch.kinds:
-        if kind == "full":
-            out.append(full)
-        elif kind == "sliding":
-            out.append(SlidingWindowSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype,
-                                         sliding_window=arch.window))
-        elif kind == "chunked":
-            out.append(ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
-                                                 dtype=dtype, attention_chunk_size=arch.window))
-        else:
-            k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
-            shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
-            state = MambaSpec(block_size=block, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
-            attention_page = full.page_size_bytes
+        full = FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype)
+    state = None
+    if "linear" in arch.kinds:
+        k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
+        shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
+        state = MambaSpec(block_size=16, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
+    elif "mamba" in arch.kinds:
+        state = mamba2_spec(hf_config, tp, mamba_mode)
+    block = 16
+    if state is not None and any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
+        block = hybrid_block(full.page_size_bytes, state.page_size_bytes)
+    full = replace(full, block_size=block)
+    if state is not None:
+        attention_page = full.page_size_bytes
+        if any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
             assert attention_page >= state.page_size_bytes, "vLLM grows the attention block to hold a state"
-            out.append(replace(state, page_size_padded=attention_page))
+            state = replace(state, block_size=block, page_size_padded=attention_page)
+        else:
+            state = replace(state, block_size=block)
+    out = {}
+    for i, kind in enumerate(arch.kinds):
+        if kind == "full":
+            out[i] = full
+        elif kind == "sliding":
+            out[i] = SlidingWindowSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype,
+                                       sliding_window=arch.window)
+        elif kind == "chunked":
+            out[i] = ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
+                                               dtype=dtype, attention_chunk_size=arch.window)
+        elif kind in ("linear", "mamba"):
+            out[i] = state
     return out
 
 
 def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
-                prefix_caching: bool = True, async_scheduling: bool = True) -> int:
+                prefix_caching: bool = True, async_scheduling: bool = True, hf_config=None) -> int:
     cfg = EngineConfig(max_len, tp, pp, batched, prefix_caching, async_scheduling)
-    block = kv_cache.block_tokens(kv_cache.layer_specs(arch, tp, 2.0))
-    specs = layer_specs(arch, tp, block, cfg.cache_config.mamba_cache_mode)
+    specs = layer_specs(arch, tp, cfg.cache_config.mamba_cache_mode, hf_config)
     workers = []
     for rank in range(pp):
         start, stop = get_pp_indices(arch.num_layers, rank, pp)
-        workers.append({f"model.layers.{i}.attn": specs[i] for i in range(start, stop)})
+        workers.append({f"model.layers.{i}.attn": specs[i] for i in range(start, stop) if i in specs})
     configs = kv_cache_utils.get_kv_cache_configs(cfg, workers, [available] * pp)
     tokens, _ = kv_cache_utils.get_kv_cache_capacity(cfg, configs[0])
     return tokens
@@ -243,3 +283,58 @@ def test_batch_defaults_are_the_ones_vllm_0_32_picks_for_the_gpu(accelerator, mo
     assert ours == expected, f"{accelerator}: planner {ours}, vLLM 0.32.0 {expected}"
     settings = engine_settings(PROFILE, acc, ("--max-num-batched-tokens", "4096"))
     assert settings.max_num_batched_tokens == 4096, "a flag in vllm.extraArgs wins over vLLM's default"
+
+
+# ------------------------------------------------------------------------------------------ Mamba-2 hybrids
+
+HYBRID_CASES = [(name, tp, pp, max_len) for name in HYBRIDS for tp in (1, 2, 4) for pp in (1, 2, 3)
+                for max_len in (8192, 65536)]
+
+
+@pytest.mark.parametrize(("name", "tp", "pp", "max_len"), HYBRID_CASES,
+                         ids=[f"{n}-tp{t}-pp{p}-{m // 1024}k" for n, t, p, m in HYBRID_CASES])
+def test_mamba2_hybrids_count_the_kv_tokens_vllm_0_32_counts(name, tp, pp, max_len):
+    arch, hf_config = hybrid_config(name)
+    assert not arch.unsized and "mamba" in arch.kinds, arch.unsized
+    _, batched = batch_defaults(H200.memory_bytes, H200.device_name, PROFILE)
+    for available in (7 * GIB, 41 * GIB):
+        ours = planner_tokens(arch, tp, pp, available, max_len, batched)
+        theirs = vllm_tokens(arch, tp, pp, available, max_len, batched, hf_config=hf_config)
+        assert ours == theirs, f"{name} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+HYBRID_MUTATIONS = {
+    "the SSM state in the model dtype, not the config's mamba_ssm_cache_dtype":
+        lambda mp: mp.setattr(kv_cache, "mamba2_state_bytes", lambda arch, tp, b: _mamba2(
+            replace(arch, mamba_ssm_dtype=""), tp, b)),
+    "groups not padded to TP": lambda mp: mp.setattr(kv_cache, "mamba2_state_bytes", _groups_unpadded),
+    "NemotronH's MLP and expert blocks hold a KV cache": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(
+            replace(arch, layer_kinds=tuple("full" if k == "none" else k for k in arch.kinds)), *rest)),
+    "a Mamba state of one block under prefix caching":
+        lambda mp: mp.setattr(kv_cache.MambaState, "request_blocks", lambda self, n, b, a: 1),
+}
+_mamba2 = kv_cache.mamba2_state_bytes
+_layer_specs = kv_cache.layer_specs
+
+
+def _groups_unpadded(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+    """mamba2_state_bytes as if each GPU held groups / TP of the groups (no extra_groups_for_head_shards)."""
+    inner, groups, heads, head_dim, state, kernel = arch.mamba[:6]
+    ssm = 4.0 if arch.mamba_ssm_dtype == "float32" else dtype_bytes
+    return (inner + 2 * groups * state) / tp * (kernel - 1) * dtype_bytes + heads / tp * head_dim * state * ssm
+
+
+@pytest.mark.parametrize("mutation", sorted(HYBRID_MUTATIONS))
+def test_a_mutated_mamba2_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for name in HYBRIDS:
+        arch, hf_config = hybrid_config(name)
+        for tp, pp in ((1, 1), (2, 2), (4, 1), (8, 1), (1, 3), (2, 5), (1, 7)):
+            expected = vllm_tokens(arch, tp, pp, 30 * GIB, 32768, 8192, hf_config=hf_config)
+            with monkeypatch.context() as mp:
+                HYBRID_MUTATIONS[mutation](mp)
+                ours = planner_tokens(arch, tp, pp, 30 * GIB, 32768, 8192)
+            if ours != expected:
+                differing.append((name, tp, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed: vLLM agrees with it on every hybrid"

@@ -12,9 +12,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from planner.model_config import parse_hf_config  # noqa: E402
-from tests.helpers import DECODER_FAMILIES, family_default_config  # noqa: E402
+from tests.helpers import DECODER_FAMILIES, HYBRIDS, family_default_config, hybrid_config  # noqa: E402
 
-FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text")
+FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h",
+            "granitemoehybrid")
 # vLLM's Llama 4 and Qwen3.5 import torchvision (which the test venv leaves out), and vLLM 0.32.0's ModelConfig finds no
 # KV-head count in GPT-J's config (n_head), so only this test has them.
 """Each was read exactly after the fixes this test found: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's shared
@@ -68,3 +69,15 @@ def test_the_planner_counts_the_vision_tower_transformers_builds(model_type):
     planned = parse_hf_config({**config.to_dict(), "architectures": [type(model).__name__]}, model_type,
                               "model.configFile").vision_parameters
     assert planned == pytest.approx(built, rel=VISION[model_type]), f"{planned / 1e6:.1f}M planned, {built / 1e6:.1f}M"
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+def test_mamba2_hybrids_count_the_parameters_transformers_builds(name):
+    """NemotronH (a layer is one block: Mamba-2 mixer, attention, MLP or experts, one norm; experts and MLP without
+    a gate) and Granite 4.0-H (a Mamba-2 or attention mixer beside experts and a shared MLP, or the shared MLP alone),
+    each as its config.json gives it."""
+    arch, hf_config = hybrid_config(name)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    built = sum(p.numel() for p in model.parameters())
+    assert arch.parameter_count() == built, f"{arch.parameter_count() / 1e9:.4f}B planned, {built / 1e9:.4f}B built"

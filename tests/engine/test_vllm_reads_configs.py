@@ -12,7 +12,13 @@ pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 
 from planner.model_config import parse_hf_config  # noqa: E402
-from tests.helpers import DECODER_FAMILIES, family_default_config, vllm_model_config  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    DECODER_FAMILIES,
+    HYBRIDS,
+    family_default_config,
+    hybrid_config,
+    vllm_model_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = DECODER_FAMILIES
@@ -83,3 +89,16 @@ def test_the_comparison_sees_a_wrong_reading(model_type, wrong, tmp_path, monkey
     monkeypatch.setattr(module, "parse_hf_config", lambda *args: dataclasses.replace(right(*args), **wrong))
     with pytest.raises(AssertionError):
         assert_read_as_vllm(family_config(model_type), model_type, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+def test_mamba2_hybrids_are_read_as_vllm_reads_them(name, tmp_path):
+    """NemotronH's config keeps no num_hidden_layers once transformers reads it (the block list's length is the
+    count) and Granite 4.0-H's layer_types name mamba / attention: depth, widths and heads as vLLM derives them."""
+    arch, hf_config = hybrid_config(name)
+    config = {**hf_config.to_dict(), "architectures": hf_config.architectures}
+    model, layers = vllm_reading(config, tmp_path)
+    assert (arch.num_layers, arch.hidden_size, arch.vocab_size) == (layers, model.get_hidden_size(),
+                                                                     model.get_vocab_size())
+    assert (arch.head_dim, arch.num_kv_heads) == (model.get_head_size(), model.get_total_num_kv_heads())
+    assert model.is_hybrid and not arch.unsized
