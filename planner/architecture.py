@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ATTENTION_KINDS = ("full", "sliding", "chunked")
-"""Layer kinds with attention weights and a per-token KV cache."""
+ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
+"""Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
+key cache beside it, DeepSeek-V3.2 and GLM-5)."""
 STATE_KINDS = ("linear", "mamba")
 """Layer kinds with a fixed state per request: Gated DeltaNet ("linear") and Mamba-2 ("mamba"). A layer of kind
 "none" holds neither (NemotronH's MLP and expert layers)."""
@@ -82,6 +83,8 @@ class ModelArchitecture:
     mtp_layers: int = 0
     """Multi-token-prediction layers the checkpoint stores after the decoder (num_nextn_predict_layers), which vLLM
     does not load without speculative decoding (planner/checkpoint.py)."""
+    indexer: tuple[int, int] = (0, 0)
+    """A sparse-attention indexer's heads and head dim (index_n_heads, index_head_dim) in each "indexed" layer."""
     mamba: tuple[int, ...] = ()
     """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
     bias (1/0), projection bias (1/0), as planner/layers.py mamba2_dims reads them per family."""
@@ -135,7 +138,7 @@ class ModelArchitecture:
             q = (h * self.q_lora_rank + self.q_lora_rank * heads * (nope + rope) if self.q_lora_rank
                  else h * heads * (nope + rope))
             attention = (q + h * (self.kv_lora_rank + rope) + self.kv_lora_rank * heads * (nope + v_dim)
-                         + heads * v_dim * h)
+                         + heads * v_dim * h + self.q_lora_rank + self.kv_lora_rank)  # + q_a / kv_a layernorms
         else:
             q_width = self.num_attention_heads * self.head_dim * (2 if self.gated_attention else 1)
             kv_width = self.num_kv_heads * self.head_dim
@@ -145,6 +148,8 @@ class ModelArchitecture:
         linear = h * (2 * key + 2 * value) + h * 2 * v_heads + (2 * key + value) * kernel + value * h
         moe_layers = self.moe_layers
         dense_layers = self.num_layers - moe_layers - self.ffn_free_layers
+        i_heads, i_dim = self.indexer  # vllm/models/deepseek_v32/attention.py DeepseekV32Indexer
+        indexer = self.q_lora_rank * i_heads * i_dim + h * (i_dim + i_heads) + 2 * i_dim
         inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
         conv_dim = inner + 2 * groups * state
         mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads + inner
@@ -154,7 +159,7 @@ class ModelArchitecture:
             self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
             if self.shared_expert_intermediate_size else 0)
         return {
-            "attention": attention_layers * attention,
+            "attention": attention_layers * attention + kinds.count("indexed") * indexer,
             "linear": kinds.count("linear") * linear,
             "mamba": kinds.count("mamba") * mamba,
             "mlp": dense_layers * self.mlp_matrices * h * self.intermediate_size,

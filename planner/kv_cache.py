@@ -76,6 +76,17 @@ class MLAAttention(FullAttention):
 
 
 @dataclass(frozen=True)
+class IndexedMLA(MLAAttention):
+    """Sparse latent attention (DeepSeek-V3.2, GLM-5): the layer's latent vector and, beside it, its lightning
+    indexer's key cache, a second MLAAttentionSpec of index_head_dim FP8 bytes and a 4-byte scale per 128
+    (vllm/model_executor/models/deepseek_v2.py DeepseekV32IndexerCache: uint8, head_dim + head_dim // 128 x 4).
+    Both admit full attention's blocks, so vLLM keeps them in one group (UniformTypeKVCacheSpecs) and a block of
+    this layer takes both pages: `token_bytes` is their sum."""
+
+    kind = "indexed"
+
+
+@dataclass(frozen=True)
 class SlidingWindow(LayerSpec):
     """SlidingWindowSpec: a request keeps its window less one token, the tokens in flight, and one block more for a
     window that does not start on a block boundary."""
@@ -143,6 +154,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
     """One spec per decoder layer of `arch` on one GPU of a TP group."""
     attention = attention_spec(arch, tp, kv_dtype_bytes)
     made: dict[str, LayerSpec] = {"full": attention}
+    if "indexed" in arch.kinds:
+        made["indexed"] = IndexedMLA(attention.token_bytes + indexer_key_bytes(arch.indexer[1]))
     specs = []
     for kind in arch.kinds:
         if kind not in made:
@@ -173,6 +186,12 @@ def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: f
     return (conv + v_heads / tp * v_dim * k_dim) * dtype_bytes
 
 
+def indexer_key_bytes(index_head_dim: int) -> int:
+    """Bytes of one token's indexer key: FP8 values and a float32 scale per 128 of them, stored as uint8
+    (vllm/models/deepseek_v32/attention.py: head_dim + head_dim // quant_block_size x 4, quant_block_size 128)."""
+    return index_head_dim + index_head_dim // 128 * 4
+
+
 def mamba2_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
     """One Mamba-2 layer's state per request on one GPU: the conv state of (kernel - 1) steps over the intermediate
     size and 2 x groups x state size (groups padded to TP where TP does not divide them), in the model dtype, and the
@@ -194,7 +213,13 @@ def bytes_per_token(arch: ModelArchitecture, tp: int, pp: int, kv_dtype_bytes: f
 
 
 def _attention(specs: tuple[LayerSpec, ...]) -> LayerSpec | None:
-    return next((spec for spec in specs if spec.kind in ("full", "sliding", "chunked")), None)
+    return next((spec for spec in specs if spec.kind in ("full", "sliding", "chunked", "indexed")), None)
+
+
+def _full_only(specs: tuple[LayerSpec, ...]) -> bool:
+    """Every layer that holds a cache admits as full attention (vLLM: one group of all of them,
+    UniformTypeKVCacheSpecs, whose block takes each layer's page, whatever its size)."""
+    return all(isinstance(spec, FullAttention) for spec in specs if not isinstance(spec, NoCache))
 
 
 def block_tokens(specs: tuple[LayerSpec, ...]) -> int:
@@ -239,8 +264,8 @@ def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, ma
         return 0
     stage = specs[:math.ceil(len(specs) / pp)]
     by_kind = _by_kind(stage)
-    if set(by_kind) == {"full"}:
-        return int(available // (stage[by_kind["full"][0]].token_bytes * len(by_kind["full"])))
+    if _full_only(stage):
+        return int(available // sum(spec.token_bytes for spec in stage))
     block = block_tokens(stage)
     counts = [len(layers) for layers in by_kind.values()]
     size = group_size(counts)
@@ -261,6 +286,10 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     block = block_tokens(specs)
     page = page_bytes(specs, block)
     by_kind = _by_kind(specs)
+    if _full_only(specs):
+        blocks = min(int(available // sum(spec.page_bytes(block) for spec in specs[start:stop]))
+                     for start, stop in pp_stages(len(specs), pp))
+        return int(blocks / cdiv(max_len, block) * max_len)
     if len(by_kind) == 1:
         groups = list(by_kind.values())
     else:

@@ -44,7 +44,7 @@ def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------- layer kinds
 
 KIND_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
-              "linear_attention": "linear", "attention": "full"}
+              "linear_attention": "linear", "attention": "full", "indexed_attention": "indexed"}
 MAMBA2_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
 """Mamba-2 hybrids the planner sizes (vllm/model_executor/models/nemotron_h.py, granitemoehybrid.py: MambaMixer2
 layers beside attention, their state from MambaStateShapeCalculator.mamba2_state_shape). transformers 5 writes their
@@ -86,7 +86,9 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list):
-        known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else KIND_NAMES
+        known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else dict(KIND_NAMES)
+        if cfg.get("index_topk") is None or not cfg.get("kv_lora_rank"):
+            known.pop("indexed_attention")  # an indexer the planner sizes sits beside latent attention
         unknown = sorted({str(t) for t in types if t not in known})
         if unknown:
             return "layer_types", f"layer_types holds {unknown[0]!r}"
@@ -122,6 +124,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
     mamba = mamba2_blocks(cfg, layers, source)
     if mamba is not None:
         return mamba, 0
+    if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
+        return indexed_layers(cfg, layers), 0
     types = cfg.get("layer_types")
     if isinstance(types, list):
         # vllm/model_executor/models/{llama,gpt_oss,gemma3,qwen3_next}.py: layer i is sliding when
@@ -161,6 +165,24 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # one (vllm/model_executor/layers/attention/attention.py), so every layer slides.
         return ("sliding",) * layers, window
     return ("full",) * layers, 0
+
+
+def indexed_layers(cfg: Mapping[str, Any], layers: int) -> tuple[str, ...]:
+    """DeepSeek-V3.2-style sparse attention: latent attention in every layer, a lightning indexer (and its key cache)
+    in each layer vLLM gives one: all, unless index_topk_freq or index_topk_pattern ("S": skip) says a layer reuses
+    another's top-k (vllm/models/deepseek_v32/attention.py, DeepseekV32Attention: skip_topk)."""
+    freq = cfg.get("index_topk_freq") or 1
+    pattern = cfg.get("index_topk_pattern")
+    offset = cfg.get("index_skip_topk_offset", 2)
+    offset = offset if isinstance(offset, int) and not isinstance(offset, bool) else 2
+    kinds = []
+    for i in range(layers):
+        if isinstance(pattern, (list, str)):
+            skip = i < len(pattern) and pattern[i] == "S"
+        else:
+            skip = isinstance(freq, int) and freq > 0 and max(i - offset + 1, 0) % freq != 0
+        kinds.append("full" if skip else "indexed")
+    return tuple(kinds)
 
 
 def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_dense: int) -> list[int]:

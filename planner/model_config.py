@@ -286,6 +286,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if unsized:
         kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds else {}
+    if "indexed" in kinds:
+        hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
     if str(cfg.get("model_type")) == "nemotron_h":
         experts, top_k = (experts, top_k) if moe else (0, 0)  # its class defaults to 8 experts that no "E" block uses
         hybrid.update(ffn_free_layers=sum(kind != "none" for kind in kinds), norms_per_layer=1, expert_matrices=2,

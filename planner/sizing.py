@@ -407,9 +407,9 @@ def plan(settings: Settings) -> Sizing:
     )
 
 
-FAMILIES = (("mla", "MLA"), ("linear", "hybrid linear attention"), ("mamba", "hybrid Mamba-2"),
-            ("sliding", "sliding window"), ("chunked", "chunked local attention"), ("vision", "multimodal"),
-            ("experts", "MoE"))
+FAMILIES = (("mla", "MLA"), ("indexed", "sparse indexer"), ("linear", "hybrid linear attention"),
+            ("mamba", "hybrid Mamba-2"), ("sliding", "sliding window"), ("chunked", "chunked local attention"),
+            ("vision", "multimodal"), ("experts", "MoE"))
 
 
 def families(arch: ModelArchitecture) -> list[str]:

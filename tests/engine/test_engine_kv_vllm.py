@@ -102,6 +102,18 @@ def hybrid_block(attention_token_bytes: int, state_page: int) -> int:
     return 16 * -(-state_page // (16 * attention_token_bytes))
 
 
+def indexer_spec(arch: ModelArchitecture, block: int):
+    """A sparse indexer's key cache as vLLM 0.32.0 declares it: DeepseekV32IndexerCache.get_kv_cache_spec on a cache
+    of head_dim index_head_dim + index_head_dim // 128 x 4 (the FP8 keys and their scales, quant_block_size 128) in
+    uint8 (vllm/models/deepseek_v32/attention.py)."""
+    from vllm.model_executor.models.deepseek_v2 import DeepseekV32IndexerCache
+
+    index_dim = arch.indexer[1]
+    cache = types.SimpleNamespace(cache_config=types.SimpleNamespace(block_size=block), dtype=torch.uint8,
+                                  head_dim=index_dim + index_dim // 128 * 4)
+    return DeepseekV32IndexerCache.get_kv_cache_spec(cache, None)
+
+
 def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=None) -> dict[int, object]:
     """One KVCacheSpec per decoder layer that has one, by layer index, as vLLM's model classes declare them
     (Attention.get_kv_cache_spec, MLAAttention, GatedDeltaNet via MambaStateShapeCalculator, MambaMixer2 via the
@@ -131,10 +143,12 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
             state = replace(state, block_size=block, page_size_padded=attention_page)
         else:
             state = replace(state, block_size=block)
-    out = {}
+    out: dict[int, object] = {}
     for i, kind in enumerate(arch.kinds):
         if kind == "full":
             out[i] = full
+        elif kind == "indexed":
+            out[i] = (full, indexer_spec(arch, block))
         elif kind == "sliding":
             out[i] = SlidingWindowSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype,
                                        sliding_window=arch.window)
@@ -153,7 +167,12 @@ def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_l
     workers = []
     for rank in range(pp):
         start, stop = get_pp_indices(arch.num_layers, rank, pp)
-        workers.append({f"model.layers.{i}.attn": specs[i] for i in range(start, stop) if i in specs})
+        worker = {}
+        for i in range(start, stop):
+            for n, spec in enumerate(specs[i] if isinstance(specs.get(i), tuple) else [specs.get(i)]):
+                if spec is not None:
+                    worker[f"model.layers.{i}.attn.{n}"] = spec
+        workers.append(worker)
     configs = kv_cache_utils.get_kv_cache_configs(cfg, workers, [available] * pp)
     tokens, _ = kv_cache_utils.get_kv_cache_capacity(cfg, configs[0])
     return tokens
@@ -338,3 +357,52 @@ def test_a_mutated_mamba2_rule_disagrees_with_vllm(mutation, monkeypatch):
             if ours != expected:
                 differing.append((name, tp, pp))
     assert differing, f"the mutation '{mutation}' went unnoticed: vLLM agrees with it on every hybrid"
+
+
+# ------------------------------------------------------------------------------------------ sparse indexers
+
+def sparse(model_type: str, **fields):
+    """transformers' default config of a sparse-attention family (DeepSeek-V3.2, GLM-5's glm_moe_dsa), as
+    config.json gives it."""
+    from transformers import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING[model_type](**fields)
+    return parse_hf_config({**config.to_dict(), "architectures": ["DeepseekV32ForCausalLM"]}, model_type,
+                           "model.configFile")
+
+
+SPARSE = {"deepseek-v3.2": ("deepseek_v32", {}), "glm-5": ("glm_moe_dsa", {}),
+          "every-other-indexer": ("deepseek_v32", {"index_topk_freq": 2, "num_hidden_layers": 30})}
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(SPARSE))
+def test_sparse_indexer_caches_count_as_vllm_0_32_counts_them(name, pp):
+    model_type, fields = SPARSE[name]
+    arch = sparse(model_type, **fields)
+    assert "indexed" in arch.kinds and not arch.unsized
+    for tp, max_len in ((1, 8192), (8, 65536)):
+        ours = planner_tokens(arch, tp, pp, 37 * GIB, max_len, 8192)
+        theirs = vllm_tokens(arch, tp, pp, 37 * GIB, max_len, 8192)
+        assert ours == theirs, f"{name} tp={tp} pp={pp}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+INDEXER_MUTATIONS = {
+    "the indexer key without its scales": lambda mp: mp.setattr(kv_cache, "indexer_key_bytes", lambda dim: dim),
+    "layers of different pages grouped as if every page were the first's":
+        lambda mp: mp.setattr(kv_cache, "_full_only", lambda specs: False),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(INDEXER_MUTATIONS))
+def test_a_mutated_indexer_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for name, (model_type, fields) in SPARSE.items():
+        arch = sparse(model_type, **fields)
+        for pp in (1, 2):
+            expected = vllm_tokens(arch, 1, pp, 37 * GIB, 8192, 8192)
+            with monkeypatch.context() as mp:
+                INDEXER_MUTATIONS[mutation](mp)
+                if planner_tokens(arch, 1, pp, 37 * GIB, 8192, 8192) != expected:
+                    differing.append((name, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed"

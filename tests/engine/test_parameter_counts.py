@@ -15,7 +15,7 @@ from planner.model_config import parse_hf_config  # noqa: E402
 from tests.helpers import DECODER_FAMILIES, HYBRIDS, family_default_config, hybrid_config  # noqa: E402
 
 FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h",
-            "granitemoehybrid")
+            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa")
 # vLLM's Llama 4 and Qwen3.5 import torchvision (which the test venv leaves out), and vLLM 0.32.0's ModelConfig finds no
 # KV-head count in GPT-J's config (n_head), so only this test has them.
 """Each was read exactly after the fixes this test found: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's shared
