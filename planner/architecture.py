@@ -11,9 +11,9 @@ from dataclasses import dataclass
 ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
 key cache beside it, DeepSeek-V3.2 and GLM-5)."""
-STATE_KINDS = ("linear", "mamba")
-"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear") and Mamba-2 ("mamba"). A layer of kind
-"none" holds neither (NemotronH's MLP and expert layers)."""
+STATE_KINDS = ("linear", "mamba", "kda")
+"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba") and Kimi Delta Attention
+("kda"). A layer of kind "none" holds neither (NemotronH's MLP and expert layers)."""
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
@@ -85,6 +85,9 @@ class ModelArchitecture:
     does not load without speculative decoding (planner/checkpoint.py)."""
     indexer: tuple[int, int] = (0, 0)
     """A sparse-attention indexer's heads and head dim (index_n_heads, index_head_dim) in each "indexed" layer."""
+    kda: tuple[int, int, int] = (0, 0, 0)
+    """Kimi Delta Attention layers: heads, head dim, short-conv kernel (linear_attn_config num_heads, head_dim,
+    short_conv_kernel_size)."""
     mamba: tuple[int, ...] = ()
     """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
     bias (1/0), projection bias (1/0), as planner/layers.py mamba2_dims reads them per family."""
@@ -150,6 +153,10 @@ class ModelArchitecture:
         dense_layers = self.num_layers - moe_layers - self.ffn_free_layers
         i_heads, i_dim = self.indexer  # vllm/models/deepseek_v32/attention.py DeepseekV32Indexer
         indexer = self.q_lora_rank * i_heads * i_dim + h * (i_dim + i_heads) + 2 * i_dim
+        kda_heads, kda_dim, kda_kernel = self.kda  # vllm/models/kimi_k3/nvidia/model.py, KimiDeltaAttention
+        width = kda_heads * kda_dim
+        kda = (3 * h * width + 3 * width * kda_kernel + width + kda_heads + 2 * (h * kda_dim + kda_dim * width)
+               + h * kda_heads + kda_dim + width * h)
         inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
         conv_dim = inner + 2 * groups * state
         mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads + inner
@@ -162,6 +169,7 @@ class ModelArchitecture:
             "attention": attention_layers * attention + kinds.count("indexed") * indexer,
             "linear": kinds.count("linear") * linear,
             "mamba": kinds.count("mamba") * mamba,
+            "kda": kinds.count("kda") * kda,
             "mlp": dense_layers * self.mlp_matrices * h * self.intermediate_size,
             "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,

@@ -27,6 +27,11 @@ BLOCK_TOKENS = 16
 """vLLM's default block size on GPUs; FlashAttention's kernel blocks are multiples of it."""
 
 
+MLA_HYBRID_BLOCK_TOKENS = 128
+"""A hybrid with latent attention grows its block in steps of 128 tokens, which the TRTLLM / FlashInfer MLA decode
+kernels need (vllm/platforms/interface.py, _align_hybrid_block_size: kernel_block_alignment_size 128 with use_mla)."""
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -131,6 +136,14 @@ class MambaState(LinearState):
 
 
 @dataclass(frozen=True)
+class KDAState(LinearState):
+    """MambaSpec for a Kimi Delta Attention layer (Kimi Linear): a short-conv state over q, k and v and a
+    heads x head_dim x head_dim recurrent state kept in float32, padded to the attention page."""
+
+    kind = "kda"
+
+
+@dataclass(frozen=True)
 class NoCache(LayerSpec):
     """A layer with neither attention nor state (NemotronH's MLP and expert blocks): vLLM declares no spec for it,
     but it still counts in the pipeline split (get_pp_indices splits all layers)."""
@@ -169,6 +182,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             elif kind == "mamba":
                 made[kind] = MambaState(attention.token_bytes,
                                         state_bytes=mamba2_state_bytes(arch, tp, state_dtype_bytes))
+            elif kind == "kda":
+                made[kind] = KDAState(attention.token_bytes, state_bytes=kda_state_bytes(arch, tp, state_dtype_bytes))
             elif kind == "none":
                 made[kind] = NoCache()
             else:
@@ -184,6 +199,15 @@ def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: f
     k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
     conv = (2 * k_heads * k_dim + v_heads * v_dim) / tp * (kernel - 1)
     return (conv + v_heads / tp * v_dim * k_dim) * dtype_bytes
+
+
+def kda_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+    """One Kimi Delta Attention layer's state per request on one GPU: the conv state of (kernel - 1) steps over q, k
+    and v (3 x heads x head_dim channels) in the model dtype and the heads x head_dim x head_dim recurrent state in
+    float32, vLLM's choice under mamba_ssm_cache_dtype auto (vllm/model_executor/layers/mamba/mamba_utils.py,
+    kda_state_shape, kda_state_dtype)."""
+    heads, head_dim, kernel = arch.kda
+    return 3 * heads * head_dim // tp * (kernel - 1) * dtype_bytes + heads // tp * head_dim * head_dim * 4.0
 
 
 def indexer_key_bytes(index_head_dim: int) -> int:
@@ -223,12 +247,14 @@ def _full_only(specs: tuple[LayerSpec, ...]) -> bool:
 
 
 def block_tokens(specs: tuple[LayerSpec, ...]) -> int:
-    """Tokens per block: 16, or with state layers the smallest multiple of 16 whose attention page holds one state."""
+    """Tokens per block: 16, or with state layers the smallest multiple of 16 (128 beside latent attention) whose
+    attention page holds one state."""
     states = [s.state_bytes for s in specs if isinstance(s, LinearState)]
     attention = _attention(specs)
     if not states or attention is None:
         return BLOCK_TOKENS
-    return BLOCK_TOKENS * math.ceil(max(states) / (BLOCK_TOKENS * attention.token_bytes))
+    align = MLA_HYBRID_BLOCK_TOKENS if isinstance(attention, MLAAttention) else BLOCK_TOKENS
+    return align * math.ceil(max(states) / (align * attention.token_bytes))
 
 
 def page_bytes(specs: tuple[LayerSpec, ...], block: int) -> float:

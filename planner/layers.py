@@ -50,6 +50,9 @@ MAMBA2_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
 layers beside attention, their state from MambaStateShapeCalculator.mamba2_state_shape). transformers 5 writes their
 Mamba layers as "linear_attention" in layer_types / layers_block_type (NemotronHConfig, GraniteMoeHybridConfig), and
 vLLM 0.32.0 reads those names (granitemoehybrid.py ALL_DECODER_LAYER_TYPES)."""
+KDA_TYPES = frozenset({"kimi_linear"})
+"""Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
+state from MambaStateShapeCalculator.kda_state_shape)."""
 NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "full", "-": "none", "E": "none", "linear_attention": "mamba",
                      "mamba": "mamba", "full_attention": "full", "attention": "full", "mlp": "none", "moe": "none"}
 """NemotronH's blocks: a layer is one of Mamba-2 mixer, attention, MLP or experts (hybrid_override_pattern, or the
@@ -126,6 +129,16 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return mamba, 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
+    if str(cfg.get("model_type")) in KDA_TYPES and isinstance(cfg.get("layer_types"), list):
+        # transformers' KimiLinearConfig writes linear_attn_config's 1-based kda_layers / full_attn_layers as
+        # layer_types; vLLM's KimiLinearConfig.is_kda_layer reads the same lists.
+        names = {"linear_attention": "kda", "full_attention": "full"}
+        types = cfg["layer_types"]
+        bad = next((t for t in types if t not in names), None)
+        if bad is not None or len(types) < layers:
+            raise ConfigError(source, bad if bad is not None else len(types),
+                              f"layer_types must name each of the {layers} layers, linear_attention or full_attention")
+        return tuple(names[t] for t in types[:layers]), 0
     types = cfg.get("layer_types")
     if isinstance(types, list):
         # vllm/model_executor/models/{llama,gpt_oss,gemma3,qwen3_next}.py: layer i is sliding when
@@ -189,6 +202,9 @@ def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_d
     """Decoder layers with routed experts."""
     if not experts:
         return []
+    mlp_types = cfg.get("mlp_layer_types")
+    if isinstance(mlp_types, list) and mlp_types:  # transformers 5: "dense" / "sparse" per layer (DeepSeek-V3.2, Kimi)
+        return [i for i, t in enumerate(mlp_types[:layers]) if t == "sparse"]
     if str(cfg.get("model_type")) == "nemotron_h":  # vllm/model_executor/models/nemotron_h.py: the "E" blocks
         blocks = cfg.get("layers_block_type") or list(str(cfg.get("hybrid_override_pattern") or ""))
         return [i for i, b in enumerate(blocks[:layers]) if b in ("moe", "E")]

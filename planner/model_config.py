@@ -243,7 +243,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     max_pos = context_length(cfg, source)
     experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
                      minimum=0, default=0)
-    top_k = _count(cfg, source, ("num_experts_per_tok", "moe_topk", "moe_k"), minimum=0, default=-1)  # -1: not given
+    top_k = _count(cfg, source, ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k"), minimum=0,
+                   default=-1)  # -1: not given
     if experts == 0 and top_k > 0 and str(cfg.get("model_type")) in EXPERTS_OPTIONAL:
         top_k = 0
     if experts == 0 and top_k > 0:
@@ -258,9 +259,11 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                            default=0)
               for name in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
                            "qk_rope_head_dim", "q_lora_rank", "qk_nope_head_dim", "v_head_dim",
-                           "shared_expert_intermediate_size", "moe_num_shared_experts")}
+                           "shared_expert_intermediate_size", "moe_num_shared_experts", "num_shared_experts")}
     if counts["moe_num_shared_experts"]:  # vllm/model_executor/models/ernie45_moe.py: shared, of the expert width
         counts["n_shared_experts"] = counts["moe_num_shared_experts"]
+    if counts["num_shared_experts"] and not counts["n_shared_experts"]:  # Kimi Linear's name for them
+        counts["n_shared_experts"] = counts["num_shared_experts"]
     if str(cfg.get("model_type")) in LLAMA4_TYPES and experts:
         # vllm/model_executor/models/llama4.py: MoE layers hold the routed experts and one shared expert, both of
         # intermediate_size; dense layers (interleave_moe_layer_step > 1) are intermediate_size_mlp wide.
@@ -286,6 +289,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if unsized:
         kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds else {}
+    if "kda" in kinds:
+        hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
+            "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
     if str(cfg.get("model_type")) == "nemotron_h":

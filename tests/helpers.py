@@ -73,6 +73,18 @@ HYBRIDS = {
 }
 
 
+KIMI_LINEAR = {  # Kimi-Linear-48B-A3B's shape, as its config.json writes linear_attn_config (1-based layer lists)
+    "model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"], "hidden_size": 2304,
+    "intermediate_size": 9216, "moe_intermediate_size": 1024, "num_hidden_layers": 27, "num_attention_heads": 32,
+    "num_key_value_heads": 32, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": True, "num_experts": 256, "num_experts_per_token": 8,
+    "num_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1, "vocab_size": 163840,
+    "model_max_length": 1048576, "torch_dtype": "bfloat16",
+    "linear_attn_config": {"full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
+                           "kda_layers": [i for i in range(1, 28) if i not in (4, 8, 12, 16, 20, 24, 27)],
+                           "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4}}
+
+
 def hybrid_config(name: str) -> tuple[Any, Any]:
     """(planner architecture, transformers config) of a HYBRIDS entry, read from config.json as a user's would be."""
     from transformers import CONFIG_MAPPING

@@ -24,7 +24,7 @@ from planner.engine import PROFILES, batch_defaults, engine_settings
 from planner.layout import Layout, fit
 from planner.memory import model_weight_bytes
 from planner.model_config import parse_hf_config
-from tests.helpers import HYBRIDS, hybrid_config
+from tests.helpers import HYBRIDS, KIMI_LINEAR, hybrid_config
 
 torch = pytest.importorskip("torch")
 vllm_config_mod = pytest.importorskip("vllm.config")
@@ -77,17 +77,19 @@ class EngineConfig:
 
 
 def mamba2_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
-    """A Mamba-2 mixer's spec as vLLM 0.32.0 builds it: the model class's own get_mamba_state_shape_from_config and
-    get_mamba_state_dtype_from_config on the transformers config, after the family's verify_and_update_config
-    (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype)."""
+    """A state layer's spec (Mamba-2 mixer, Kimi Delta Attention) as vLLM 0.32.0 builds it: the model class's own
+    get_mamba_state_shape_from_config and get_mamba_state_dtype_from_config on the config, after the family's
+    verify_and_update_config (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype)."""
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
     from vllm.model_executor.models.registry import ModelRegistry
 
     ns = types.SimpleNamespace
     architecture = hf_config.architectures[0]
     config = ns(parallel_config=ns(tensor_parallel_size=tp),
-                cache_config=ns(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", use_replayssm=False),
-                model_config=ns(hf_config=hf_config, dtype=torch.bfloat16), num_speculative_tokens=0)
+                cache_config=ns(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", use_replayssm=False,
+                                use_kda_recoverssm=False),
+                model_config=ns(hf_config=hf_config, dtype=torch.bfloat16), num_speculative_tokens=0,
+                speculative_config=None)
     if architecture in MODELS_CONFIG_MAP:
         MODELS_CONFIG_MAP[architecture].verify_and_update_config(config)
     model_cls = ModelRegistry._try_load_model_cls(architecture)
@@ -96,10 +98,11 @@ def mamba2_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
                      dtypes=model_cls.get_mamba_state_dtype_from_config(config), mamba_cache_mode=mamba_mode)
 
 
-def hybrid_block(attention_token_bytes: int, state_page: int) -> int:
+def hybrid_block(attention_token_bytes: int, state_page: int, mla: bool) -> int:
     """The attention block vLLM 0.32.0 grows to hold a state (vllm/platforms/interface.py, _align_hybrid_block_size,
-    with FlashAttention's kernel alignment of 16)."""
-    return 16 * -(-state_page // (16 * attention_token_bytes))
+    with FlashAttention's kernel alignment of 16, or 128 for latent attention)."""
+    align = 128 if mla else 16
+    return align * -(-state_page // (align * attention_token_bytes))
 
 
 def indexer_spec(arch: ModelArchitecture, block: int):
@@ -130,11 +133,11 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
         state = MambaSpec(block_size=16, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
-    elif "mamba" in arch.kinds:
+    elif "mamba" in arch.kinds or "kda" in arch.kinds:
         state = mamba2_spec(hf_config, tp, mamba_mode)
     block = 16
     if state is not None and any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
-        block = hybrid_block(full.page_size_bytes, state.page_size_bytes)
+        block = hybrid_block(full.page_size_bytes, state.page_size_bytes, bool(arch.kv_lora_rank))
     full = replace(full, block_size=block)
     if state is not None:
         attention_page = full.page_size_bytes
@@ -155,7 +158,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         elif kind == "chunked":
             out[i] = ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
                                                dtype=dtype, attention_chunk_size=arch.window)
-        elif kind in ("linear", "mamba"):
+        elif kind in ("linear", "mamba", "kda"):
             out[i] = state
     return out
 
@@ -405,4 +408,48 @@ def test_a_mutated_indexer_rule_disagrees_with_vllm(mutation, monkeypatch):
                 INDEXER_MUTATIONS[mutation](mp)
                 if planner_tokens(arch, 1, pp, 37 * GIB, 8192, 8192) != expected:
                     differing.append((name, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+# ------------------------------------------------------------------------------------------ Kimi Delta Attention
+
+def kimi_linear(**fields):
+    """(planner architecture, vLLM's own KimiLinearConfig) of a Kimi Linear config.json."""
+    from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
+
+    raw = {**KIMI_LINEAR, **fields}
+    hf_config = KimiLinearConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+    hf_config.architectures = raw["architectures"]
+    return parse_hf_config(raw, "kimi-linear", "model.configFile"), hf_config
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_kimi_delta_attention_counts_the_kv_tokens_vllm_0_32_counts(tp, pp):
+    arch, hf_config = kimi_linear()
+    assert arch.kinds.count("kda") == 20 and arch.kinds.count("full") == 7 and not arch.unsized
+    for max_len in (8192, 131072):
+        ours = planner_tokens(arch, tp, pp, 23 * GIB, max_len, 8192)
+        theirs = vllm_tokens(arch, tp, pp, 23 * GIB, max_len, 8192, hf_config=hf_config)
+        assert ours == theirs, f"tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+KDA_MUTATIONS = {
+    "the recurrent state in the model dtype": lambda mp: mp.setattr(
+        kv_cache, "kda_state_bytes", lambda arch, tp, b: _kda(arch, tp, b) - arch.kda[0] // tp * arch.kda[1] ** 2 * 2),
+    "a latent-attention hybrid's block in steps of 16": lambda mp: mp.setattr(kv_cache, "MLA_HYBRID_BLOCK_TOKENS", 16),
+}
+_kda = kv_cache.kda_state_bytes
+
+
+@pytest.mark.parametrize("mutation", sorted(KDA_MUTATIONS))
+def test_a_mutated_kda_rule_disagrees_with_vllm(mutation, monkeypatch):
+    arch, hf_config = kimi_linear()
+    differing = []
+    for tp in (1, 2, 4, 8):
+        expected = vllm_tokens(arch, tp, 1, 23 * GIB, 32768, 8192, hf_config=hf_config)
+        with monkeypatch.context() as mp:
+            KDA_MUTATIONS[mutation](mp)
+            if planner_tokens(arch, tp, 1, 23 * GIB, 32768, 8192) != expected:
+                differing.append(tp)
     assert differing, f"the mutation '{mutation}' went unnoticed"

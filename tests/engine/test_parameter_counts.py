@@ -12,10 +12,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from planner.model_config import parse_hf_config  # noqa: E402
-from tests.helpers import DECODER_FAMILIES, HYBRIDS, family_default_config, hybrid_config  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    DECODER_FAMILIES,
+    HYBRIDS,
+    KIMI_LINEAR,
+    family_default_config,
+    hybrid_config,
+)
 
 FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h",
-            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa")
+            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "kimi_linear")
 # vLLM's Llama 4 and Qwen3.5 import torchvision (which the test venv leaves out), and vLLM 0.32.0's ModelConfig finds no
 # KV-head count in GPT-J's config (n_head), so only this test has them.
 """Each was read exactly after the fixes this test found: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's shared
@@ -81,3 +87,14 @@ def test_mamba2_hybrids_count_the_parameters_transformers_builds(name):
         model = transformers.AutoModelForCausalLM.from_config(hf_config)
     built = sum(p.numel() for p in model.parameters())
     assert arch.parameter_count() == built, f"{arch.parameter_count() / 1e9:.4f}B planned, {built / 1e9:.4f}B built"
+
+
+def test_kimi_linear_as_its_config_json_writes_it_counts_what_transformers_builds():
+    """Kimi Linear's checkpoint config keeps its KDA layers in linear_attn_config (1-based lists) and its first dense
+    layer in first_k_dense_replace, which transformers turns into layer_types and mlp_layer_types."""
+    config = transformers.CONFIG_MAPPING["kimi_linear"](**{k: v for k, v in KIMI_LINEAR.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    arch = parse_hf_config(KIMI_LINEAR, "kimi-linear", "model.configFile")
+    assert arch.parameter_count() == sum(p.numel() for p in model.parameters())
+    assert (arch.moe_layers, arch.num_shared_experts, arch.experts_per_token) == (26, 1, 8)
