@@ -38,6 +38,13 @@ def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
             out[key] = [i for i in out[key] if isinstance(i, int) and i < layers]
     if isinstance(out.get("max_window_layers"), int):
         out["max_window_layers"] = min(out["max_window_layers"], layers)
+    if isinstance(out.get("hybrid_override_pattern"), str):  # NemotronH: one character per block
+        out["hybrid_override_pattern"] = out["hybrid_override_pattern"][:layers]
+    linear = out.get("linear_attn_config")
+    if isinstance(linear, Mapping):  # Kimi Linear: 1-based layer numbers
+        out["linear_attn_config"] = {k: [i for i in v if isinstance(i, int) and i <= layers]
+                                     if k in ("kda_layers", "full_attn_layers") and isinstance(v, list) else v
+                                     for k, v in linear.items()}
     return out
 
 

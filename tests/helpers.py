@@ -37,52 +37,12 @@ def family_default_config(model_type: str) -> Any:
     return CONFIG_MAPPING[model_type](**FAMILY_DEFAULTS.get(model_type, {}))
 
 
-NEMOTRON_H_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-NEMOTRON_NANO_9B = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
-HYBRIDS = {
-    # Shaped like published checkpoints (patterns and widths as their config.json write them; the Hub is not
-    # reachable here to transcribe them whole): Nemotron-H-8B, NVIDIA-Nemotron-Nano-9B-v2 (its float32 SSM state),
-    # a 30B-A3B NemotronH MoE and Granite 4.0-H dense and MoE layouts (attention every 10th layer).
-    "nemotron-h-8b": ("nemotron_h", dict(
-        hybrid_override_pattern=NEMOTRON_H_8B, num_hidden_layers=52, hidden_size=4096, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=128, intermediate_size=21504, ssm_state_size=128, mamba_num_heads=128,
-        mamba_head_dim=64, n_groups=8, conv_kernel=4, vocab_size=131072, max_position_embeddings=8192,
-        mamba_ssm_cache_dtype="bfloat16")),
-    "nemotron-nano-9b": ("nemotron_h", dict(
-        hybrid_override_pattern=NEMOTRON_NANO_9B, num_hidden_layers=56, hidden_size=4480, num_attention_heads=40,
-        num_key_value_heads=8, head_dim=128, intermediate_size=15680, ssm_state_size=128, mamba_num_heads=128,
-        mamba_head_dim=80, n_groups=8, conv_kernel=4, vocab_size=131072, max_position_embeddings=131072)),
-    "nemotron-h-moe": ("nemotron_h", dict(
-        hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", num_hidden_layers=52,
-        hidden_size=2688, num_attention_heads=32, num_key_value_heads=2, head_dim=128, n_routed_experts=128,
-        num_experts_per_tok=6, moe_intermediate_size=1856, moe_shared_expert_intermediate_size=3712,
-        n_shared_experts=1, ssm_state_size=128, mamba_num_heads=64, mamba_head_dim=64, n_groups=8, conv_kernel=4,
-        vocab_size=131072, max_position_embeddings=262144)),
-    "granite-4.0-h-dense": ("granitemoehybrid", dict(
-        layer_types=["attention" if (i + 1) % 10 == 6 else "mamba" for i in range(40)], num_hidden_layers=40,
-        hidden_size=2048, num_attention_heads=16, num_key_value_heads=4, num_local_experts=0,
-        shared_intermediate_size=8192, mamba_n_heads=64, mamba_d_head=64, mamba_n_groups=1, mamba_d_state=128,
-        mamba_d_conv=4, mamba_expand=2, vocab_size=100352, max_position_embeddings=131072)),
-    "granite-4.0-h-moe": ("granitemoehybrid", dict(
-        layer_types=["attention" if (i + 1) % 10 == 6 else "mamba" for i in range(40)], num_hidden_layers=40,
-        hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, num_local_experts=72, num_experts_per_tok=10,
-        intermediate_size=768, shared_intermediate_size=8192, mamba_n_heads=128, mamba_d_head=64, mamba_n_groups=1,
-        mamba_d_state=128, mamba_d_conv=4, mamba_expand=2, vocab_size=100352, max_position_embeddings=131072)),
-    "granite-mamba-only": ("granitemoehybrid", dict(  # transformers' default: every layer a Mamba-2 mixer
-        mamba_n_groups=1, num_hidden_layers=24, max_position_embeddings=131072)),
-}
-
-
-KIMI_LINEAR = {  # Kimi-Linear-48B-A3B's shape, as its config.json writes linear_attn_config (1-based layer lists)
-    "model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"], "hidden_size": 2304,
-    "intermediate_size": 9216, "moe_intermediate_size": 1024, "num_hidden_layers": 27, "num_attention_heads": 32,
-    "num_key_value_heads": 32, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": True, "num_experts": 256, "num_experts_per_token": 8,
-    "num_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1, "vocab_size": 163840,
-    "model_max_length": 1048576, "torch_dtype": "bfloat16",
-    "linear_attn_config": {"full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
-                           "kda_layers": [i for i in range(1, 28) if i not in (4, 8, 12, 16, 20, 24, 27)],
-                           "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4}}
+SHAPED = PROJECT_DIR / "bench" / "configs"
+HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid")
+HYBRIDS = {path.stem: json.loads(path.read_text()) for path in sorted(SHAPED.glob("*.json"))
+           if json.loads(path.read_text())["model_type"] in HYBRID_FAMILIES}
+"""The Mamba-2 hybrids of bench/configs (shaped like published checkpoints; bench/configs/README.md), by name."""
+KIMI_LINEAR = json.loads((SHAPED / "kimi-linear-48b-a3b.json").read_text())
 
 
 def hybrid_config(name: str) -> tuple[Any, Any]:
@@ -91,10 +51,8 @@ def hybrid_config(name: str) -> tuple[Any, Any]:
 
     from planner.model_config import parse_hf_config
 
-    model_type, fields = HYBRIDS[name]
-    hf_config = CONFIG_MAPPING[model_type](**fields)
-    architecture = {"nemotron_h": "NemotronHForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM"}
-    raw = {"model_type": model_type, "architectures": [architecture[model_type]], **fields}
+    raw = HYBRIDS[name]
+    hf_config = CONFIG_MAPPING[raw["model_type"]](**{k: v for k, v in raw.items() if k != "model_type"})
     hf_config.architectures = raw["architectures"]
     return parse_hf_config(raw, name, "model.configFile"), hf_config
 

@@ -250,3 +250,14 @@ def test_families_that_would_plan_wrong_are_marked_as_transformers_writes_their_
     wrapped = parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m",
                               "model.configFile")
     assert key in wrapped.unsized
+
+
+def test_cut_layers_keeps_the_pattern_of_nemotron_h_and_kimi_linear():
+    """A cut NemotronH keeps its first blocks (hybrid_override_pattern is a string, one character a block) and a cut
+    Kimi Linear its KDA / full-attention numbers up to the cut (1-based lists in linear_attn_config): uncut, both
+    were read as all full attention (transformers refused the longer lists) or with blocks past the cut."""
+    configs = ROOT / "bench" / "configs"
+    nemotron = parse_hf_config(cut_layers(json.loads((configs / "nemotron-h-8b.json").read_text()), 9), "n", "x")
+    assert nemotron.kinds == ("mamba", "none") * 3 + ("mamba", "full", "none")
+    kimi = parse_hf_config(cut_layers(json.loads((configs / "kimi-linear-48b-a3b.json").read_text()), 9), "k", "x")
+    assert kimi.kinds == ("kda", "kda", "kda", "full") * 2 + ("kda",) and kimi.kda == (32, 128, 4)
