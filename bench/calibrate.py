@@ -53,7 +53,9 @@ CUDAGRAPH = re.compile(r"(?:CUDA graph|cudagraph)[^\n]*?([\d.]+) GiB", re.I)
 GRAPH_ESTIMATE = re.compile(
     r"^.*(?:Profiling CUDA graph memory|Estimated \w* ?CUDA graph memory|Using V2 Model Runner).*$", re.M)
 """The V1 runner's graph estimate by parts (first capture + (N-1) x per-graph, debug log) and which runner served."""
-ERROR = re.compile(r"^(?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*$", re.M)
+ERROR = re.compile(r"^(?:\(\w+ pid=\d+\) )?((?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*)$",
+                   re.M)
+"""An exception's last line, with or without the process prefix vLLM's engine puts before its log lines."""
 
 # What Qwen2-VL's processor needs beside the tokenizer (preprocessor_config.json of Qwen/Qwen2.5-VL-7B-Instruct).
 QWEN_VL_PROCESSOR = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
@@ -193,10 +195,12 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     row["cudagraph_lines"] = [m.group(0)[:300] for m in CUDAGRAPH.finditer(text)][-3:]
     row["graph_estimate_lines"] = [m.group(0)[-300:] for m in GRAPH_ESTIMATE.finditer(text)][:8]
     row["runner_v2"] = "Using V2 Model Runner" in text
+    row["block_lines"] = [line[-200:] for line in text.splitlines() if re.search(r"block size|page size", line)][:6]
     row["backend_lines"] = [line[:300] for line in text.splitlines()
                             if re.search(r"backend|Using .*kernel|quantiz", line, re.I)][:12]
     if row["kv_cache_tokens_measured"] is None:
-        row["error"] = (ERROR.findall(text) or [f"exit {proc.popen.poll()}"])[-1][:500]
+        errors = [e for e in ERROR.findall(text) if "Engine core initialization failed" not in e]
+        row["error"] = (errors or ERROR.findall(text) or [f"exit {proc.popen.poll()}"])[0][:500]
         row["log_tail"] = text.splitlines()[-40:]
     log(f"calibrate {name}: KV {row['kv_cache_tokens_measured']}, weights {row['weights_gib_measured']} GiB, "
         f"available {row['available_kv_gib_measured']} GiB {row.get('error', '')}")
