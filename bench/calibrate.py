@@ -53,8 +53,8 @@ CUDAGRAPH = re.compile(r"(?:CUDA graph|cudagraph)[^\n]*?([\d.]+) GiB", re.I)
 GRAPH_ESTIMATE = re.compile(
     r"^.*(?:Profiling CUDA graph memory|Estimated \w* ?CUDA graph memory|Using V2 Model Runner).*$", re.M)
 """The V1 runner's graph estimate by parts (first capture + (N-1) x per-graph, debug log) and which runner served."""
-ERROR = re.compile(r"^(?:\(\w+ pid=\d+\) )?((?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*)$",
-                   re.M)
+ERROR = re.compile(r"^(?:\(\w+ pid=\d+\) )?"
+                   r"((?:\S*Error|RuntimeError|ValueError|AssertionError|NotImplementedError)\b.*)$", re.M)
 """An exception's last line, with or without the process prefix vLLM's engine puts before its log lines."""
 
 # What Qwen2-VL's processor needs beside the tokenizer (preprocessor_config.json of Qwen/Qwen2.5-VL-7B-Instruct).

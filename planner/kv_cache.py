@@ -28,8 +28,10 @@ BLOCK_TOKENS = 16
 
 
 MLA_HYBRID_BLOCK_TOKENS = 128
-"""A hybrid with latent attention grows its block in steps of 128 tokens, which the TRTLLM / FlashInfer MLA decode
-kernels need (vllm/platforms/interface.py, _align_hybrid_block_size: kernel_block_alignment_size 128 with use_mla)."""
+"""vLLM 0.32.0 grows a latent-attention hybrid's block in steps of 128 tokens, which the TRTLLM / FlashInfer MLA
+decode kernels need (vllm/platforms/interface.py, _align_hybrid_block_size: kernel_block_alignment_size 128 with
+use_mla); 0.25.1 in steps of 16 (Kimi Linear cut to 12 layers on an H200: 'Setting attention block size to 1888
+tokens', docs/benchmarks.md validation 12)."""
 
 
 def cdiv(a: int, b: int) -> int:
@@ -246,14 +248,14 @@ def _full_only(specs: tuple[LayerSpec, ...]) -> bool:
     return all(isinstance(spec, FullAttention) for spec in specs if not isinstance(spec, NoCache))
 
 
-def block_tokens(specs: tuple[LayerSpec, ...]) -> int:
-    """Tokens per block: 16, or with state layers the smallest multiple of 16 (128 beside latent attention) whose
-    attention page holds one state."""
+def block_tokens(specs: tuple[LayerSpec, ...], mla_align: int = BLOCK_TOKENS) -> int:
+    """Tokens per block: 16, or with state layers the smallest multiple of 16 (of `mla_align` beside latent
+    attention) whose attention page holds one state."""
     states = [s.state_bytes for s in specs if isinstance(s, LinearState)]
     attention = _attention(specs)
     if not states or attention is None:
         return BLOCK_TOKENS
-    align = MLA_HYBRID_BLOCK_TOKENS if isinstance(attention, MLAAttention) else BLOCK_TOKENS
+    align = mla_align if isinstance(attention, MLAAttention) else BLOCK_TOKENS
     return align * math.ceil(max(states) / (align * attention.token_bytes))
 
 
@@ -292,7 +294,7 @@ def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, ma
     by_kind = _by_kind(stage)
     if _full_only(stage):
         return int(available // sum(spec.token_bytes for spec in stage))
-    block = block_tokens(stage)
+    block = block_tokens(stage)  # blocks in steps of 16 beside latent attention too
     counts = [len(layers) for layers in by_kind.values()]
     size = group_size(counts)
     blocks = available // (page_bytes(stage, block) * size)
@@ -309,7 +311,7 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     pool, and the size is num_blocks / blocks per request x max_model_len (get_kv_cache_capacity)."""
     if available <= 0:
         return 0
-    block = block_tokens(specs)
+    block = block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
     page = page_bytes(specs, block)
     by_kind = _by_kind(specs)
     if _full_only(specs):

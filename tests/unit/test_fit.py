@@ -148,8 +148,16 @@ def test_a_batch_with_entries_still_to_run_stays_out_of_the_fit():
 
 PENDING = sorted((ROOT / "docs" / "benchmarks").glob("validation*-predictions*.json"))
 HELD_OUT = [b for b in RESULTS["calibration_validation"]["batches"] if b.get("held_out")]
+def _counted(batch: dict) -> list[dict]:
+    """The predictions of a held-out batch whose runs count: a row excluded (a rule corrected from it after the run)
+    checks no planner and is kept for the record only."""
+    excluded = {r["model"] for r in batch["measured"] if r.get("excluded")}
+    return [p for p in batch["predictions"]
+            if p["entry"].split(":")[0].rsplit("/", 1)[-1].removesuffix(".json") not in excluded]
+
+
 COMMITTED = [(p.name, json.loads(p.read_text())) for p in PENDING] + [
-    (b["name"], {"settings": b["settings"], "rows": b["predictions"]}) for b in HELD_OUT]
+    (b["name"], {"settings": b["settings"], "rows": _counted(b)}) for b in HELD_OUT]
 
 
 @pytest.mark.parametrize("committed", [c for _, c in COMMITTED], ids=[n for n, _ in COMMITTED])
