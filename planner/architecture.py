@@ -102,6 +102,16 @@ class ModelArchitecture:
     shared_expert_gate: bool = True
     """Whether the shared expert of shared_expert_intermediate_size has a sigmoid gate (Qwen: hidden_size weights);
     GraniteMoeHybrid's shared MLP and NemotronH's shared experts have none."""
+    global_attention: tuple[int, int] = (0, 0)
+    """(KV heads, head dim) of the full-attention layers where they differ from the sliding ones (Gemma 4:
+    per_layer_config, num_global_key_value_heads, global_head_dim); (0, 0) where every layer has num_kv_heads x
+    head_dim."""
+    kv_shared_layers: int = 0
+    """The last layers that read an earlier layer's KV cache and allocate none (Gemma 4 num_kv_shared_layers)."""
+    per_layer_input: tuple[int, int] = (0, 0)
+    """Gemma 4's per-layer input embeddings: (vocab_size_per_layer_input, hidden_size_per_layer_input)."""
+    double_wide_mlp: bool = False
+    """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention
@@ -165,12 +175,23 @@ class ModelArchitecture:
         shared = self.num_shared_experts * self.expert_matrices * h * expert_inter + (
             self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
             if self.shared_expert_intermediate_size else 0)
+        attention *= attention_layers
+        mlp = dense_layers * self.mlp_matrices * h * self.intermediate_size
+        if self.global_attention != (0, 0):  # Gemma 4 (vllm/model_executor/models/gemma4.py)
+            attention, mlp = self._gemma4_attention_and_mlp()
+        # Gemma 4's per-layer inputs: an embedding of layers x width per token, its projection from the hidden state
+        # and norm, and in each layer a gate, a projection back and a norm.
+        vocab_pl, width = self.per_layer_input
+        layers = self.num_layers
+        per_layer = (vocab_pl * layers * width + h * layers * width + width + layers * (2 * h * width + h)
+                     if width else 0)
         return {
-            "attention": attention_layers * attention + kinds.count("indexed") * indexer,
+            "attention": attention + kinds.count("indexed") * indexer,
             "linear": kinds.count("linear") * linear,
             "mamba": kinds.count("mamba") * mamba,
             "kda": kinds.count("kda") * kda,
-            "mlp": dense_layers * self.mlp_matrices * h * self.intermediate_size,
+            "mlp": mlp,
+            "per_layer_input": per_layer,
             "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,
             "router": moe_layers * h * self.num_experts,
@@ -178,6 +199,21 @@ class ModelArchitecture:
             "vision": self.vision_parameters,
             "norms": self.num_layers * self.norms_per_layer * h + h,
         }
+
+    def _gemma4_attention_and_mlp(self) -> tuple[int, int]:
+        """Gemma 4's attention and MLP weights over all layers, as vLLM allocates them: the full-attention layers'
+        own KV heads and head dim, q / k / v / o and q / k norms (vLLM keeps a V projection for attention_k_eq_v
+        layers too, loading K into it), the KV-shared layers' q / o and q norm only, and their MLP twice as wide
+        under use_double_wide_mlp."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        first_shared = self.num_layers - self.kv_shared_layers
+        attention = mlp = 0
+        for i, kind in enumerate(self.kinds):
+            kv, dim = self.global_attention if kind == "full" else (self.num_kv_heads, self.head_dim)
+            shared = self.kv_shared_layers and i >= first_shared
+            attention += 2 * h * heads * dim + dim + (0 if shared else 2 * h * kv * dim + dim)
+            mlp += self.mlp_matrices * h * self.intermediate_size * (2 if shared and self.double_wide_mlp else 1)
+        return attention, mlp
 
     def weight_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of all weights: the quantized parts at the checkpoint's rate, the rest at `unquantized_bytes`."""

@@ -158,16 +158,20 @@ class NoCache(LayerSpec):
 
 def attention_spec(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float) -> FullAttention:
     """The model's full-attention layer on one GPU of a TP group: MLA's latent vector, replicated on every rank, or K
-    and V of its KV heads (a head replicated where TP exceeds them)."""
+    and V of its KV heads (a head replicated where TP exceeds them), of the full layers' own shape where it differs
+    (Gemma 4)."""
     if arch.kv_lora_rank:
         return MLAAttention((arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_dtype_bytes)
-    return FullAttention(2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes)
+    kv_heads, head_dim = arch.global_attention if arch.global_attention != (0, 0) else (arch.num_kv_heads,
+                                                                                         arch.head_dim)
+    return FullAttention(2 * max(kv_heads / tp, 1) * head_dim * kv_dtype_bytes)
 
 
 def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                 state_dtype_bytes: float = 2.0) -> tuple[LayerSpec, ...]:
     """One spec per decoder layer of `arch` on one GPU of a TP group."""
     attention = attention_spec(arch, tp, kv_dtype_bytes)
+    local = 2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes  # sliding and chunked layers
     made: dict[str, LayerSpec] = {"full": attention}
     if "indexed" in arch.kinds:
         made["indexed"] = IndexedMLA(attention.token_bytes + indexer_key_bytes(arch.indexer[1]))
@@ -175,9 +179,9 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
     for kind in arch.kinds:
         if kind not in made:
             if kind == "sliding":
-                made[kind] = SlidingWindow(attention.token_bytes, window=arch.window)
+                made[kind] = SlidingWindow(local, window=arch.window)
             elif kind == "chunked":
-                made[kind] = ChunkedLocal(attention.token_bytes, chunk=arch.window)
+                made[kind] = ChunkedLocal(local, chunk=arch.window)
             elif kind == "linear":
                 made[kind] = LinearState(attention.token_bytes,
                                          state_bytes=gated_delta_net_state_bytes(arch, tp, state_dtype_bytes))
@@ -191,7 +195,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             else:
                 raise ValueError(f"no KV-cache spec for layer kind {kind!r}")
         specs.append(made[kind])
-    return tuple(specs)
+    first_shared = len(specs) - arch.kv_shared_layers  # Gemma 4: these read an earlier layer's cache
+    return tuple(spec if i < first_shared else NoCache() for i, spec in enumerate(specs))
 
 
 def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
@@ -318,6 +323,9 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
         blocks = min(int(available // sum(spec.page_bytes(block) for spec in specs[start:stop]))
                      for start, stop in pp_stages(len(specs), pp))
         return int(blocks / cdiv(max_len, block) * max_len)
+    blocks_of = unified_blocks(specs, by_kind, block)
+    page = max([page] + [specs[layers[0]].page_bytes(block) for layers in by_kind.values()
+                         if not isinstance(specs[layers[0]], LinearState)])
     if len(by_kind) == 1:
         groups = list(by_kind.values())
     else:
@@ -329,8 +337,23 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     widest = [max(sum(1 for layer in g if start <= layer < stop) for g in groups)
               for start, stop in pp_stages(len(specs), pp)]
     blocks = min(int(available // (page * layers)) for layers in widest if layers)
-    per_request = sum(specs[g[0]].request_blocks(max_len, block, admission) for g in groups)
+    per_request = sum(specs[g[0]].request_blocks(max_len, blocks_of[specs[g[0]].kind], admission) for g in groups)
     return int(blocks / per_request * max_len)
+
+
+def unified_blocks(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], block: int) -> dict[str, int]:
+    """Tokens per block of each kind once pages are made equal: a kind whose page divides the largest takes that
+    many times more tokens per block, another is padded to the largest page and keeps its tokens
+    (vllm/v1/core/kv_cache_utils.py, unify_kv_cache_spec_page_size: Gemma 4's full layers beside its sliding
+    ones)."""
+    pages = {kind: specs[layers[0]].page_bytes(block) for kind, layers in by_kind.items()
+             if not isinstance(specs[layers[0]], LinearState)}  # a state is padded to the attention page
+    largest = max(pages.values(), default=0)
+    out = {}
+    for kind in by_kind:
+        page = pages.get(kind, 0)
+        out[kind] = block * int(largest // page) if page and largest % page == 0 else block
+    return out
 
 
 PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission], int]

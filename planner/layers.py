@@ -76,11 +76,15 @@ UNSIZED_KEYS = {
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
 Mamba / SSM hybrids other than MAMBA2_TYPES (Jamba's Mamba-1, Falcon-H1's parallel attention and Mamba in every
-layer, Zamba), DeepSeek V4's compressed attention, Gemma 3n (KV sharing in its last num_kv_shared_layers layers,
+layer, Zamba), DeepSeek V4's compressed attention, Gemma 3n (num_kv_shared_layers is sized for GEMMA4_TYPES only; KV
+sharing in its last num_kv_shared_layers layers,
 vllm/model_executor/models/gemma3n.py kv_sharing_target_layer_name; embed_tokens_per_layer, vocab_size_per_layer_input
 x layers x hidden_size_per_layer_input weights), LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
 blocks per layer), NemotronH's latent experts (moe_latent_size). Read as any other decoder their numbers are
 unverified, the weights of Gemma 3n about 2.3B parameters under: they plan with stated parallelism and a warning."""
+GEMMA4_TYPES = frozenset({"gemma4_text"})
+"""Gemma 4's decoder (the gemma4 wrapper keeps it in text_config): sliding and full layers of their own head dims
+and KV heads, the last num_kv_shared_layers reading an earlier layer's cache (vllm/model_executor/models/gemma4.py)."""
 MAMBA2_KEYS = frozenset({"layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size",
                          "mamba_expand"})
 """The Mamba keys a MAMBA2_TYPES config has: sized there."""
@@ -91,8 +95,12 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
     sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES
+    gemma4 = str(cfg.get("model_type")) in GEMMA4_TYPES
+    if gemma4 and cfg.get("num_experts") is not None:
+        return "num_experts", "num_experts in a Gemma 4 config marks an expert block beside each layer's MLP"
     for key, what in UNSIZED_KEYS.items():
-        if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS):
+        if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
+                gemma4 and key == "num_kv_shared_layers"):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list):

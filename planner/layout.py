@@ -21,7 +21,7 @@ from planner.engine import (
     profile_for_image,
 )
 from planner.errors import ConfigError
-from planner.kv_cache import bytes_per_token, layer_specs
+from planner.kv_cache import bytes_per_token, layer_specs, pp_stages
 from planner.memory import (
     LOAD_OVERHEAD_GIB,
     default_engine,
@@ -162,6 +162,22 @@ def gib_text(value: float) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
+def shared_cache_split(arch: ModelArchitecture, pp: int) -> tuple[int, int] | None:
+    """(layer, the layer whose KV cache it reads) for the first KV-shared layer a pipeline of `pp` stages puts on
+    another stage than its target (Gemma 4: the last non-shared layer of the same type, vllm/model_executor/models/
+    gemma4.py kv_sharing_target_layer_name); None when every shared layer sits with its target."""
+    first_shared = arch.num_layers - arch.kv_shared_layers
+    if not arch.kv_shared_layers or pp == 1:
+        return None
+    stage = {layer: n for n, (start, stop) in enumerate(pp_stages(arch.num_layers, pp)) for layer in range(start, stop)}
+    kinds = arch.kinds
+    for layer in range(first_shared, arch.num_layers):
+        target = max((i for i in range(first_shared) if kinds[i] == kinds[layer]), default=None)
+        if target is not None and stage[layer] != stage[target]:
+            return layer, target
+    return None
+
+
 def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp: int, layout_pp: int,
                           weights_bytes: float, kv_bytes: float) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
@@ -177,6 +193,12 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
     if layout_pp > arch.num_layers:
         raise ConfigError("parallelism.pipeline", layout_pp,
                           f"{arch.name} has only {arch.num_layers} layers; use at most {arch.num_layers}")
+    split = shared_cache_split(arch, layout_pp)
+    if split is not None:
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"{arch.name}'s layer {split[0]} reads the KV cache of layer {split[1]}, which this "
+                          "pipeline split puts on another stage (vLLM keeps a shared cache on its own GPU); use "
+                          "pipeline 1 and tensor parallelism")
     nodes = place(layout_tp, layout_pp, gpn)
     if nodes is None:
         if layout_tp > gpn:

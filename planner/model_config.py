@@ -14,6 +14,7 @@ from typing import Any
 from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.errors import ConfigError
 from planner.layers import (
+    GEMMA4_TYPES,
     checkpoint_kv_cache_dtype,
     layer_kinds,
     moe_layer_indices,
@@ -289,6 +290,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if unsized:
         kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds else {}
+    if str(cfg.get("model_type")) in GEMMA4_TYPES and not unsized:
+        hybrid.update(_gemma4_fields(cfg, kinds, head_dim, kv_heads, source))
     if "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
@@ -335,6 +338,33 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
         **hybrid,
     )
+
+
+def _gemma4_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], head_dim: int, kv_heads: int,
+                   source: str) -> dict[str, Any]:
+    """Gemma 4's per-layer attention as vLLM builds it (vllm/model_executor/models/gemma4.py Gemma4DecoderLayer:
+    config.per_layer_config[i].head_dim / num_key_value_heads, which transformers' Gemma4TextConfig fills for the
+    full-attention layers from global_head_dim and num_global_key_value_heads), the KV-shared last layers, the
+    per-layer input embeddings and the double-wide MLP of the shared layers."""
+    overrides = cfg.get("per_layer_config") or {}
+    full = set()
+    for index, layer in (overrides.items() if isinstance(overrides, Mapping) else ()):
+        if not (str(index).isdigit() and int(index) < len(kinds) and isinstance(layer, Mapping)):
+            raise ConfigError(source, index, "per_layer_config keys must be layer indices")
+        if kinds[int(index)] != "full":
+            raise ConfigError(source, index, "per_layer_config overrides a sliding layer; the planner reads "
+                                             "overrides of the full-attention layers only")
+        full.add((_count(layer, source, ("num_key_value_heads",), default=kv_heads),
+                  _count(layer, source, ("head_dim",), default=head_dim)))
+    if len(full) > 1:
+        raise ConfigError(source, sorted(full), "per_layer_config gives the full-attention layers different shapes")
+    shared = _count(cfg, source, ("num_kv_shared_layers",), minimum=0, default=0)
+    if shared >= len(kinds):
+        raise ConfigError(source, shared, f"num_kv_shared_layers must be below num_hidden_layers ({len(kinds)})")
+    width = _count(cfg, source, ("hidden_size_per_layer_input",), minimum=0, default=0)
+    return {"global_attention": full.pop() if full else (kv_heads, head_dim), "kv_shared_layers": shared,
+            "per_layer_input": (_count(cfg, source, ("vocab_size_per_layer_input",)), width) if width else (0, 0),
+            "double_wide_mlp": cfg.get("use_double_wide_mlp") is True, "norms_per_layer": 4}
 
 
 def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:

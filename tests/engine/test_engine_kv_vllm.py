@@ -453,3 +453,80 @@ def test_a_mutated_kda_rule_disagrees_with_vllm(mutation, monkeypatch):
             if planner_tokens(arch, tp, 1, 23 * GIB, 32768, 8192) != expected:
                 differing.append(tp)
     assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+# ------------------------------------------------------------------------------------------ Gemma 4
+
+def gemma4(name: str):
+    """(planner architecture, transformers' Gemma4TextConfig) of a bench/configs Gemma 4 config."""
+    from transformers import CONFIG_MAPPING
+
+    raw = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
+    return parse_hf_config(raw, name, "model.configFile"), CONFIG_MAPPING["gemma4_text"](
+        **{k: v for k, v in raw.items() if k != "model_type"})
+
+
+def gemma4_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int, batched: int) -> int:
+    """vLLM 0.32.0's count for Gemma 4, its layers declared as vllm/model_executor/models/gemma4.py declares them:
+    per_layer_config[i]'s head dim and KV heads, a window on sliding layers, and no cache of its own for a layer in
+    the last num_kv_shared_layers (kv_sharing_target_layer_name)."""
+    cfg = EngineConfig(max_len, tp, pp, batched)
+    layers = hf_config.num_hidden_layers
+    first_shared = layers - hf_config.num_kv_shared_layers
+    workers = []
+    for rank in range(pp):
+        start, stop = get_pp_indices(layers, rank, pp)
+        worker = {}
+        for i in range(start, min(stop, first_shared)):
+            layer = hf_config.per_layer_config[i]
+            heads = max(1, layer.num_key_value_heads // tp)
+            if hf_config.layer_types[i] == "sliding_attention":
+                spec = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
+                                         dtype=torch.bfloat16, sliding_window=hf_config.sliding_window)
+            else:
+                spec = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
+                                         dtype=torch.bfloat16)
+            worker[f"model.layers.{i}.self_attn.attn"] = spec
+        workers.append(worker)
+    configs = kv_cache_utils.get_kv_cache_configs(cfg, workers, [available] * pp)
+    return kv_cache_utils.get_kv_cache_capacity(cfg, configs[0])[0]
+
+
+GEMMA4_CASES = [("gemma-4-e2b", 1), *(("gemma-4-31b", pp) for pp in (1, 2, 3))]
+"""The E2B shape's shared layers read layers 13 and 14 from every later layer, so only one pipeline stage can hold
+them (planner/layout.py shared_cache_split refuses more; vLLM's KV-cache setup fails on a stage of shared layers)."""
+
+
+@pytest.mark.parametrize(("name", "pp"), GEMMA4_CASES)
+def test_gemma4_counts_the_kv_tokens_vllm_0_32_counts(name, pp):
+    arch, hf_config = gemma4(name)
+    assert not arch.unsized and arch.global_attention[1] == 512
+    for tp, max_len in ((1, 8192), (2, 32768), (4, 131072)):
+        ours = planner_tokens(arch, tp, pp, 29 * GIB, max_len, 8192)
+        theirs = gemma4_vllm_tokens(hf_config, tp, pp, 29 * GIB, max_len, 8192)
+        assert ours == theirs, f"{name} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+GEMMA4_MUTATIONS = {
+    "KV-shared layers allocate their own cache": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, kv_shared_layers=0), *rest)),
+    "full layers with the sliding layers' shape": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, global_attention=(
+            arch.num_kv_heads, arch.head_dim)), *rest)),
+    "pages unified by padding, not by more tokens per block": lambda mp: mp.setattr(
+        kv_cache, "unified_blocks", lambda specs, by_kind, block: {kind: block for kind in by_kind}),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(GEMMA4_MUTATIONS))
+def test_a_mutated_gemma4_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for name, pp in GEMMA4_CASES:
+        arch, hf_config = gemma4(name)
+        for tp in (1, 2):
+            expected = gemma4_vllm_tokens(hf_config, tp, pp, 29 * GIB, 32768, 8192)
+            with monkeypatch.context() as mp:
+                GEMMA4_MUTATIONS[mutation](mp)
+                if planner_tokens(arch, tp, pp, 29 * GIB, 32768, 8192) != expected:
+                    differing.append((name, tp, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed"

@@ -264,3 +264,16 @@ def test_cut_layers_keeps_the_pattern_of_nemotron_h_and_kimi_linear():
     assert nemotron.kinds == ("mamba", "none") * 3 + ("mamba", "full", "none")
     kimi = parse_hf_config(cut_layers(json.loads((configs / "kimi-linear-48b-a3b.json").read_text()), 9), "k", "x")
     assert kimi.kinds == ("kda", "kda", "kda", "full") * 2 + ("kda",) and kimi.kda == (32, 128, 4)
+
+
+def test_a_pipeline_that_parts_a_shared_kv_cache_from_its_layer_is_refused():
+    """Gemma 4's KV-shared layers read the cache of an earlier layer on their own GPU: a pipeline split between
+    them is refused in one line naming parallelism.pipeline; one stage plans."""
+    config = ROOT / "bench" / "configs" / "gemma-4-e2b.json"
+    section = {"id": "google/gemma-4-e2b", "configFile": str(config)}
+    with pytest.raises(ConfigError) as err:
+        sizing(model=section, parallelism={"tensor": 1, "pipeline": 2})
+    assert err.value.key == "parallelism.pipeline" and "reads the KV cache of layer" in str(err.value)
+    assert "\n" not in str(err.value)
+    planned = sizing(model=section)
+    assert planned.pipeline_parallel_size == 1 and not any("does not size yet" in w for w in planned.warnings)

@@ -98,3 +98,23 @@ def test_kimi_linear_as_its_config_json_writes_it_counts_what_transformers_build
     arch = parse_hf_config(KIMI_LINEAR, "kimi-linear", "model.configFile")
     assert arch.parameter_count() == sum(p.numel() for p in model.parameters())
     assert (arch.moe_layers, arch.num_shared_experts, arch.experts_per_token) == (26, 1, 8)
+
+
+@pytest.mark.parametrize("name", ["gemma-4-e2b", "gemma-4-31b"])
+def test_gemma4_counts_what_vllm_allocates_of_what_transformers_builds(name):
+    """Gemma 4's per-layer head dims, KV-shared layers (q and o only), double-wide MLP and per-layer input
+    embeddings as transformers builds them, plus the V projection vLLM allocates for attention_k_eq_v layers
+    (vllm/model_executor/models/gemma4.py loads K into both slots; transformers builds no v_proj there)."""
+    import json
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{name}.json").read_text())
+    config = transformers.CONFIG_MAPPING["gemma4_text"](**{k: v for k, v in raw.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    arch = parse_hf_config(raw, name, "model.configFile")
+    kv_heads, head_dim = arch.global_attention
+    own_cache = arch.num_layers - arch.kv_shared_layers
+    v_for_k = sum(kind == "full" for kind in arch.kinds[:own_cache]) * arch.hidden_size * kv_heads * head_dim
+    assert arch.parameter_count() == sum(p.numel() for p in model.parameters()) + (
+        v_for_k if raw.get("attention_k_eq_v") else 0)
