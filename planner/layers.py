@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from planner.architecture import ATTENTION_KINDS
@@ -298,32 +298,77 @@ def part_layers(kinds: tuple[str, ...], moe_layers: set[int], ffn_free: frozense
             "experts": sorted(moe_layers), "shared": sorted(moe_layers)}
 
 
-def quantized_share(quant: Mapping[str, Any], method: str, layers: dict[str, list[int]],
-                    shared: str = "shared_experts") -> dict[str, float]:
-    """The share of each linear part's layers the checkpoint quantizes, by matching the part's module names in
-    every layer against the config's scope: compressed-tensors `targets` less `ignore`, FP8 `ignored_layers`,
-    AWQ / GPTQ `modules_to_not_convert`. A part counts as quantized in a layer when every one of its modules there
-    is (vLLM gives the shards of a fused module one scheme)."""
+FUSED_SHARDS = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+                "up_proj": "gate_up_proj"}
+"""The checkpoint's shard names and the fused module vLLM builds of them (packed_modules_mapping)."""
+
+
+def vllm_prefix(name: str) -> str:
+    """The module prefix vLLM asks a quantization config about for a checkpoint module name: a routed expert's is its
+    layer's fused experts (model.layers.i.mlp.experts), a q / k / v or gate / up shard's its fused module."""
+    if ".experts." in name and ".shared_experts." not in name:
+        return name[:name.index(".experts.")] + ".experts"
+    head, _, last = name.rpartition(".")
+    return f"{head}.{FUSED_SHARDS.get(last, last)}"
+
+
+def _is_routed_expert(name: str) -> bool:
+    return vllm_prefix(name).endswith(".experts")
+
+
+def scope_predicate(quant: Mapping[str, Any], method: str) -> Callable[[str], bool]:
+    """Whether vLLM 0.32.0 quantizes the checkpoint module `name` (the shard names of PART_MODULES under
+    model.layers.i.), each method matching its config's scope as its own code does:
+    compressed-tensors targets less ignore (compressed_tensors match_name); modelopt exclude_modules
+    (modelopt.py is_layer_excluded); FP8 and MXFP4 ignored_layers (else modules_to_not_convert) by exact name, a
+    routed expert skipped only where an ignored name containing "experts" contains its layer's experts prefix
+    (fp8.py / mxfp4.py get_quant_method, utils/quant_utils.py is_layer_skipped match_mode "exact"); AWQ
+    modules_to_not_convert by substring (auto_awq.py, match_mode "substring", the experts by their prefix). Both
+    match a fused module's own name (qkv_proj, gate_up_proj) before its shards'. GPTQ
+    the config's dynamic "-:" patterns matched at the fused module and modules_in_block_to_quantize by substring
+    (auto_gptq.py, utils/gptq_utils.py get_dynamic_override, is_layer_gptq_quantized); GPTQ ignores
+    modules_to_not_convert."""
     if method == "compressed-tensors":
         groups = quant.get("config_groups")
         targets = [str(t) for g in (groups.values() if isinstance(groups, Mapping) else ()) if isinstance(g, Mapping)
                    for t in (g.get("targets") or ["Linear"])]
         ignore = [str(p) for p in quant.get("ignore") or []]
-
-        def quantized(name: str) -> bool:
-            return (any(_compressed_tensors_match(name, t) for t in targets)
-                    and not any(_compressed_tensors_match(name, p) for p in ignore))
-    elif method.startswith("modelopt"):
+        return lambda name: (any(_compressed_tensors_match(name, t) for t in targets)
+                             and not any(_compressed_tensors_match(name, p) for p in ignore))
+    if method.startswith("modelopt"):
         exclude = [str(p) for p in ((quant.get("quantization") or quant).get("exclude_modules") or [])]
+        # modelopt.py is_layer_excluded: exact or substring, then wildcards
+        return lambda name: not (_prefix_skipped(name, exclude) or any(fnmatch.fnmatchcase(name, p) for p in exclude))
+    if method in ("gptq", "gptq_marlin"):
+        dynamic = quant.get("dynamic") if isinstance(quant.get("dynamic"), Mapping) else {}
+        negative = [str(k)[2:] for k in dynamic if str(k).startswith("-:")]
+        in_block = [str(m) for group in quant.get("modules_in_block_to_quantize") or []
+                    for m in (group if isinstance(group, list) else [group])]
 
-        def quantized(name: str) -> bool:  # modelopt.py is_layer_excluded: exact or substring, then wildcards
-            return not (_prefix_skipped(name, exclude) or any(fnmatch.fnmatchcase(name, p) for p in exclude))
-    else:
-        skip = [str(p) for p in (quant.get("ignored_layers") or quant.get("modules_to_not_convert")
-                                 or quant.get("ignore") or [])]
+        def gptq(name: str) -> bool:
+            if any(re.match(pattern, vllm_prefix(name)) for pattern in negative):
+                return False
+            return _is_routed_expert(name) or not in_block or any(m in name for m in in_block)
+        return gptq
+    entries = [str(p) for p in (quant.get("ignored_layers") or quant.get("modules_to_not_convert") or [])]
+    if method in ("awq", "awq_marlin"):  # a fused module's own name is matched first, then its shards
+        return lambda name: not any(e in vllm_prefix(name) or (not _is_routed_expert(name) and e in name)
+                                    for e in entries)
 
-        def quantized(name: str) -> bool:
-            return not _prefix_skipped(name, skip)
+    def exact(name: str) -> bool:
+        prefix = vllm_prefix(name)
+        if _is_routed_expert(name):
+            return not any("experts" in e and prefix in e for e in entries)
+        return prefix not in entries and name not in entries
+    return exact
+
+
+def quantized_share(quant: Mapping[str, Any], method: str, layers: dict[str, list[int]],
+                    shared: str = "shared_experts") -> dict[str, float]:
+    """The share of each linear part's layers the checkpoint quantizes, by matching the part's module names in
+    every layer against the config's scope as vLLM's method does (scope_predicate). A part counts as quantized in a
+    layer when every one of its modules there is (vLLM gives the shards of a fused module one scheme)."""
+    quantized = scope_predicate(quant, method)
     share = {}
     for part, indices in layers.items():
         if not indices:

@@ -202,3 +202,21 @@ def test_no_module_looks_up_constants_in_globals_or_assigns_another_modules_name
                     found.append(f"{path.relative_to(root)}:{node.lineno} assigns {ast.unparse(target)}")
     assert len(files) > 40
     assert not found, found
+
+
+def test_an_fp8_router_named_gate_in_the_scope_leaves_the_experts_quantized():
+    """A block-FP8 MoE whose config lists its router ('gate') in modules_to_not_convert: vLLM's FP8 method matches
+    names exactly, so the experts' gate_proj stays FP8; read as a substring it planned the experts in 16 bits
+    (+91% weights, issue 42)."""
+    import json
+    from pathlib import Path
+
+    from planner.model_config import parse_hf_config
+
+    config = json.loads((Path(__file__).resolve().parents[2] / "models" / "DeepSeek-V3.json").read_text())
+    listed = {**config, "quantization_config": {**config["quantization_config"],
+                                                "modules_to_not_convert": ["gate", "lm_head"]}}
+    plain = parse_hf_config(config, "d", "x")
+    scoped = parse_hf_config(listed, "d", "x")
+    assert dict(scoped.quantized_share)["experts"] == 1.0
+    assert scoped.weight_bytes(2.0) == plain.weight_bytes(2.0)
