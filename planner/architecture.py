@@ -11,9 +11,9 @@ from dataclasses import dataclass
 ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
 key cache beside it, DeepSeek-V3.2 and GLM-5)."""
-STATE_KINDS = ("linear", "mamba", "kda")
-"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba") and Kimi Delta Attention
-("kda"). A layer of kind "none" holds neither (NemotronH's MLP and expert layers)."""
+STATE_KINDS = ("linear", "mamba", "mamba1", "kda")
+"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba"), Mamba-1 ("mamba1") and Kimi
+Delta Attention ("kda"). A layer of kind "none" holds neither (NemotronH's MLP and expert layers)."""
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
@@ -91,6 +91,9 @@ class ModelArchitecture:
     mamba: tuple[int, ...] = ()
     """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
     bias (1/0), projection bias (1/0), as planner/layers.py mamba2_dims reads them per family."""
+    mamba1: tuple[int, ...] = ()
+    """Mamba-1 mixer layers (kind "mamba1", Jamba): intermediate size, state size, conv kernel, dt rank, conv bias
+    (1/0), projection bias (1/0)."""
     mamba_ssm_dtype: str = ""
     """The dtype vLLM keeps a Mamba layer's SSM state in ("" : the model's; NemotronH: the config's
     mamba_ssm_cache_dtype, float32 by default)."""
@@ -171,6 +174,10 @@ class ModelArchitecture:
         conv_dim = inner + 2 * groups * state
         mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads + inner
                  + inner * h + proj_bias * (inner + conv_dim + m_heads + h))
+        m1_inner, m1_state, m1_kernel, dt_rank, m1_conv_bias, m1_bias = self.mamba1 or (0,) * 6
+        mamba1 = (h * 2 * m1_inner + m1_inner * (m1_kernel + m1_conv_bias) + m1_inner * (dt_rank + 2 * m1_state)
+                  + dt_rank * m1_inner + m1_inner + m1_inner * m1_state + m1_inner + m1_inner * h
+                  + dt_rank + 2 * m1_state + m1_bias * (2 * m1_inner + h))  # vLLM's MambaMixer, rms-normed dt, B, C
         expert_inter = self.moe_intermediate_size or self.intermediate_size
         shared = self.num_shared_experts * self.expert_matrices * h * expert_inter + (
             self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
@@ -188,7 +195,7 @@ class ModelArchitecture:
         return {
             "attention": attention + kinds.count("indexed") * indexer,
             "linear": kinds.count("linear") * linear,
-            "mamba": kinds.count("mamba") * mamba,
+            "mamba": kinds.count("mamba") * mamba + kinds.count("mamba1") * mamba1,
             "kda": kinds.count("kda") * kda,
             "mlp": mlp,
             "per_layer_input": per_layer,

@@ -138,6 +138,14 @@ class MambaState(LinearState):
 
 
 @dataclass(frozen=True)
+class Mamba1State(LinearState):
+    """MambaSpec for a Mamba-1 mixer (Jamba): a conv state and an intermediate x state_size SSM state per request,
+    padded to the attention page."""
+
+    kind = "mamba1"
+
+
+@dataclass(frozen=True)
 class KDAState(LinearState):
     """MambaSpec for a Kimi Delta Attention layer (Kimi Linear): a short-conv state over q, k and v and a
     heads x head_dim x head_dim recurrent state kept in float32, padded to the attention page."""
@@ -188,6 +196,9 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             elif kind == "mamba":
                 made[kind] = MambaState(attention.token_bytes,
                                         state_bytes=mamba2_state_bytes(arch, tp, state_dtype_bytes))
+            elif kind == "mamba1":
+                made[kind] = Mamba1State(attention.token_bytes,
+                                         state_bytes=mamba1_state_bytes(arch, tp, state_dtype_bytes))
             elif kind == "kda":
                 made[kind] = KDAState(attention.token_bytes, state_bytes=kda_state_bytes(arch, tp, state_dtype_bytes))
             elif kind == "none":
@@ -206,6 +217,14 @@ def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: f
     k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
     conv = (2 * k_heads * k_dim + v_heads * v_dim) / tp * (kernel - 1)
     return (conv + v_heads / tp * v_dim * k_dim) * dtype_bytes
+
+
+def mamba1_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+    """One Mamba-1 layer's state per request on one GPU: the conv state of (kernel - 1) steps over the intermediate
+    size and its intermediate x state_size SSM state, both in the model dtype (vllm/model_executor/layers/mamba/
+    mamba_utils.py, mamba1_state_shape, mamba1_state_dtype under mamba_ssm_cache_dtype auto)."""
+    inner, state, kernel = arch.mamba1[:3]
+    return inner // tp * (kernel - 1 + state) * dtype_bytes
 
 
 def kda_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:

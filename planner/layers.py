@@ -20,6 +20,10 @@ LAYER_INDEX_LISTS = ("mlp_only_layers", "moe_layers")
 """Lists of layer indices: entries past the cut are dropped."""
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
     """The same model with only its first `layers` decoder layers (the per-layer pattern kept), for starting
     a model that does not fit one GPU whole. Multimodal wrappers are cut in their text_config."""
@@ -57,6 +61,10 @@ MAMBA2_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
 layers beside attention, their state from MambaStateShapeCalculator.mamba2_state_shape). transformers 5 writes their
 Mamba layers as "linear_attention" in layer_types / layers_block_type (NemotronHConfig, GraniteMoeHybridConfig), and
 vLLM 0.32.0 reads those names (granitemoehybrid.py ALL_DECODER_LAYER_TYPES)."""
+MAMBA1_TYPES = frozenset({"jamba"})
+"""Mamba-1 hybrids the planner sizes (vllm/model_executor/models/jamba.py: MambaMixer layers beside attention every
+attn_layer_period layers, experts every expert_layer_period; their state from MambaStateShapeCalculator.
+mamba1_state_shape)."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -75,11 +83,11 @@ UNSIZED_KEYS = {
     "moe_latent_size": "experts computed in a latent space",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
-Mamba / SSM hybrids other than MAMBA2_TYPES (Jamba's Mamba-1, Falcon-H1's parallel attention and Mamba in every
-layer, Zamba), DeepSeek V4's compressed attention, Gemma 3n (num_kv_shared_layers is sized for GEMMA4_TYPES only; KV
-sharing in its last num_kv_shared_layers layers,
-vllm/model_executor/models/gemma3n.py kv_sharing_target_layer_name; embed_tokens_per_layer, vocab_size_per_layer_input
-x layers x hidden_size_per_layer_input weights), LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
+Mamba / SSM hybrids other than MAMBA2_TYPES and MAMBA1_TYPES (Falcon-H1's parallel attention and Mamba in every
+layer, Zamba), DeepSeek V4's compressed attention, Gemma 3n (num_kv_shared_layers is sized for GEMMA4_TYPES only;
+Gemma 3n's KV sharing in its last num_kv_shared_layers layers, vllm/model_executor/models/gemma3n.py
+kv_sharing_target_layer_name, comes with embed_tokens_per_layer, vocab_size_per_layer_input x layers x
+hidden_size_per_layer_input weights and AltUp), LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
 blocks per layer), NemotronH's latent experts (moe_latent_size). Read as any other decoder their numbers are
 unverified, the weights of Gemma 3n about 2.3B parameters under: they plan with stated parallelism and a warning."""
 GEMMA4_TYPES = frozenset({"gemma4_text"})
@@ -94,7 +102,7 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     """(key, what it marks) when the config has a layer structure the planner does not size yet, else None. Such a
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
-    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES
+    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES
     gemma4 = str(cfg.get("model_type")) in GEMMA4_TYPES
     if gemma4 and cfg.get("num_experts") is not None:
         return "num_experts", "num_experts in a Gemma 4 config marks an expert block beside each layer's MLP"
@@ -144,6 +152,14 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return mamba, 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
+    if str(cfg.get("model_type")) in MAMBA1_TYPES:
+        # transformers' JambaConfig.layers_block_type, which vLLM's jamba.py reads: attention where
+        # i % attn_layer_period == attn_layer_offset, a Mamba-1 mixer elsewhere.
+        period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+        if not (_positive(period) and isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0):
+            raise ConfigError(source, period, "a Jamba config needs attn_layer_period (a positive integer) and "
+                                              "attn_layer_offset")
+        return tuple("full" if i % period == offset else "mamba1" for i in range(layers)), 0
     if str(cfg.get("model_type")) in KDA_TYPES and isinstance(cfg.get("layer_types"), list):
         # transformers' KimiLinearConfig writes linear_attn_config's 1-based kda_layers / full_attn_layers as
         # layer_types; vLLM's KimiLinearConfig.is_kda_layer reads the same lists.
@@ -217,6 +233,10 @@ def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_d
     """Decoder layers with routed experts."""
     if not experts:
         return []
+    if str(cfg.get("model_type")) in MAMBA1_TYPES:  # JambaConfig.layers_num_experts
+        period, offset = cfg.get("expert_layer_period"), cfg.get("expert_layer_offset")
+        if _positive(period) and isinstance(offset, int) and experts > 1:
+            return [i for i in range(layers) if i % period == offset]
     mlp_types = cfg.get("mlp_layer_types")
     if isinstance(mlp_types, list) and mlp_types:  # transformers 5: "dense" / "sparse" per layer (DeepSeek-V3.2, Kimi)
         return [i for i, t in enumerate(mlp_types[:layers]) if t == "sparse"]

@@ -292,6 +292,12 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds else {}
     if str(cfg.get("model_type")) in GEMMA4_TYPES and not unsized:
         hybrid.update(_gemma4_fields(cfg, kinds, head_dim, kv_heads, source))
+    if "mamba1" in kinds:  # vllm/model_executor/models/jamba.py JambaMambaDecoderLayer (MambaMixer)
+        dt_rank = cfg.get("mamba_dt_rank")
+        dt_rank = -(-hidden // 16) if dt_rank == "auto" else _count(cfg, source, ("mamba_dt_rank",))
+        hybrid["mamba1"] = (_count(cfg, source, ("mamba_expand",)) * hidden, _count(cfg, source, ("mamba_d_state",)),
+                            _count(cfg, source, ("mamba_d_conv",)), dt_rank,
+                            int(cfg.get("mamba_conv_bias", True) is not False), int(bool(cfg.get("mamba_proj_bias"))))
     if "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))

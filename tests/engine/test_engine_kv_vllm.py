@@ -133,7 +133,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
         state = MambaSpec(block_size=16, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
-    elif "mamba" in arch.kinds or "kda" in arch.kinds:
+    elif {"mamba", "mamba1", "kda"} & set(arch.kinds):
         state = mamba2_spec(hf_config, tp, mamba_mode)
     block = 16
     if state is not None and any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
@@ -158,7 +158,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         elif kind == "chunked":
             out[i] = ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
                                                dtype=dtype, attention_chunk_size=arch.window)
-        elif kind in ("linear", "mamba", "kda"):
+        elif kind in ("linear", "mamba", "mamba1", "kda"):
             out[i] = state
     return out
 
@@ -317,7 +317,7 @@ HYBRID_CASES = [(name, tp, pp, max_len) for name in HYBRIDS for tp in (1, 2, 4) 
                          ids=[f"{n}-tp{t}-pp{p}-{m // 1024}k" for n, t, p, m in HYBRID_CASES])
 def test_mamba2_hybrids_count_the_kv_tokens_vllm_0_32_counts(name, tp, pp, max_len):
     arch, hf_config = hybrid_config(name)
-    assert not arch.unsized and "mamba" in arch.kinds, arch.unsized
+    assert not arch.unsized and ("mamba" in arch.kinds or "mamba1" in arch.kinds), arch.unsized
     _, batched = batch_defaults(H200.memory_bytes, H200.device_name, PROFILE)
     for available in (7 * GIB, 41 * GIB):
         ours = planner_tokens(arch, tp, pp, available, max_len, batched)
@@ -333,6 +333,9 @@ HYBRID_MUTATIONS = {
     "NemotronH's MLP and expert blocks hold a KV cache": lambda mp: mp.setattr(
         kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(
             replace(arch, layer_kinds=tuple("full" if k == "none" else k for k in arch.kinds)), *rest)),
+    "Jamba's Mamba-1 SSM state in float32, not the model dtype": lambda mp: mp.setattr(
+        kv_cache, "mamba1_state_bytes", lambda arch, tp, b: arch.mamba1[0] // tp * (
+            (arch.mamba1[2] - 1) * b + arch.mamba1[1] * 4.0)),
     "a Mamba state of one block under prefix caching":
         lambda mp: mp.setattr(kv_cache.MambaState, "request_blocks", lambda self, n, b, a: 1),
 }
