@@ -62,6 +62,10 @@ QWEN_VL_PROCESSOR = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 1
                      "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
                      "image_std": [0.26862954, 0.26130258, 0.27577711],
                      "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor"}
+QWEN3_VL_VIDEO = {"video_processor_type": "Qwen3VLVideoProcessor", "fps": 2, "min_frames": 4, "max_frames": 768,
+                  "size": {"shortest_edge": 4096, "longest_edge": 25165824}, "do_sample_frames": True}
+"""Qwen3-VL's video processor beside its image processor (Qwen2VLImageProcessorFast with 16-pixel patches and
+0.5 mean / std), which vLLM's Qwen3VLProcessor loads with the tokenizer."""
 QWEN_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>",
                   "image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}
 
@@ -134,11 +138,22 @@ def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = Fa
     text = filled.get("text_config", filled)
     build_tokenizer({**text, **{k: v for k, v in data.items() if k.endswith("token_id")}}, out)
     if data.get("model_type") in ("qwen2_5_vl", "qwen2_vl"):
-        add_qwen_vl_processor(out, data)
+        add_qwen_vl_processor(out, data, QWEN_VL_PROCESSOR)
+    elif data.get("model_type") in ("qwen3_vl", "qwen3_vl_moe"):
+        vision = data.get("vision_config") or {}
+        image = {**QWEN_VL_PROCESSOR, "patch_size": vision.get("patch_size", 16),
+                 "merge_size": vision.get("spatial_merge_size", 2),
+                 "temporal_patch_size": vision.get("temporal_patch_size", 2), "image_mean": [0.5] * 3,
+                 "image_std": [0.5] * 3, "image_processor_type": "Qwen2VLImageProcessorFast",
+                 "processor_class": "Qwen3VLProcessor", "size": {"shortest_edge": 65536, "longest_edge": 16777216}}
+        add_qwen_vl_processor(out, data, image)
+        video = {**QWEN3_VL_VIDEO, **{k: image[k] for k in ("patch_size", "merge_size", "temporal_patch_size",
+                                                             "image_mean", "image_std", "processor_class")}}
+        (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
     return out, data
 
 
-def add_qwen_vl_processor(out: Path, config: dict[str, Any]) -> None:
+def add_qwen_vl_processor(out: Path, config: dict[str, Any], processor: dict[str, Any]) -> None:
     """Name the vision token ids in the word-level tokenizer and write the image processor's config."""
     tok_path = out / "tokenizer.json"
     tok = json.loads(tok_path.read_text())
@@ -154,7 +169,7 @@ def add_qwen_vl_processor(out: Path, config: dict[str, Any]) -> None:
                           "normalized": False, "special": True})
     tok["added_tokens"] = [*tok.get("added_tokens", []), *added]
     tok_path.write_text(json.dumps(tok))
-    (out / "preprocessor_config.json").write_text(json.dumps(QWEN_VL_PROCESSOR, indent=2))
+    (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
 
 
 def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any]:
