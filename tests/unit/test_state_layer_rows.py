@@ -1,5 +1,5 @@
 """The 0.25.1 pool rule for state layers, held to what vLLM 0.25.1 counted on an H200 (docs/benchmarks.md validation
-12): given the KV memory vLLM reported for each Mamba-2 and KDA row, the planner's rule gives vLLM's token count
+12 and 13): given the KV memory vLLM reported for each Mamba-2 and KDA row, the planner's rule gives vLLM's token count
 within the rounding of that memory (2 decimals of a GiB, at most 0.02% here). The memory outside the KV cache is
 not part of this check; the rows' table holds the whole prediction."""
 
@@ -16,9 +16,12 @@ from planner.model_config import parse_hf_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
-BATCH = next(b for b in RESULTS["calibration_validation"]["batches"] if b["name"] == "validation 12")
+BATCHES = {b["name"]: b for b in RESULTS["calibration_validation"]["batches"]
+           if b["name"] in ("validation 12", "validation 13")}
 _block_tokens = kv_cache.block_tokens
-ROWS = [r for r in BATCH["measured"] if r.get("kv_cache_tokens_measured")]
+STATE_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba", "kimi_linear")
+ROWS = [{**r, "accelerator": b["accelerator"]} for b in BATCHES.values() for r in b["measured"]
+        if r.get("kv_cache_tokens_measured") and r["config"].get("model_type") in STATE_FAMILIES]
 
 
 def tokens_for(row: dict) -> int:
@@ -26,7 +29,7 @@ def tokens_for(row: dict) -> int:
     if row["layers"] != "all":
         config = cut_layers(config, int(row["layers"]))
     arch = parse_hf_config(config, row["model"], "x")
-    engine = default_engine(ACCELERATORS[BATCH["accelerator"]], "0.25.1")
+    engine = default_engine(ACCELERATORS[row["accelerator"]], "0.25.1")
     return engine.kv_tokens(kv_cache.layer_specs(arch, 1, 2.0), 1, row["available_kv_gib_measured"] * GIB,
                             row["max_model_len"])
 
