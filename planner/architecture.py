@@ -50,9 +50,9 @@ class ModelArchitecture:
     in vLLM for every method read here."""
     quant_method: str = ""
     layer_kinds: tuple[str, ...] = ()
-    """Per decoder layer: full, sliding, chunked, linear (Gated DeltaNet), mamba (Mamba-2) or none (a layer with
-    neither attention nor state: NemotronH's MLP and expert layers) (planner/layers.py); empty means all full
-    attention."""
+    """Per decoder layer (planner/layers.py): one of ATTENTION_KINDS (full, sliding, chunked, indexed), one of
+    STATE_KINDS (linear, mamba, mamba1, kda), or none (neither attention nor state: NemotronH's MLP and expert
+    layers); empty means all full attention."""
     window: int = 0
     """sliding_window (sliding layers) or attention_chunk_size (chunked layers), in tokens."""
     moe_layer_count: int = -1
@@ -90,7 +90,7 @@ class ModelArchitecture:
     short_conv_kernel_size)."""
     mamba: tuple[int, ...] = ()
     """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
-    bias (1/0), projection bias (1/0), as planner/layers.py mamba2_dims reads them per family."""
+    bias (1/0), projection bias (1/0), as planner/model_config.py _mamba2_fields reads them per family."""
     mamba1: tuple[int, ...] = ()
     """Mamba-1 mixer layers (kind "mamba1", Jamba): intermediate size, state size, conv kernel, dt rank, conv bias
     (1/0), projection bias (1/0)."""
@@ -130,7 +130,7 @@ class ModelArchitecture:
 
     @property
     def has_state_layers(self) -> bool:
-        """A hybrid whose state layers (Gated DeltaNet, Mamba) keep a fixed state per request."""
+        """A hybrid whose state layers (STATE_KINDS) keep a fixed state per request."""
         return any(kind in STATE_KINDS for kind in self.kinds)
 
     @property

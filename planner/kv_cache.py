@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from planner.architecture import ATTENTION_KINDS, DTYPE_BYTES
+
 if TYPE_CHECKING:
     from planner.architecture import ModelArchitecture
 
@@ -247,8 +249,6 @@ def mamba2_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> 
     size and 2 x groups x state size (groups padded to TP where TP does not divide them), in the model dtype, and the
     heads x head_dim x state_size SSM state in its own dtype (vllm/model_executor/layers/mamba/mamba_utils.py,
     mamba2_state_shape, extra_groups_for_head_shards, _mamba_state_dtype)."""
-    from planner.architecture import DTYPE_BYTES
-
     inner, groups, heads, head_dim, state, kernel = arch.mamba[:6]
     groups += 0 if groups % tp == 0 else tp - groups
     conv = (inner + 2 * groups * state) // tp * (kernel - 1)
@@ -263,7 +263,7 @@ def bytes_per_token(arch: ModelArchitecture, tp: int, pp: int, kv_dtype_bytes: f
 
 
 def _attention(specs: tuple[LayerSpec, ...]) -> LayerSpec | None:
-    return next((spec for spec in specs if spec.kind in ("full", "sliding", "chunked", "indexed")), None)
+    return next((spec for spec in specs if spec.kind in ATTENTION_KINDS), None)
 
 
 def _full_only(specs: tuple[LayerSpec, ...]) -> bool:
@@ -342,9 +342,7 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
         blocks = min(int(available // sum(spec.page_bytes(block) for spec in specs[start:stop]))
                      for start, stop in pp_stages(len(specs), pp))
         return int(blocks / cdiv(max_len, block) * max_len)
-    blocks_of = unified_blocks(specs, by_kind, block)
-    page = max([page] + [specs[layers[0]].page_bytes(block) for layers in by_kind.values()
-                         if not isinstance(specs[layers[0]], LinearState)])
+    page, blocks_of = unified_pages(specs, by_kind, block, page)
     if len(by_kind) == 1:
         groups = list(by_kind.values())
     else:
@@ -360,19 +358,21 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     return int(blocks / per_request * max_len)
 
 
-def unified_blocks(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], block: int) -> dict[str, int]:
-    """Tokens per block of each kind once pages are made equal: a kind whose page divides the largest takes that
-    many times more tokens per block, another is padded to the largest page and keeps its tokens
-    (vllm/v1/core/kv_cache_utils.py, unify_kv_cache_spec_page_size: Gemma 4's full layers beside its sliding
-    ones)."""
+def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], block: int,
+                  page: float) -> tuple[float, dict[str, int]]:
+    """The page every layer's block takes once vLLM makes pages equal (the largest attention page, else `page`), and
+    the tokens per block of each kind: a kind whose page divides the largest takes that many times more tokens per
+    block, another is padded to the largest page and keeps its tokens (vllm/v1/core/kv_cache_utils.py,
+    unify_kv_cache_spec_page_size: Gemma 4's full layers beside its sliding ones). A state is padded to the
+    attention page."""
     pages = {kind: specs[layers[0]].page_bytes(block) for kind, layers in by_kind.items()
-             if not isinstance(specs[layers[0]], LinearState)}  # a state is padded to the attention page
+             if not isinstance(specs[layers[0]], LinearState)}
     largest = max(pages.values(), default=0)
-    out = {}
+    blocks = {}
     for kind in by_kind:
-        page = pages.get(kind, 0)
-        out[kind] = block * int(largest // page) if page and largest % page == 0 else block
-    return out
+        own = pages.get(kind, 0)
+        blocks[kind] = block * int(largest // own) if own and largest % own == 0 else block
+    return max(page, largest), blocks
 
 
 PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission], int]

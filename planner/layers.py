@@ -20,7 +20,8 @@ LAYER_INDEX_LISTS = ("mlp_only_layers", "moe_layers")
 """Lists of layer indices: entries past the cut are dropped."""
 
 
-def _positive(value: Any) -> bool:
+def positive_int(value: Any) -> bool:
+    """An integer above 0 that is not a bool (config.json's true would otherwise count as 1)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -95,7 +96,7 @@ GEMMA4_TYPES = frozenset({"gemma4_text"})
 and KV heads, the last num_kv_shared_layers reading an earlier layer's cache (vllm/model_executor/models/gemma4.py)."""
 MAMBA2_KEYS = frozenset({"layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size",
                          "mamba_expand"})
-"""The Mamba keys a MAMBA2_TYPES config has: sized there."""
+"""The Mamba keys a MAMBA2_TYPES or MAMBA1_TYPES config has: sized there."""
 
 
 def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -136,17 +137,24 @@ def mamba2_blocks(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str
         return ("mamba",) * layers if model_type == "granitemoehybrid" else None
     names = NEMOTRON_H_BLOCKS if model_type == "nemotron_h" else {"linear_attention": "mamba", "mamba": "mamba",
                                                                   "full_attention": "full", "attention": "full"}
-    bad = next((b for b in blocks if b not in names), None)
-    if bad is not None or len(blocks) < layers:
-        raise ConfigError(source, bad if bad is not None else len(blocks),
+    return named_kinds(blocks, names, layers, key, source)
+
+
+def named_kinds(entries: list[Any], names: Mapping[str, str], layers: int, key: str,
+                source: str) -> tuple[str, ...]:
+    """The planner's kind of each of the first `layers` entries of a per-layer list `key`, by `names`; an entry it
+    does not name, or too few entries, is refused naming the key."""
+    bad = next((e for e in entries if e not in names), None)
+    if bad is not None or len(entries) < layers:
+        raise ConfigError(source, bad if bad is not None else len(entries),
                           f"{key} must name each of the {layers} layers, one of {', '.join(sorted(names))}")
-    return tuple(names[b] for b in blocks[:layers])
+    return tuple(names[e] for e in entries[:layers])
 
 
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
     """(kind per layer, window) as vLLM builds the layers (cited per rule)."""
     window = cfg.get("sliding_window")
-    window = window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else 0
+    window = window if positive_int(window) else 0
     mamba = mamba2_blocks(cfg, layers, source)
     if mamba is not None:
         return mamba, 0
@@ -156,20 +164,15 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # transformers' JambaConfig.layers_block_type, which vLLM's jamba.py reads: attention where
         # i % attn_layer_period == attn_layer_offset, a Mamba-1 mixer elsewhere.
         period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
-        if not (_positive(period) and isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0):
+        if not (positive_int(period) and isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0):
             raise ConfigError(source, period, "a Jamba config needs attn_layer_period (a positive integer) and "
                                               "attn_layer_offset")
         return tuple("full" if i % period == offset else "mamba1" for i in range(layers)), 0
     if str(cfg.get("model_type")) in KDA_TYPES and isinstance(cfg.get("layer_types"), list):
         # transformers' KimiLinearConfig writes linear_attn_config's 1-based kda_layers / full_attn_layers as
         # layer_types; vLLM's KimiLinearConfig.is_kda_layer reads the same lists.
-        names = {"linear_attention": "kda", "full_attention": "full"}
-        types = cfg["layer_types"]
-        bad = next((t for t in types if t not in names), None)
-        if bad is not None or len(types) < layers:
-            raise ConfigError(source, bad if bad is not None else len(types),
-                              f"layer_types must name each of the {layers} layers, linear_attention or full_attention")
-        return tuple(names[t] for t in types[:layers]), 0
+        return named_kinds(cfg["layer_types"], {"linear_attention": "kda", "full_attention": "full"}, layers,
+                           "layer_types", source), 0
     types = cfg.get("layer_types")
     if isinstance(types, list):
         # vllm/model_executor/models/{llama,gpt_oss,gemma3,qwen3_next}.py: layer i is sliding when
@@ -179,7 +182,7 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
             raise ConfigError(source, len(types), f"layer_types has {len(types)} entries for {layers} layers")
         kinds = tuple(KIND_NAMES.get(t, "full") for t in types[:layers])  # an unknown kind: unsized_reason
         chunk = cfg.get("attention_chunk_size")
-        if "chunked" in kinds and isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+        if "chunked" in kinds and positive_int(chunk):
             return kinds, chunk  # transformers' Llama4TextConfig writes layer_types; the window is the chunk
         if "sliding" in kinds and not window:
             raise ConfigError(source, cfg.get("sliding_window"), "layer_types has sliding_attention layers but "
@@ -235,7 +238,7 @@ def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_d
         return []
     if str(cfg.get("model_type")) in MAMBA1_TYPES:  # JambaConfig.layers_num_experts
         period, offset = cfg.get("expert_layer_period"), cfg.get("expert_layer_offset")
-        if _positive(period) and isinstance(offset, int) and experts > 1:
+        if positive_int(period) and isinstance(offset, int) and experts > 1:
             return [i for i in range(layers) if i % period == offset]
     mlp_types = cfg.get("mlp_layer_types")
     if isinstance(mlp_types, list) and mlp_types:  # transformers 5: "dense" / "sparse" per layer (DeepSeek-V3.2, Kimi)
@@ -494,7 +497,7 @@ def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapp
     def integer(*names: str, default: int = 0, source: Mapping[str, Any] = vision) -> int:
         for name in names:
             value = source.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if positive_int(value):
                 return value
         return default
 

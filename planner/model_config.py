@@ -19,6 +19,7 @@ from planner.layers import (
     layer_kinds,
     moe_layer_indices,
     part_layers,
+    positive_int,
     read_quantization,
     unsized_reason,
     vision_parameters,
@@ -51,10 +52,6 @@ ROPE_KEEPS_LENGTH = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yar
 _get_and_verify_max_len): for the others, the length is multiplied by rope_scaling.factor."""
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def context_length(cfg: Mapping[str, Any], source: str) -> int:
     """The longest sequence vLLM accepts for this config.json, derived the way vLLM derives it."""
     found = {}
@@ -62,7 +59,7 @@ def context_length(cfg: Mapping[str, Any], source: str) -> int:
         value = cfg.get(key)
         if value is None:
             continue
-        if not _positive_int(value):
+        if not positive_int(value):
             raise ConfigError(source, value, f"{key} must be a positive integer")
         found[key] = value
     if not found:
@@ -90,7 +87,7 @@ def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int) -> int:
     Gemma 3 keeps one parameter set per layer type (vllm/model_executor/models/gemma3.py). Latent attention
     rotates qk_rope_head_dim channels (deepseek_v2.py)."""
     positions = cfg.get("max_position_embeddings")
-    if not _positive_int(positions):
+    if not positive_int(positions):
         return 0
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, Mapping):
@@ -125,11 +122,11 @@ def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str)
     if value is None:
         return 4 * hidden
     if isinstance(value, list):
-        if len(value) != layers or not all(_positive_int(v) for v in value):
+        if len(value) != layers or not all(positive_int(v) for v in value):
             raise ConfigError(source, value, f"intermediate_size as a list needs {layers} positive integers, "
                                              "one per layer")
         return round(sum(value) / layers)
-    if not _positive_int(value):
+    if not positive_int(value):
         raise ConfigError(source, value, "intermediate_size must be a positive integer (or a list, one per layer)")
     return value
 
@@ -276,8 +273,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
     kinds, window = layer_kinds(cfg, layers, source)
     moe = moe_layer_indices(cfg, layers, experts, counts["first_k_dense_replace"])
-    ffn_free = frozenset(i for i, kind in enumerate(kinds) if kind != "none") if str(cfg.get("model_type")) == \
-        "nemotron_h" else frozenset()
+    # NemotronH: a layer is one block, so its mixer blocks hold no MLP or experts
+    nemotron_h = str(cfg.get("model_type")) == "nemotron_h"
+    ffn_free = frozenset(i for i, kind in enumerate(kinds) if kind != "none") if nemotron_h else frozenset()
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
                                                     part_layers(kinds, set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
@@ -303,9 +301,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
-    if str(cfg.get("model_type")) == "nemotron_h":
+    if nemotron_h:
         experts, top_k = (experts, top_k) if moe else (0, 0)  # its class defaults to 8 experts that no "E" block uses
-        hybrid.update(ffn_free_layers=sum(kind != "none" for kind in kinds), norms_per_layer=1, expert_matrices=2,
+        hybrid.update(ffn_free_layers=len(ffn_free), norms_per_layer=1, expert_matrices=2,
                       shared_expert_gate=False)
         counts["shared_expert_intermediate_size"] = (counts["n_shared_experts"] * _count(
             cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0)) if moe else 0

@@ -408,8 +408,9 @@ def plan(settings: Settings) -> Sizing:
 
 
 FAMILIES = (("mla", "MLA"), ("indexed", "sparse indexer"), ("linear", "hybrid linear attention"),
-            ("mamba", "hybrid Mamba-2"), ("sliding", "sliding window"), ("chunked", "chunked local attention"),
-            ("vision", "multimodal"), ("experts", "MoE"))
+            ("mamba", "hybrid Mamba-2"), ("mamba1", "hybrid Mamba-1"), ("kda", "hybrid Kimi Delta Attention"),
+            ("sliding", "sliding window"), ("chunked", "chunked local attention"), ("vision", "multimodal"),
+            ("experts", "MoE"))
 
 
 def families(arch: ModelArchitecture) -> list[str]:

@@ -76,7 +76,7 @@ class EngineConfig:
         self.device_config = ns(device_type="cuda")
 
 
-def mamba2_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
+def state_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
     """A state layer's spec (Mamba-2 mixer, Kimi Delta Attention) as vLLM 0.32.0 builds it: the model class's own
     get_mamba_state_shape_from_config and get_mamba_state_dtype_from_config on the config, after the family's
     verify_and_update_config (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype)."""
@@ -134,7 +134,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
         state = MambaSpec(block_size=16, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
     elif {"mamba", "mamba1", "kda"} & set(arch.kinds):
-        state = mamba2_spec(hf_config, tp, mamba_mode)
+        state = state_spec(hf_config, tp, mamba_mode)
     block = 16
     if state is not None and any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
         block = hybrid_block(full.page_size_bytes, state.page_size_bytes, bool(arch.kv_lora_rank))
@@ -166,10 +166,16 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
 def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
                 prefix_caching: bool = True, async_scheduling: bool = True, hf_config=None) -> int:
     cfg = EngineConfig(max_len, tp, pp, batched, prefix_caching, async_scheduling)
-    specs = layer_specs(arch, tp, cfg.cache_config.mamba_cache_mode, hf_config)
+    return vllm_count(cfg, layer_specs(arch, tp, cfg.cache_config.mamba_cache_mode, hf_config), arch.num_layers,
+                      pp, available)
+
+
+def vllm_count(cfg: EngineConfig, specs: dict[int, object], layers: int, pp: int, available: int) -> int:
+    """vLLM 0.32.0's token count for these specs by layer index (a layer's tuple: several caches; no entry: none),
+    each pipeline stage's layers as get_pp_indices deals them."""
     workers = []
     for rank in range(pp):
-        start, stop = get_pp_indices(arch.num_layers, rank, pp)
+        start, stop = get_pp_indices(layers, rank, pp)
         worker = {}
         for i in range(start, stop):
             for n, spec in enumerate(specs[i] if isinstance(specs.get(i), tuple) else [specs.get(i)]):
@@ -341,6 +347,7 @@ HYBRID_MUTATIONS = {
 }
 _mamba2 = kv_cache.mamba2_state_bytes
 _layer_specs = kv_cache.layer_specs
+_unified_pages = kv_cache.unified_pages
 
 
 def _groups_unpadded(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
@@ -473,26 +480,18 @@ def gemma4_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int
     """vLLM 0.32.0's count for Gemma 4, its layers declared as vllm/model_executor/models/gemma4.py declares them:
     per_layer_config[i]'s head dim and KV heads, a window on sliding layers, and no cache of its own for a layer in
     the last num_kv_shared_layers (kv_sharing_target_layer_name)."""
-    cfg = EngineConfig(max_len, tp, pp, batched)
     layers = hf_config.num_hidden_layers
-    first_shared = layers - hf_config.num_kv_shared_layers
-    workers = []
-    for rank in range(pp):
-        start, stop = get_pp_indices(layers, rank, pp)
-        worker = {}
-        for i in range(start, min(stop, first_shared)):
-            layer = hf_config.per_layer_config[i]
-            heads = max(1, layer.num_key_value_heads // tp)
-            if hf_config.layer_types[i] == "sliding_attention":
-                spec = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
+    specs = {}
+    for i in range(layers - hf_config.num_kv_shared_layers):
+        layer = hf_config.per_layer_config[i]
+        heads = max(1, layer.num_key_value_heads // tp)
+        if hf_config.layer_types[i] == "sliding_attention":
+            specs[i] = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
                                          dtype=torch.bfloat16, sliding_window=hf_config.sliding_window)
-            else:
-                spec = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
+        else:
+            specs[i] = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
                                          dtype=torch.bfloat16)
-            worker[f"model.layers.{i}.self_attn.attn"] = spec
-        workers.append(worker)
-    configs = kv_cache_utils.get_kv_cache_configs(cfg, workers, [available] * pp)
-    return kv_cache_utils.get_kv_cache_capacity(cfg, configs[0])[0]
+    return vllm_count(EngineConfig(max_len, tp, pp, batched), specs, layers, pp, available)
 
 
 GEMMA4_CASES = [("gemma-4-e2b", 1), *(("gemma-4-31b", pp) for pp in (1, 2, 3))]
@@ -517,7 +516,8 @@ GEMMA4_MUTATIONS = {
         kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, global_attention=(
             arch.num_kv_heads, arch.head_dim)), *rest)),
     "pages unified by padding, not by more tokens per block": lambda mp: mp.setattr(
-        kv_cache, "unified_blocks", lambda specs, by_kind, block: {kind: block for kind in by_kind}),
+        kv_cache, "unified_pages", lambda specs, by_kind, block, page: (
+            _unified_pages(specs, by_kind, block, page)[0], {kind: block for kind in by_kind})),
 }
 
 
