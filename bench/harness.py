@@ -63,10 +63,12 @@ class BenchLayout:
     nodes: int
     replicas: int = 1
     tcp: bool = False
+    dp: int = 1
+    ep: bool = False
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     @property
     def gpus(self) -> int:
@@ -79,6 +81,7 @@ LAYOUTS = {layout.name: layout for layout in (
     BenchLayout("tp2-one-node", 2, 1, 1),
     BenchLayout("pp2-across-nodes-tcp", 1, 2, 2, tcp=True),
     BenchLayout("tp2-across-nodes-tcp", 2, 1, 2, tcp=True),
+    BenchLayout("dp2-ep", 1, 1, 1, dp=2, ep=True),
 )}
 """Run order: the layouts the layout rule compares first, the NVLink reference last."""
 
@@ -263,7 +266,8 @@ class Bench:
             pipeline=layout.pp, nodes=layout.nodes, gpus_per_node=layout.gpus_per_replica // layout.nodes,
             max_model_len=self.args.max_model_len, gpu_memory_utilization=self.args.gpu_memory_utilization,
             dtype=self.args.dtype, kv_cache_dtype=self.args.kv_cache_dtype,
-            extra_args=TCP_ARGS if layout.tcp else (), port=port, compile_cache_store=store, compile_cache_key=key)
+            extra_args=TCP_ARGS if layout.tcp else (), port=port, compile_cache_store=store, compile_cache_key=key,
+            data=layout.dp, expert=layout.ep)
 
     def env(self, layout: BenchLayout, gpus: list[int], cache: str, ip: str | None = None) -> dict[str, str]:
         env = {**os.environ, **SAFE_ENV, **(TCP_ENV if layout.tcp else {}),

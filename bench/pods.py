@@ -30,8 +30,14 @@ ONE_GPU_NODES = {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-1g", "zo
 """GCE sells no one-GPU H200 machine; a group of one-GPU nodes is planned on A3 High's 1-GPU shape (sold as Spot or
 flex-start only; a Spot group needs the opt-in since issue 32). The pods' command, env, mounts and probes do not
 depend on the GPU model (only nodeSelector and resources do)."""
+TWO_H100 = {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-2g", "zones": ["us-central1-a"],
+            "provisioning": "spot"}
+"""A one-node, two-GPU group (bench/layouts.py's dp2-ep on a two-H100 host)."""
 STACKS: dict[str, dict[str, Any]] = {
     "tp1": {"accelerator": H200, "parallelism": {"tensor": 1, "pipeline": 1}},
+    # Weights from config.json alone, as bench/layouts.py runs its other layouts.
+    "dp2-ep": {"accelerator": TWO_H100, "parallelism": {"tensor": 1, "data": 2, "expert": True},
+               "vllm": {"extraArgs": ["--load-format", "dummy"]}},
     # Two one-GPU pods; bench/run.py's TCP layouts pass the same flag (vLLM's own all-reduce would use NVLink).
     "pp2-across-nodes-tcp": {"accelerator": ONE_GPU_NODES, "parallelism": {"tensor": 1, "pipeline": 2},
                              "vllm": {"extraArgs": ["--disable-custom-all-reduce"]}},
@@ -56,12 +62,13 @@ def stack_config(config_json: Path, layout: str, vllm: dict[str, Any] | None = N
     return {**base, **sections}
 
 
-def render(config_json: Path, out: Path, vllm: dict[str, Any] | None = None) -> list[Path]:
+def render(config_json: Path, out: Path, vllm: dict[str, Any] | None = None,
+           layouts: tuple[str, ...] = ("tp1", "pp2-across-nodes-tcp")) -> list[Path]:
     from tools.mocks import run_program
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for layout in STACKS:
+    for layout in layouts:
         objects = run_program(stack_config(config_json, layout, vllm)).kubernetes_objects()
         path = out / f"{layout}.json"
         path.write_text(json.dumps({"layout": layout, "config": str(config_json.name), "objects": objects},
@@ -78,13 +85,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="as bench/run.py's --max-model-len")
     parser.add_argument("--gpu-memory-utilization", type=float, default=BENCH_VLLM["gpuMemoryUtilization"],
                         help="as bench/run.py's --gpu-memory-utilization")
+    parser.add_argument("--layouts", default="tp1,pp2-across-nodes-tcp",
+                        help=f"comma-separated, of {', '.join(STACKS)}")
     args = parser.parse_args(argv)
+    layouts = tuple(name for name in args.layouts.split(",") if name)
+    if unknown := [name for name in layouts if name not in STACKS]:
+        print(f"bench/pods.py: --layouts: {', '.join(unknown)} unknown; known: {', '.join(STACKS)}", file=sys.stderr)
+        return 2
     if not args.config.is_file():
         print(f"bench/pods.py: --config {args.config}: no such file", file=sys.stderr)
         return 2
     vllm = {"maxModelLen": args.max_model_len, "gpuMemoryUtilization": args.gpu_memory_utilization}
     try:
-        written = render(args.config, args.out, vllm)
+        written = render(args.config, args.out, vllm, layouts)
     except Exception as exc:  # the program's own one-line config error (pulumi.RunError) or a config.json problem
         print(f"bench/pods.py: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
         return 2

@@ -47,13 +47,30 @@ class AutoscalingArgs:
     """AverageValue per replica."""
     install_adapter: bool
     """False when the cluster already runs the adapter."""
+    engines: int = 1
+    """Data-parallel engines per replica. vLLM labels each engine's series `engine` (vllm/v1/metrics/loggers.py
+    PrometheusStatLogger: labelnames model_name, engine), so a DP leader exports one series per engine; the adapter
+    serves a Pods metric per series it is filtered to (metric.labels.* selectors; its cross-series reducers carry no
+    group-by, so they cannot sum per pod). The HPA reads engine 0 against target / engines: the API server's load
+    balancer keeps the engines' queues even (vllm/v1/engine/core_client.py DPLBAsyncMPClient), so engine 0 carries
+    1/engines of the replica's."""
+
+    def pods_metric(self) -> dict[str, object]:
+        metric: dict[str, object] = {"name": custom_metric_name(HPA_METRICS[self.metric])}
+        if self.engines > 1:
+            metric["selector"] = {"matchLabels": {"metric.labels.engine": "0"}}
+        return metric
+
+    def per_engine_target(self) -> str:
+        return f"{self.target / self.engines:g}"
 
     @classmethod
     def from_plan(cls, stack: Stack, sizing: Sizing, namespace: pulumi.Input[str], lws_name: str) -> AutoscalingArgs:
         scaling = stack.settings.autoscaling
         return cls(project=stack.project, namespace=namespace, lws_name=lws_name,
                    min_replicas=scaling.min_replicas, max_replicas=scaling.max_replicas, metric=scaling.metric,
-                   target=sizing.hpa_target, install_adapter=stack.settings.monitoring.install_adapter)
+                   target=sizing.hpa_target, install_adapter=stack.settings.monitoring.install_adapter,
+                   engines=sizing.data_parallel_size)
 
 
 def _meta(name: str, namespace: str | None = None, **scan_skips: str) -> dict[str, object]:
@@ -89,8 +106,8 @@ class Autoscaling(pulumi.ComponentResource):
                                    "name": args.lws_name},
                 "minReplicas": args.min_replicas, "maxReplicas": args.max_replicas,
                 "metrics": [{"type": "Pods", "pods": {
-                    "metric": {"name": custom_metric_name(HPA_METRICS[args.metric])},
-                    "target": {"type": "AverageValue", "averageValue": f"{args.target:g}"}}}],
+                    "metric": args.pods_metric(),
+                    "target": {"type": "AverageValue", "averageValue": args.per_engine_target()}}}],
                 "behavior": {
                     # Queues build fast and GPUs take minutes to arrive: scale up at once, one group
                     # per minute; scale down only after 5 quiet minutes so replicas do not flap.

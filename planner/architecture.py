@@ -229,6 +229,12 @@ class ModelArchitecture:
                             + (1 - share.get(part, 0.0)) * unquantized_bytes)
                    for part, count in self.parameter_parts().items())
 
+    def routed_expert_bytes(self, unquantized_bytes: float) -> float:
+        """Bytes of the routed experts alone (weight_bytes' "experts" part): what expert parallelism splits whole."""
+        share = dict(self.quantized_share).get("experts", 0.0)
+        return self.parameter_parts()["experts"] * (share * self.weight_bytes_per_param
+                                                    + (1 - share) * unquantized_bytes)
+
     def parameter_count(self) -> int:
         """Parameters of the whole checkpoint vLLM loads (every expert counted, vision tower included)."""
         return sum(self.parameter_parts().values())

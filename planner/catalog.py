@@ -10,7 +10,7 @@ MACHINE_SERIES below.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MIB = 1024**2
 GIB = 1024**3
@@ -46,6 +46,13 @@ class Accelerator:
     bfloat16: bool = True
     """bf16 arithmetic: compute capability 8.0 and up (NVIDIA CUDA GPUs list); the T4 (7.5) has none, and vLLM
     refuses --dtype bfloat16 there ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0")."""
+    memory_gb_s: float = 0.0
+    """Peak memory bandwidth, GB/s (GPU_SPEEDS)."""
+    tflops_16bit: float = 0.0
+    """Peak dense fp16/bf16 tensor-core TFLOP/s (GPU_SPEEDS)."""
+    link_gb_s: float = 0.0
+    """GPU-to-GPU bandwidth inside a node per GPU and direction, GB/s: NVLink where the machine has it, else the
+    PCIe link (GPU_SPEEDS)."""
 
     @property
     def memory_bytes(self) -> int:
@@ -70,6 +77,22 @@ def _m(name: str, gpus: int, vcpus: int, memory_gib: float, local_ssd_count: int
 # Order inside `machines` matters: the first machine type with a given GPU count is the default
 # for that count (e.g. g2-standard-8 rather than g2-standard-4 for one L4, since vLLM needs host
 # memory to stage weights and for the CPU swap space).
+GPU_SPEEDS: dict[str, tuple[float, float, float]] = {
+    # (memory GB/s, dense 16-bit tensor TFLOP/s, GPU-to-GPU GB/s per direction). NVIDIA's datasheets (T4, L4, A100,
+    # H100 SXM, H200 SXM, HGX B200; the dense figure is half the "with sparsity" one where only that is printed);
+    # NVLink 3/4/5 = 600/900/1800 GB/s both directions together, halved here; T4 and L4 sit on PCIe Gen3/Gen4 x16
+    # (16/32 GB/s per direction). As transcribed offline in 2026-11; only planner/throughput.py uses them, to rank
+    # layouts, through the efficiencies it fits (bench/fit_layouts.py).
+    "nvidia-tesla-t4": (320, 65, 16),
+    "nvidia-l4": (300, 121, 32),
+    "nvidia-tesla-a100": (1555, 312, 300),
+    "nvidia-a100-80gb": (2039, 312, 300),
+    "nvidia-h100-80gb": (3350, 989, 450),
+    "nvidia-h100-mega-80gb": (3350, 989, 450),
+    "nvidia-h200-141gb": (4800, 989, 450),
+    "nvidia-b200": (8000, 2250, 900),
+}
+
 ACCELERATORS: dict[str, Accelerator] = {
     a.type: a
     for a in (
@@ -131,6 +154,8 @@ ACCELERATORS: dict[str, Accelerator] = {
         ),
     )
 }
+ACCELERATORS = {name: replace(a, memory_gb_s=GPU_SPEEDS[name][0], tflops_16bit=GPU_SPEEDS[name][1],
+                              link_gb_s=GPU_SPEEDS[name][2]) for name, a in ACCELERATORS.items()}
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,11 @@ class ServerSpec:
     """Directory shared by the layout's pods where the launcher keeps vLLM's compile cache (None: no reuse)."""
     compile_cache_key: str | None = None
     """The layout's key in that store (compile_cache_key())."""
+    data: int = 1
+    """--data-parallel-size: engines inside the leader's pod (vLLM's default "mp" data-parallel backend starts
+    them as local processes, one API server balancing over them; vllm/config/parallel.py data_parallel_backend)."""
+    expert: bool = False
+    """--enable-expert-parallel."""
 
 
 def compile_cache_key(vllm_image: str, accelerator: str, spec: ServerSpec, model: str) -> str:
@@ -68,7 +73,9 @@ def compile_cache_key(vllm_image: str, accelerator: str, spec: ServerSpec, model
     tag = vllm_image.rsplit(":", 1)[-1].split("@")[0] if ":" in vllm_image else "latest"
     digest = hashlib.sha256(f"{model}|{vllm_image}|{spec.extra_args}".encode()).hexdigest()[:10]
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{tag}-{accelerator}")
-    return (f"{safe}-tp{spec.tensor}pp{spec.pipeline}-len{spec.max_model_len}-{spec.dtype}-{spec.kv_cache_dtype}-"
+    parallel = f"tp{spec.tensor}pp{spec.pipeline}" + (f"dp{spec.data}" if spec.data > 1 else "") + (
+        "ep" if spec.expert else "")
+    return (f"{safe}-{parallel}-len{spec.max_model_len}-{spec.dtype}-{spec.kv_cache_dtype}-"
             f"{digest}")
 
 
@@ -89,6 +96,10 @@ def vllm_command(spec: ServerSpec, python: str = "python3") -> list[str]:
            "--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}",
            "--dtype", spec.dtype, "--kv-cache-dtype", spec.kv_cache_dtype,
            "--shutdown-timeout", str(DRAIN_SECONDS)]
+    if spec.data > 1:
+        cmd += ["--data-parallel-size", str(spec.data)]
+    if spec.expert:
+        cmd += ["--enable-expert-parallel"]
     if spec.nodes > 1:
         cmd += ["--distributed-executor-backend", "ray"]
     return cmd + list(spec.extra_args)

@@ -27,9 +27,11 @@ from planner.memory import (
     default_engine,
     outside_kv_bytes,
     rotary_cache_bytes,
+    weights_per_gpu_bytes,
 )
 from planner.memory_fit import FITTED, MemoryFit
 from planner.stack_schema import VllmConfig
+from planner.throughput import Estimate, Workload, estimate
 
 MAX_NODES_PER_REPLICA = 64
 MEASURED_CROSS_NODE_TCP = ("measured on 2x H200 over TCP sockets (docs/benchmarks.md): pipeline parallel across "
@@ -40,16 +42,36 @@ DEFAULT_UTILIZATION: float = VllmConfig.model_fields["gpu_memory_utilization"].d
 
 @dataclass(frozen=True)
 class Layout:
+    """One replica: `dp` engines (vLLM's data-parallel ranks, one API server) of tp x pp GPUs each over `nodes`
+    nodes; `ep`: the experts of a mixture-of-experts model split whole over the dp x tp GPUs of a stage."""
+
     tp: int
     pp: int
     nodes: int
+    dp: int = 1
+    ep: bool = False
 
     @property
     def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def key(self) -> str:
+        """Stable text of the layout for fingerprints: a layout without DP or EP reads as it did before they
+        existed (the smoke Job's name comes from it)."""
+        old = f"Layout(tp={self.tp}, pp={self.pp}, nodes={self.nodes})"
+        return old if self.dp == 1 and not self.ep else repr(self)
+
+    @property
+    def engine_gpus(self) -> int:
+        """GPUs of one data-parallel rank (tp x pp)."""
         return self.tp * self.pp
 
     def describe(self, machine: MachineType | None = None) -> str:
         text = f"tensor={self.tp}, pipeline={self.pp}"
+        if self.dp > 1:
+            text += f", data={self.dp}"
+        if self.ep:
+            text += ", expert parallel"
         where = f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
         if machine is not None:
             where += f" of {machine.name}"
@@ -63,11 +85,16 @@ class Fit:
     usable_per_gpu: float
     kv_bytes_per_token: float
     kv_tokens: int
+    """KV tokens of one engine (a data-parallel rank; the whole replica without DP): one sequence must fit here."""
+    engines: int = 1
 
     @property
     def weights_fit(self) -> bool:
         return self.usable_per_gpu > 0
 
+    @property
+    def replica_tokens(self) -> int:
+        return self.kv_tokens * self.engines
 
 
 def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
@@ -84,12 +111,12 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
     linear attention): vLLM reports those tokens per max_len-long request."""
     engine = engine or default_engine(acc)
-    per_gpu = weights_bytes / layout.gpus + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
+    per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
     length = max_len or arch.max_position_embeddings
     tokens = engine.kv_tokens(layer_specs(arch, layout.tp, kv_bytes), layout.pp, usable, length)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
-    return Fit(per_gpu, usable, per_token, tokens)
+    return Fit(per_gpu, usable, per_token, tokens, layout.dp)
 
 
 def place(tp: int, pp: int, gpus_per_node: int) -> int | None:
@@ -178,10 +205,36 @@ def shared_cache_split(arch: ModelArchitecture, pp: int) -> tuple[int, int] | No
     return None
 
 
+def check_data_parallel(settings: Settings, tp: int, pp: int, dp: int, ep: bool) -> None:
+    """Data-parallel ranks stay inside one node: vLLM's multi-node data parallelism needs every rank's address and
+    port wired up, and expert parallelism across nodes moves every MoE layer's tokens between nodes, which needs
+    GPUDirect (RDMA on A3 Ultra / A4, TCPXO on A3 Mega; GKE "Maximize GPU network bandwidth") that this program does
+    not set up."""
+    accs = settings.accelerator
+    gpn = accs.gpus_per_node
+    if dp == 1 or dp * tp * pp <= gpn:
+        return
+    fits = max(1, gpn // (tp * pp))
+    if ep:
+        network = (f"{accs.machine_type} offers {accs.machine.gpudirect}, which this program does not set up yet"
+                   if accs.machine.gpudirect else
+                   f"{accs.machine_type} has no GPUDirect network (A3 Ultra and A4 have RDMA, A3 Mega TCPXO)")
+        raise ConfigError("parallelism.expert", True,
+                          f"data={dp} x tensor={tp} x pipeline={pp} spreads the experts over "
+                          f"{dp * tp * pp} GPUs, more than one node's {gpn}: expert parallelism across nodes needs "
+                          f"GPUDirect between nodes and {network}; use data={fits} inside a node, or tensor and "
+                          "pipeline parallelism across nodes without expert parallelism")
+    raise ConfigError("parallelism.data", dp,
+                      f"data={dp} x tensor={tp} x pipeline={pp} needs {dp * tp * pp} GPUs, more than one node's "
+                      f"{gpn} ({accs.machine_type}); data-parallel ranks stay inside a node here: use data={fits} "
+                      "and more replicas (autoscaling.maxReplicas)")
+
+
 def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp: int, layout_pp: int,
-                          weights_bytes: float, kv_bytes: float) -> Layout:
+                          weights_bytes: float, kv_bytes: float, dp: int = 1, ep: bool = False) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
     gpn = accs.gpus_per_node
+    check_data_parallel(settings, layout_tp, layout_pp, dp, ep)
     tp_key = "parallelism.tensor" if settings.parallelism.tensor is not None else "parallelism.pipeline"
     if arch.num_attention_heads % layout_tp or not (arch.num_kv_heads % layout_tp == 0
                                                     or layout_tp % arch.num_kv_heads == 0):
@@ -211,7 +264,7 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
     if nodes > MAX_NODES_PER_REPLICA:
         raise ConfigError("parallelism.pipeline", layout_pp,
                           f"needs {nodes} nodes per replica; at most {MAX_NODES_PER_REPLICA} are supported")
-    layout = Layout(layout_tp, layout_pp, nodes)
+    layout = Layout(layout_tp, layout_pp, nodes, dp, ep)
     result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                  settings.vllm.max_model_len, engine)
     max_len = settings.vllm.max_model_len
@@ -228,27 +281,73 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
         alternative = _suggestion(settings, engine, weights_bytes, kv_bytes, max_len).removeprefix(
             "a layout that fits: ")
         raise ConfigError("vllm.maxModelLen", max_len,
-                          f"the KV cache at {layout.describe()} holds only {result.kv_tokens} tokens per replica "
+                          f"the KV cache at {layout.describe()} holds only {result.kv_tokens} tokens per engine "
                           f"({gib_text(result.usable_per_gpu)} per GPU), less than one sequence, so vLLM would refuse "
                           f"to start; lower vllm.maxModelLen to {result.kv_tokens} or less, or use "
                           f"{alternative}")
     return layout
 
 
-def auto_layout(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float) -> Layout:
+@dataclass(frozen=True)
+class Compared:
+    """A layout the automatic choice weighed, with what it predicts for it (planner/throughput.py)."""
+
+    layout: Layout
+    kv_tokens: int
+    """Per engine (data-parallel rank)."""
+    estimate: Estimate
+
+
+def single_node_candidates(arch: ModelArchitecture, gpus_per_node: int) -> list[Layout]:
+    """The layouts inside one node the automatic choice compares: one engine of each valid TP size and, for a
+    mixture-of-experts model, data x tensor engines with the experts split whole (DP+EP)."""
+    layouts = []
+    for tp in valid_tensor_sizes(arch, gpus_per_node):
+        layouts.append(Layout(tp, 1, 1))
+        if arch.num_experts:
+            layouts += [Layout(tp, 1, 1, dp, True) for dp in range(2, gpus_per_node // tp + 1)]
+    return layouts
+
+
+def compare_layouts(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float,
+                    layouts: list[Layout]) -> list[Compared]:
+    arch, acc = settings.model.architecture, settings.accelerator.catalog
+    par = settings.parallelism
+    work = Workload(min(par.typical_input_tokens, settings.vllm.max_model_len - 1),
+                    max(1, min(par.typical_output_tokens, settings.vllm.max_model_len - par.typical_input_tokens)))
+    compared = []
+    for layout in layouts:
+        got = fit(arch, acc, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
+                  settings.vllm.max_model_len, engine)
+        compared.append(Compared(layout, got.kv_tokens, estimate(arch, acc, layout, weights_bytes, got, engine,
+                                                                 work)))
+    return compared
+
+
+def auto_layout(settings: Settings, engine: EngineSettings, weights_bytes: float,
+                kv_bytes: float) -> tuple[Layout, list[Compared]]:
+    """The layout inside one node with the most predicted output tokens per GPU among those whose engines hold
+    parallelism.minConcurrentSequences full-length sequences (else one), ties to fewer GPUs; when none fits a node,
+    the fewest nodes with pipeline parallelism across them. Returns the layouts compared too."""
+    arch, max_len = settings.model.architecture, settings.vllm.max_model_len
+    wanted = settings.parallelism.min_concurrent_sequences * max_len
+    compared = compare_layouts(settings, engine, weights_bytes, kv_bytes,
+                               single_node_candidates(arch, settings.accelerator.gpus_per_node))
+    sequence = [c for c in compared if c.kv_tokens >= max_len]
+    held = [c for c in sequence if c.kv_tokens * c.layout.dp >= wanted] or sequence
+    if held:
+        best = max(held, key=lambda c: (c.estimate.tokens_per_s_per_gpu, -c.layout.gpus))
+        return best.layout, compared
+    return _across_nodes(settings, engine, weights_bytes, kv_bytes), []
+
+
+def _across_nodes(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
     acc, gpn, util = accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization
     max_len = settings.vllm.max_model_len
-    wanted = settings.parallelism.min_concurrent_sequences * max_len
     tps = valid_tensor_sizes(arch, gpn)
-    for tp in tps:  # (a) smallest TP on one node that holds the wanted concurrency
-        layout = Layout(tp, 1, 1)
-        if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= wanted:
-            return layout
     tp_max = tps[-1]
-    if fit(arch, acc, Layout(tp_max, 1, 1), util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= max_len:
-        return Layout(tp_max, 1, 1)  # (b) the whole node holds at least one full sequence
-    for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # (c) fewest nodes, PP across them
+    for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # fewest nodes, PP across them
         pp = nodes * gpn // tp_max
         if pp > arch.num_layers:
             break

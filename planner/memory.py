@@ -82,17 +82,68 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
     return (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000) * GIB
 
 
+@dataclass(frozen=True)
+class ExpertShard:
+    """How vLLM 0.32.0 places a mixture-of-experts layer's routed experts on one GPU of a layout
+    (vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make): the MoE layer's tensor-parallel
+    group is flattened over data x tensor ranks; with expert parallelism each GPU owns whole experts
+    (expert_map_manager.py determine_expert_map: E // ep each, one more on the first E % ep ranks), without it every
+    expert's width is sharded over the flattened group. With data parallelism every rank's tokens are all-gathered
+    before the experts and reduce-scattered after (all2all_utils.py: naive_dp_ep, the allgather_reducescatter
+    default; device_communicators/all2all.py AgRsAll2AllManager gathers over the DP group)."""
+
+    experts: int
+    """Routed experts on the most loaded GPU."""
+    width: int
+    """Each of its experts' intermediate width on that GPU."""
+    token_ranks: int
+    """Data-parallel ranks whose tokens the experts of one GPU see in one forward (1 without DP)."""
+
+
+def expert_shard(arch: ModelArchitecture, layout: Layout) -> ExpertShard:
+    width = arch.moe_intermediate_size or arch.intermediate_size
+    group = layout.dp * layout.tp
+    if layout.ep and group > 1:
+        experts = arch.num_experts // group + (1 if arch.num_experts % group else 0)
+        return ExpertShard(experts, width, layout.dp)
+    return ExpertShard(arch.num_experts, width // group, layout.dp)
+
+
+def weights_split(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> tuple[float, float]:
+    """(other weights, routed experts) one GPU of `layout` holds: everything but the routed experts split over tensor
+    x pipeline (each data-parallel rank keeps its own copy), the routed experts as expert_shard places them.
+    `weights_bytes` (the counted, stated or read total) is split in the proportion the count gives the routed
+    experts."""
+    counted = arch.weight_bytes(2.0)
+    routed = weights_bytes * arch.routed_expert_bytes(2.0) / counted if arch.num_experts and counted else 0.0
+    if not routed:
+        return weights_bytes / layout.engine_gpus, 0.0
+    shard = expert_shard(arch, layout)
+    full_width = arch.moe_intermediate_size or arch.intermediate_size
+    share = shard.experts / arch.num_experts * shard.width / full_width
+    return (weights_bytes - routed) / layout.engine_gpus, routed * share / layout.pp
+
+
+def weights_per_gpu_bytes(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> float:
+    """The weights one GPU of `layout` holds (weights_split)."""
+    return sum(weights_split(arch, layout, weights_bytes))
+
+
 def moe_workspace_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
     """The fused-MoE workspace vLLM keeps allocated once the profiled forward has run (vllm/v1/worker/workspace.py,
     get_simultaneous; sized in fused_moe/modular_kernel.py from TritonExperts.workspace_shapes): M tokens x top-k x
-    (max(I, K) + max(2I, K)) in the activation dtype, with M = max_num_batched_tokens, I the expert width on one GPU
-    and K the hidden size (workspace13 at least M x K)."""
+    (max(I, K) + max(2I, K)) in the activation dtype, with M = max_num_batched_tokens (times the data-parallel ranks
+    whose tokens are gathered, expert_shard), I the expert width on one GPU and K the hidden size (workspace13 at
+    least M x K). With data parallelism the gathered hidden states and router logits (M x (K + experts)) come on
+    top."""
     if not arch.num_experts or arch.quant_method in MOE_WORKSPACE_UNMANAGED:
         return 0.0
-    tokens, k = engine.max_num_batched_tokens, arch.hidden_size
-    width = (arch.moe_intermediate_size or arch.intermediate_size) // layout.tp
+    shard = expert_shard(arch, layout)
+    tokens, k = engine.max_num_batched_tokens * shard.token_ranks, arch.hidden_size
+    width = shard.width
     workspace13 = max(tokens * arch.experts_per_token * max(width, k), tokens * k)
-    return (workspace13 + tokens * arch.experts_per_token * max(2 * width, k)) * 2.0
+    gathered = tokens * (k + arch.num_experts) if shard.token_ranks > 1 else 0
+    return (workspace13 + tokens * arch.experts_per_token * max(2 * width, k) + gathered) * 2.0
 
 
 @dataclass(frozen=True)
@@ -162,16 +213,37 @@ def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: Engin
     return (fitted_peak_gib(peak_features(arch, layout, engine), fitted) + fitted.peak_margin_gib) * GIB
 
 
+MOE_GROUP_GIB = 0.55
+"""Per GPU, a mixture-of-experts model whose MoE layers span more than one GPU (tensor or data parallel) keeps this
+much more outside the KV cache than the parts model (fitted at TP=1) gives: Qwen3-30B-A3B at TP=2 on 2x H100 (vLLM
+0.25.1, issue 43's table) left 0.52 GiB less KV cache than predicted, where Llama-3.1-8B at TP=2 on H200 was within
+0.23%. Fitted on that one row (to the safe side); docs/benchmarks.md "Layouts" checks it on rows it was not fitted
+on."""
+MOE_DATA_PARALLEL_GIB = 1.15
+"""On top of MOE_GROUP_GIB where the MoE layers gather the tokens of several data-parallel ranks (the DP and EP
+groups' communicators and buffers the profile does not count): Qwen3-30B-A3B at DP=2 + EP (issue 43's table) left
+1.67 GiB less KV cache per rank than the parts model with the gathered workspace (moe_workspace_bytes). Fitted on
+that one row, checked like MOE_GROUP_GIB."""
+
+
+def moe_parallel_bytes(arch: ModelArchitecture, layout: Layout) -> float:
+    if not arch.num_experts or layout.dp * layout.tp == 1:
+        return 0.0
+    return (MOE_GROUP_GIB + (MOE_DATA_PARALLEL_GIB if layout.dp > 1 else 0.0)) * GIB
+
+
 def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
                      fitted: MemoryFit = FITTED) -> float:
     """Per-GPU memory outside weights and KV cache: activation peak + non-torch + CUDA graphs where the batch
-    settings are the fitted ones; the measured family reserves (plus 0.32.0's dense graphs) elsewhere."""
+    settings are the fitted ones; the measured family reserves (plus 0.32.0's dense graphs) elsewhere; the MoE
+    groups' memory of a multi-GPU layout on top (moe_parallel_bytes)."""
     graphs = cudagraph_bytes(arch, layout, engine, fitted)
+    parallel = moe_parallel_bytes(arch, layout)
     if (engine.max_num_seqs, engine.max_num_batched_tokens) == PEAK_FIT_SETTINGS:
         return (activation_peak_bytes(arch, layout, engine, fitted)
-                + (fitted.non_torch_gib + fitted.baseline_gib(engine.gpu)) * GIB + graphs)
+                + (fitted.non_torch_gib + fitted.baseline_gib(engine.gpu)) * GIB + graphs + parallel)
     measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or arch.has_state_layers)
-    return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs)
+    return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs) + parallel
 
 
 def reserve_bytes(arch: ModelArchitecture) -> float:

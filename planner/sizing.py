@@ -36,6 +36,7 @@ from planner.engine import (
 from planner.errors import ConfigError
 from planner.layout import (
     MEASURED_CROSS_NODE_TCP,
+    Compared,
     Fit,
     Layout,
     auto_layout,
@@ -108,6 +109,23 @@ MIN_WEIGHT_FRACTION = 0.9
 SPOT_NOTICE_SECONDS = 30
 """Compute Engine's preemption notice to a Spot VM ("Spot VMs": ACPI G2 soft off, then 30 s): shorter than a
 group's drain, and the loss of one node restarts the whole LeaderWorkerSet group."""
+
+
+@dataclass(frozen=True)
+class LayoutOption:
+    """One layout the automatic choice compared, as `make plan` prints it."""
+
+    layout: str
+    gpus: int
+    kv_tokens_per_engine: int
+    concurrency_per_engine: int
+    """Typical requests one engine runs at once (planner/throughput.py)."""
+    output_tokens_per_s_per_gpu: float
+    usd_per_million_output_tokens: float | None
+    chosen: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -200,6 +218,14 @@ class Sizing:
     min_weight_bytes: int
     smoke_wait_seconds: int
     fingerprint: str
+    data_parallel_size: int = 1
+    """Engines per replica (--data-parallel-size): one API server balances over them."""
+    expert_parallel: bool = False
+    """--enable-expert-parallel."""
+    kv_cache_tokens_per_engine: int = 0
+    """What vLLM's log reports as its KV cache: one engine's (data-parallel rank's) tokens."""
+    layouts_compared: tuple[LayoutOption, ...] = ()
+    """The layouts the automatic choice weighed (empty when parallelism was stated or none fits a node)."""
     warnings: tuple[str, ...] = ()
     rungs: tuple[RungPlan, ...] = ()
     """Every rung, planned (stacks with a ComputeClass: several zones, ways of buying or machines)."""
@@ -242,8 +268,8 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
         read = disk_read_mib_s(disk.disk_type, disk.size_gib, rung.machine, provisioned)
         price = machine_usd_hour(rung.machine)
         planned.append(RungPlan(
-            rung.key, rung.type, rung.machine_type, rung.provisioning, rung.zones, got.kv_tokens,
-            got.kv_tokens // vllm.max_model_len, engine.max_num_seqs,
+            rung.key, rung.type, rung.machine_type, rung.provisioning, rung.zones, got.replica_tokens,
+            got.kv_tokens // vllm.max_model_len * layout.dp, engine.max_num_seqs * layout.dp,
             round(weights_load_seconds(weights_bytes, layout.nodes, read)),
             None if price is None else round(price * layout.gpus / rung.machine.gpus, 2)))
     return planned
@@ -279,21 +305,27 @@ def plan(settings: Settings) -> Sizing:
     engine = stack_engine(settings, choice)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
 
-    if par.tensor is None and par.pipeline is None:
+    compared: list[Compared] = []
+    if par.tensor is None and par.pipeline is None and par.data is None and par.expert is None:
         if arch.unsized:
             raise ConfigError("parallelism.tensor", None,
                               f"{arch.name}: {arch.unsized}, a layer structure the planner does not size yet, so it "
                               "cannot choose the layout; vLLM serves it: state parallelism.tensor (and "
                               "parallelism.pipeline across nodes), and model.weightsGib if the weights are not "
                               f"{gib_text(weights_bytes)} ({weighed})")
-        layout, source = auto_layout(settings, engine, weights_bytes, kv_bytes), "auto"
+        (layout, compared), source = auto_layout(settings, engine, weights_bytes, kv_bytes), "auto"
     else:
-        layout = check_explicit_layout(settings, engine, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes)
+        expert = bool(par.expert) if par.expert is not None else bool(arch.num_experts and (par.data or 1) > 1)
+        layout = check_explicit_layout(settings, engine, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes,
+                                       par.data or 1, expert)
         source = "config"
     result = fit(arch, accs.catalog, layout, settings.vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                  settings.vllm.max_model_len, engine)
 
     warnings = list(settings.warnings)
+    if par.expert and not arch.num_experts:
+        warnings.append(f"parallelism.expert: {arch.name} has no routed experts, so there is nothing to split; "
+                        "vLLM serves it as without the flag")
     if choice.warning:
         warnings.append(choice.warning)
     if counted_bytes is not None and abs(counted_bytes / weights_bytes - 1) > CHECKPOINT_COUNT_TOLERANCE:
@@ -305,7 +337,7 @@ def plan(settings: Settings) -> Sizing:
                         f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) as stated and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
                         "full attention), that one sequence fits, or an HPA target derived from them")
-    concurrency = result.kv_tokens // settings.vllm.max_model_len
+    concurrency = result.kv_tokens // settings.vllm.max_model_len * layout.dp
     if concurrency < par.min_concurrent_sequences and not arch.unsized:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
                         f"parallelism.minConcurrentSequences ({par.min_concurrent_sequences})")
@@ -337,7 +369,7 @@ def plan(settings: Settings) -> Sizing:
     # smallest batch capacity (HPA target), the smallest machine (pod requests).
     weights_load = max([weights_load, *(r.weights_load_seconds for r in rungs[1:])])
     worst_concurrency = min(concurrency, *(r.max_concurrent_sequences for r in rungs))
-    worst_seqs = min(engine.max_num_seqs, *(r.max_num_seqs for r in rungs))
+    worst_seqs = min(engine.max_num_seqs * layout.dp, *(r.max_num_seqs for r in rungs))
     if accs.compute_class and layout.nodes > 1 and len(accs.pool_zones) > 1 and accs.catalog.compact_placement:
         warnings.append(f"compact placement needs one zone: the node pool spans {', '.join(accs.pool_zones)}, so the "
                         f"{layout.nodes} nodes of a group are kept in one zone and pool (pod affinity) but not "
@@ -372,7 +404,7 @@ def plan(settings: Settings) -> Sizing:
     hpa_target = settings.autoscaling.target or default_target(settings.autoscaling.metric, worst_concurrency,
                                                                  worst_seqs)
     # Anything that changes what is served: the smoke Job is renamed (so re-run) when this changes.
-    served = f"{settings.model.id}@{settings.model.revision}|{settings.vllm.image}|{layout}|{settings.vllm}"
+    served = f"{settings.model.id}@{settings.model.revision}|{settings.vllm.image}|{layout.key()}|{settings.vllm}"
     return Sizing(
         accelerator=accs.type, machine_type=accs.machine_type, gpus_per_node=accs.gpus_per_node,
         nodes_per_replica=layout.nodes, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp,
@@ -380,7 +412,7 @@ def plan(settings: Settings) -> Sizing:
         parameter_count=params, weights_gib=round(weights_bytes / GIB, 2),
         weights_gib_per_gpu=round(result.weights_per_gpu / GIB, 2),
         kv_cache_gib_per_gpu=round(result.usable_per_gpu / GIB, 2),
-        kv_cache_tokens_per_replica=result.kv_tokens, max_model_len=settings.vllm.max_model_len,
+        kv_cache_tokens_per_replica=result.replica_tokens, max_model_len=settings.vllm.max_model_len,
         max_concurrent_sequences=concurrency, engine_profile=engine.profile.version,
         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
         cudagraph_gib_per_gpu=round(cudagraph_bytes(arch, layout, engine) / GIB, 2),
@@ -404,7 +436,21 @@ def plan(settings: Settings) -> Sizing:
         smoke_wait_seconds=probe + NODE_PROVISIONING_SECONDS + pull_plain,
         fingerprint=hashlib.sha256(served.encode()).hexdigest()[:16], warnings=tuple(warnings),
         rungs=tuple(rungs) if accs.compute_class else (),
+        data_parallel_size=layout.dp, expert_parallel=layout.ep, kv_cache_tokens_per_engine=result.kv_tokens,
+        layouts_compared=tuple(layout_options(compared, layout, price, accs.gpus_per_node)),
     )
+
+
+def layout_options(compared: list[Compared], chosen: Layout, node_usd_hour: float | None,
+                   gpus_per_node: int) -> list[LayoutOption]:
+    options = []
+    for c in compared:
+        rate = c.estimate.tokens_per_s_per_gpu
+        usd = (node_usd_hour / gpus_per_node / (rate * 3600) * 1e6 if node_usd_hour is not None and rate > 0
+               else None)
+        options.append(LayoutOption(c.layout.describe(), c.layout.gpus, c.kv_tokens, c.estimate.concurrency,
+                                    round(rate), None if usd is None else round(usd, 3), c.layout == chosen))
+    return options
 
 
 FAMILIES = (("mla", "MLA"), ("indexed", "sparse indexer"), ("linear", "hybrid linear attention"),

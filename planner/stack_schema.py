@@ -267,12 +267,23 @@ class ModelConfig(Section):
 
 
 class ParallelismConfig(Section):
-    """Tensor and pipeline parallel sizes; unset = planned (TP inside a node, PP across nodes)."""
+    """Tensor, pipeline, data and expert parallelism; unset = planned (the layout that fits with the most output
+    tokens per GPU for the typical request; TP and DP+EP inside a node, PP across nodes)."""
 
     tensor: Int | None = Field(None, ge=1, description="--tensor-parallel-size.")
     pipeline: Int | None = Field(None, ge=1, description="--pipeline-parallel-size.")
+    data: Int | None = Field(None, ge=1, description="--data-parallel-size: engines per replica (one pod, one API "
+                                                     "server balancing over them), each with tensor x pipeline "
+                                                     "GPUs.")
+    expert: Bool | None = Field(None, description="--enable-expert-parallel: a mixture-of-experts model's experts "
+                                                  "split whole over data x tensor GPUs instead of sharded.")
     min_concurrent_sequences: Int = Field(4, ge=1, description="Full-length sequences the automatic layout tries "
                                                                "to fit in one replica's KV cache.")
+    typical_input_tokens: Int = Field(1024, ge=1, description="Prompt tokens of a typical request: the automatic "
+                                                              "layout is chosen for output tokens per GPU at this "
+                                                              "shape.")
+    typical_output_tokens: Int = Field(256, ge=1, description="Output tokens of a typical request (see "
+                                                              "typicalInputTokens).")
 
 
 def pinned_image(image: str, example: str) -> str:

@@ -180,10 +180,12 @@ def rendered_problem(image: str) -> str | None:
 
 OWNED_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size",
                "--pipeline-parallel-size", "--max-model-len", "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype",
-               "--api-key", "--distributed-executor-backend", "--shutdown-timeout", "--config")
+               "--api-key", "--distributed-executor-backend", "--shutdown-timeout", "--config", "--data-parallel-size",
+               "--enable-expert-parallel", "--no-enable-expert-parallel")
 """vLLM flags the program renders from other keys or relies on (--config would load any of them from a file);
 vllm.extraArgs may not set them in any spelling vLLM's parser accepts."""
-OWNED_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+OWNED_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
+               "-ep": "--enable-expert-parallel"}
 """vLLM's short aliases of owned flags (vllm/engine/arg_utils.py)."""
 
 
@@ -196,5 +198,5 @@ def owned_flag(arg: str) -> str | None:
             return flag
     if not arg.startswith("--") or len(arg) <= 2:
         return None
-    name = arg.split("=", 1)[0].replace("_", "-")
-    return next((flag for flag in OWNED_FLAGS if flag == name or (len(name) >= 4 and flag.startswith(name))), None)
+    name = canonical(arg).split("=", 1)[0]
+    return name if name in OWNED_FLAGS else None
