@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def start(bench: Bench, layout: BenchLayout, group: Group) -> list[str]:
     for r in range(layout.replicas):
         port = API_PORT + r
         gpus = list(range(r * layout.gpus_per_replica, (r + 1) * layout.gpus_per_replica))
-        spec = bench.spec(layout, port)
+        spec = replace(bench.spec(layout, port), extra_args=("--load-format", "dummy"))
         group.start(f"leader-r{r}", leader_cmd(spec), bench.env(layout, gpus, f"{layout.name}-r{r}"))
         urls.append(local(port))
     return urls

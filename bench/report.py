@@ -333,6 +333,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
 
     lines += levers_section(results.get("startup_levers") or {})
     lines += routing_section(results.get("routing") or {})
+    lines += layouts_section(results.get("layouts") or {})
     lines += ["", "## Caveats", "",
               "- Loopback TCP is faster than a real data-centre network (no wire latency, memory-speed "
               "bandwidth), so the across-nodes numbers are an upper bound; TP across real nodes is slower still.",
@@ -517,4 +518,46 @@ def routing_section(found: dict) -> list[str]:
     lines += ["", "Default chosen from this: `serving.routing` stays `service` (docs/routing.md): "
               "the gain needs shared prefixes under cache pressure, and only a stand-in router ran; stacks whose "
               "traffic shares prefixes opt in with `epp` or `gke-gateway`."]
+    return lines
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def layouts_section(found: dict) -> list[str]:
+    """Replicas of TP=1, TP=2 and DP=2 + EP on one host: what each served per GPU and what the planner predicted
+    (planner/throughput.py; bench/fit_layouts.py fits it on the batches marked in_fit, the others are held out)."""
+    if not found.get("batches"):
+        return []
+    from bench.fit_layouts import report
+
+    fitted, table = report({"layouts": found})
+    errors = {(row["batch"], row["layout"]): row for row in table}
+    lines = ["", "## Layouts: replicas of TP=1, TP=2 and DP=2 + EP", "", found.get("note", ""), "",
+             "Output tokens per second per GPU (vLLM's benchmark client, fixed-length random prompts, rate inf), the "
+             "KV tokens each engine reported, and the planner's numbers: tokens/s per GPU predicted from the "
+             "measured KV tokens (`python bench/fit_layouts.py`), and for held-out batches the KV tokens and the "
+             "layout it chose (\"chosen at prediction\"), committed before the run.", "",
+             "| batch | fit / held out | layout | KV tokens per engine | planner KV | output tok/s per GPU | "
+             "predicted | error | TPOT mean ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for batch in found["batches"]:
+        for row in batch["rows"]:
+            err = errors.get((batch["name"], row["name"]))
+            kv = row.get("kv_cache_tokens_measured")
+            planned = row.get("kv_cache_tokens_predicted")
+            kv_text = "-" if kv is None else f"{kv:,}"
+            planned_text = "-" if planned is None else (
+                f"{planned:,} ({planned / kv - 1:+.2%})" if kv else f"{planned:,}")
+            rate = row.get("output_tokens_per_s_per_gpu")
+            lines.append(
+                f"| {batch['name']} | {'fit' if batch.get('in_fit') else 'held out'} | {row['name']}"
+                f"{' (chosen at prediction)' if batch.get('planner_choice') == row['name'] else ''} | {kv_text} | "
+                f"{planned_text} | {_fmt(rate)} | {_fmt(err['predicted']) if err else '-'} | "
+                f"{_signed(err['error']) if err else '-'} | "
+                f"{_fmt(row.get('mean_tpot_ms') or row.get('tpot_p50_ms'), 1)} |")
+    lines += ["", f"Fitted constants: `{fitted}`.", ""]
+    for note in found.get("not_run", []):
+        lines.append(f"- Not run: {note}")
     return lines

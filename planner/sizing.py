@@ -232,7 +232,8 @@ class Sizing:
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()
-                                  if k != "rungs"}
+                                  if k not in ("rungs", "layouts_compared")}
+        out["layouts_compared"] = [o.as_dict() for o in self.layouts_compared]
         if self.rungs:
             out["rungs"] = [r.as_dict() for r in self.rungs]
         return out

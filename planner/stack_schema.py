@@ -267,8 +267,7 @@ class ModelConfig(Section):
 
 
 class ParallelismConfig(Section):
-    """Tensor, pipeline, data and expert parallelism; unset = planned (the layout that fits with the most output
-    tokens per GPU for the typical request; TP and DP+EP inside a node, PP across nodes)."""
+    """Tensor, pipeline, data and expert parallelism; unset = planned (most output tokens per GPU, in a node)."""
 
     tensor: Int | None = Field(None, ge=1, description="--tensor-parallel-size.")
     pipeline: Int | None = Field(None, ge=1, description="--pipeline-parallel-size.")

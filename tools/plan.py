@@ -96,7 +96,7 @@ def namespaced(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def sizing_table(sizing: Sizing) -> str:
-    rows = [(k, v) for k, v in sizing.as_dict().items() if k not in ("warnings", "rungs")]
+    rows = [(k, v) for k, v in sizing.as_dict().items() if k not in ("warnings", "rungs", "layouts_compared")]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
@@ -133,6 +133,23 @@ def routing_line(settings: Any) -> str:
              f"GKE Gateway {serving.gateway_class} -> HTTPRoute -> InferencePool")
     return (f"routing: {serving.routing} ({front}; endpoint picker {EPP_IMAGE.rsplit(':', 1)[1]} x"
             f"{serving.router_replicas}, scorers {scorers}; fail-open)")
+
+
+def layouts_table(s: Sizing, settings: Settings) -> str:
+    """The layouts the automatic choice compared (planner/layout.py auto_layout), best predicted first."""
+    par = settings.parallelism
+    head = (f"layouts compared (predicted for {par.typical_input_tokens:,}-token prompts and "
+            f"{par.typical_output_tokens:,} output tokens, planner/throughput.py; $ per million output tokens from "
+            "the on-demand list price; * chosen):")
+    rows = [("", "layout", "GPUs", "KV tokens/engine", "requests/engine", "output tok/s/GPU", "$/M output tokens")]
+    for o in sorted(s.layouts_compared, key=lambda o: -o.output_tokens_per_s_per_gpu):
+        usd = "-" if o.usd_per_million_output_tokens is None else f"{o.usd_per_million_output_tokens:.3f}"
+        rows.append(("*" if o.chosen else "", o.layout, str(o.gpus), f"{o.kv_tokens_per_engine:,}",
+                     str(o.concurrency_per_engine), f"{o.output_tokens_per_s_per_gpu:,.0f}", usd))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  " + "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
+                              enumerate(zip(row, widths, strict=True))) for row in rows]
+    return head + "\n" + "\n".join(line.rstrip() for line in lines)
 
 
 def rung_rows(s: Sizing) -> str:
@@ -330,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{kv_cache_dtype_line(settings, sizing)})")
         print(f"weights: {sizing.weights_gib:,.2f} GiB, {weights_source(settings)}\n")
         print("sizing:\n" + sizing_table(sizing) + "\n")
+        if sizing.layouts_compared:
+            print(layouts_table(sizing, settings) + "\n")
         print(f"time to ready per new replica ({sizing.nodes_per_replica} node(s)):\n" + time_to_ready(sizing) + "\n")
         if sizing.rungs:
             print(rung_table(sizing, objects) + "\n")

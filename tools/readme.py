@@ -169,6 +169,13 @@ def _plan_stack(stack: str, project_dir: Path, override: dict[str, Any] | None =
     return plan(build_settings(raw, project_dir))
 
 
+def _layout(s: Sizing) -> str:
+    text = f"TP={s.tensor_parallel_size} x PP={s.pipeline_parallel_size}"
+    if s.data_parallel_size > 1:
+        text = f"DP={s.data_parallel_size} x " + text
+    return text + (" + EP" if s.expert_parallel else "")
+
+
 def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     rows = ["| example | layout | GPUs / replica | weights GiB | KV tokens / replica | full sequences | "
             "GPU nodes (min-max) | weights disk | weights load s | est. load s |",
@@ -176,9 +183,9 @@ def sizing_examples(project_dir: Path = PROJECT_DIR) -> str:
     for title, stack, override in EXAMPLES:
         s = _plan_stack(stack, project_dir, override)
         rows.append(
-            f"| {title} | TP={s.tensor_parallel_size} x PP={s.pipeline_parallel_size} on {s.nodes_per_replica} "
+            f"| {title} | {_layout(s)} on {s.nodes_per_replica} "
             f"x {s.machine_type} | {s.gpus_per_replica} | {s.weights_gib:,.1f} | {s.kv_cache_tokens_per_replica:,} "
-            f"| {s.kv_cache_tokens_per_replica // s.max_model_len} x {s.max_model_len:,} | {s.min_nodes}-{s.max_nodes} "
+            f"| {s.max_concurrent_sequences} x {s.max_model_len:,} | {s.min_nodes}-{s.max_nodes} "
             f"| {_disk(s)} | {s.weights_load_seconds} | {s.estimated_load_seconds} |")
     return "\n".join(rows) + "\n"
 

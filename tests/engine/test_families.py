@@ -22,17 +22,19 @@ VALIDATED = [{**r, "accelerator": batch.get("accelerator", "nvidia-h200-141gb")}
              if r.get("kv_cache_tokens_measured") and not r.get("excluded")]
 """Every started validation row, with the GPU its batch ran on (H200 unless the batch names another)."""
 
-# (model file, accelerator, machine, expected tensor x pipeline x nodes): sensible GKE machines for each.
+# (model file, accelerator, machine, expected tensor x pipeline x nodes x data-parallel engines): sensible GKE
+# machines for each. The MoE models whose one copy leaves too little KV cache on a GPU split their experts over
+# data-parallel engines (planner/layout.py auto_layout, docs/planning.md "Data + expert parallelism").
 PLANS = {
-    "gpt-oss-20b": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1)),
-    "gpt-oss-120b": ("nvidia-h200-141gb", "a3-ultragpu-8g", (1, 1, 1)),
-    "Qwen3-30B-A3B": ("nvidia-h100-80gb", "a3-highgpu-8g", (1, 1, 1)),
-    "Qwen3-235B-A22B-FP8": ("nvidia-h200-141gb", "a3-ultragpu-8g", (2, 1, 1)),
-    "DeepSeek-V3": ("nvidia-h200-141gb", "a3-ultragpu-8g", (8, 1, 1)),
-    "Qwen3-Next-80B-A3B-Instruct": ("nvidia-h200-141gb", "a3-ultragpu-8g", (2, 1, 1)),
-    "Meta-Llama-3.1-8B-Instruct-FP8": ("nvidia-l4", "g2-standard-8", (1, 1, 1)),
-    "Qwen2.5-7B-Instruct-AWQ": ("nvidia-l4", "g2-standard-8", (1, 1, 1)),
-    "Qwen2.5-VL-7B-Instruct": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1)),
+    "gpt-oss-20b": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1, 1)),
+    "gpt-oss-120b": ("nvidia-h200-141gb", "a3-ultragpu-8g", (1, 1, 1, 1)),
+    "Qwen3-30B-A3B": ("nvidia-h100-80gb", "a3-highgpu-8g", (1, 1, 1, 4)),
+    "Qwen3-235B-A22B-FP8": ("nvidia-h200-141gb", "a3-ultragpu-8g", (1, 1, 1, 4)),
+    "DeepSeek-V3": ("nvidia-h200-141gb", "a3-ultragpu-8g", (1, 1, 1, 8)),
+    "Qwen3-Next-80B-A3B-Instruct": ("nvidia-h200-141gb", "a3-ultragpu-8g", (1, 1, 1, 2)),
+    "Meta-Llama-3.1-8B-Instruct-FP8": ("nvidia-l4", "g2-standard-8", (1, 1, 1, 1)),
+    "Qwen2.5-7B-Instruct-AWQ": ("nvidia-l4", "g2-standard-8", (1, 1, 1, 1)),
+    "Qwen2.5-VL-7B-Instruct": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1, 1)),
 }
 
 
@@ -54,7 +56,8 @@ def test_every_model_file_plans(name):
 def test_current_families_plan_on_the_machine_they_need(name):
     acc, machine, layout = PLANS[name]
     s = sizing(model=model(name), accelerator=accel(acc, machine), vllm={"maxModelLen": 8192})
-    assert (s.tensor_parallel_size, s.pipeline_parallel_size, s.nodes_per_replica) == layout
+    assert (s.tensor_parallel_size, s.pipeline_parallel_size, s.nodes_per_replica, s.data_parallel_size) == layout
+    assert s.expert_parallel == (s.data_parallel_size > 1)
 
 
 UNDER_COUNTED = {

@@ -58,3 +58,21 @@ def test_install_adapter_false_keeps_only_the_hpa():
     assert not rec.of_type("kubernetes:apiregistration.k8s.io/v1:APIService")
     assert not rec.of_type("gcp:monitoring/dashboard:Dashboard")
     assert rec.of_type("kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
+
+
+def test_a_data_parallel_replica_is_scaled_on_engine_zeros_series_against_its_share_of_the_target():
+    """vLLM labels each data-parallel engine's series `engine`; the HPA reads engine 0 (the API server keeps the
+    engines' queues even) against target / engines, so a replica still scales on its whole load."""
+    rec = run_program(full_config(model={"id": "Qwen/Qwen3-30B-A3B", "configFile": "models/Qwen3-30B-A3B.json"},
+                                  accelerator={"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-8g",
+                                               "zones": ["us-central1-a"]},
+                                  vllm={"maxModelLen": 4096}, parallelism={"data": 4, "expert": True}))
+    metric = rec.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["spec"]["metrics"][0]["pods"]
+    assert metric["metric"]["selector"] == {"matchLabels": {"metric.labels.engine": "0"}}
+    assert metric["target"]["averageValue"] == "0.75", "queue target 3 per replica over 4 engines"
+    lws = rec.one("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet").inputs["spec"]["leaderWorkerTemplate"]
+    assert lws["size"] == 1
+    container = lws["workerTemplate"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    command = container["command"]
+    assert command[command.index("--data-parallel-size") + 1] == "4" and "--enable-expert-parallel" in command

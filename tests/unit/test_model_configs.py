@@ -42,7 +42,10 @@ def test_kimi_k2_5_quantizes_only_the_routed_experts_as_its_ignore_list_says():
 def test_kimi_k2_5_and_gemma_3_plan_with_their_weights():
     kimi = sizing(model=model("Kimi-K2.5"), accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
                   vllm={"maxModelLen": 8192})
-    assert kimi.weights_gib == pytest.approx(554.27, rel=0.01) and kimi.tensor_parallel_size == 8
+    assert kimi.weights_gib == pytest.approx(554.27, rel=0.01)
+    # data parallel attention over the node's 8 GPUs, 384 experts split 48 to a GPU (DeepSeek-V3's serving layout)
+    assert (kimi.tensor_parallel_size, kimi.data_parallel_size, kimi.expert_parallel) == (1, 8, True)
+    assert kimi.kv_cache_tokens_per_replica == 8 * kimi.kv_cache_tokens_per_engine >= 8 * 8192
     assert kimi.engine_profile == "0.32.0"
     gemma = sizing(model=model("gemma-3-27b-it"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-1g"),
                    vllm={"maxModelLen": 8192})

@@ -46,6 +46,7 @@ def test_random_configs_give_a_plan_or_a_config_error_never_another_exception(ov
     except ConfigError as err:
         assert str(err).startswith("vllm-gke:"), "a ConfigError names its key"
         return
-    assert sizing.tensor_parallel_size * sizing.pipeline_parallel_size == sizing.gpus_per_replica
+    assert (sizing.tensor_parallel_size * sizing.pipeline_parallel_size * sizing.data_parallel_size
+            == sizing.gpus_per_replica)
     assert sizing.kv_cache_tokens_per_replica >= sizing.max_model_len, "a plan always holds one full sequence"
     assert sizing.nodes_per_replica == 1 or sizing.tensor_parallel_size <= sizing.gpus_per_node

@@ -73,10 +73,17 @@ def test_llama_405b_fits_one_h200_node_at_tp8():
     assert (s.nodes_per_replica, s.tensor_parallel_size) == (1, 8)
 
 
-def test_mixtral_counts_all_experts_and_needs_tp2_on_h100():
+def test_mixtral_counts_all_experts_and_splits_them_whole_over_four_h100s():
     s = sizing(model=model("Mixtral-8x7B-Instruct-v0.1"), accelerator=accel("nvidia-h100-80gb", "a3-highgpu-8g"))
     assert s.weights_gib == pytest.approx(86.99, abs=0.05)
-    assert s.tensor_parallel_size == 2
+    one_gpu = next(o for o in s.layouts_compared if o.gpus == 1)
+    assert one_gpu.kv_tokens_per_engine == 0, "one copy of 87 GiB does not fit an 80 GB GPU"
+    assert (s.tensor_parallel_size, s.data_parallel_size, s.expert_parallel) == (1, 4, True)
+    assert s.gpus_per_replica == s.gpus_per_pod == 4
+    # 32 layers x 8 experts x 3 x 4,096 x 14,336 bf16 = 84.0 GiB of routed experts, 2 to a GPU; the other 3.0 GiB
+    # (attention, embeddings, routers) on every GPU.
+    routed = 32 * 8 * 3 * 4096 * 14336 * 2 / 2**30
+    assert s.weights_gib_per_gpu == pytest.approx(s.weights_gib - routed + routed / 4, abs=0.1)
 
 
 def test_llama_8b_tp1_on_a_t4_is_refused_for_memory_with_a_layout_that_fits():
