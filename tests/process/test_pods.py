@@ -442,3 +442,44 @@ def test_the_headroom_placeholder_and_weights_cache_pods_run_as_declared_and_lea
                 assert "SIGTERM: giving the slot up" in log.read_text()
             finally:
                 pod.close()
+
+
+def test_a_data_parallel_leader_pod_runs_two_engines_behind_one_api_server_as_declared(tiny_model, tmp_path):
+    """parallelism.data = 2 on a two-GPU node: the rendered leader starts vLLM's data-parallel engine in its one pod
+    (own network namespace, UID, read-only root), one API server balances requests over both engines, and each engine
+    reports its own series under the `engine` label that the HPA's selector reads. The expert-parallel flag is the
+    GPU run's (docs/benchmarks.md "Layouts"): vLLM 0.32.0's CPU build cannot dispatch to experts across data-parallel
+    ranks (its CPU communicator has no all_gatherv), so this CPU pod serves a dense model."""
+    objects = objects_for(tiny_model, accelerator={"type": "nvidia-l4", "machineType": "g2-standard-24",
+                                                   "zones": ["us-central1-a"]}, parallelism={"data": 2})
+    lws = find(objects, "LeaderWorkerSet")
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    command = spec["containers"][0]["command"]
+    assert command[command.index("--data-parallel-size") + 1] == "2"
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    hpa = find(objects, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["metric"]
+    engine = hpa["selector"]["matchLabels"]["metric.labels.engine"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    with PodNetwork() as net:
+        pod = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
+                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
+                  csi=csi_stand_ins(spec, tmp_path / "buckets"))
+        try:
+            pod.start()
+            started, seconds, results = pod.wait_started()
+            assert started, f"{len(results)} failed probes: {(tmp_path / 'leader.log').read_text()[-3000:]}"
+            print(f"data-parallel leader pod: startup probe passed after {seconds:.1f} s")
+            log = (tmp_path / "leader.log").read_text(errors="replace")
+            assert "EngineCore_DP0" in log and "EngineCore_DP1" in log
+            for _ in range(6):
+                assert chat(pod.ip, API_KEY)[0] == 200
+            request = urllib.request.Request(f"http://{pod.ip}:8000/metrics")
+            with urllib.request.urlopen(request, timeout=30) as response:
+                metrics = response.read().decode()
+            generated = {line.split('engine="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                         for line in metrics.splitlines() if line.startswith("vllm:generation_tokens_total{")}
+            assert set(generated) == {"0", "1"} and all(v > 0 for v in generated.values()), generated
+            waiting = [line for line in metrics.splitlines() if line.startswith("vllm:num_requests_waiting{")]
+            assert any(f'engine="{engine}"' in line for line in waiting), "the series the HPA selects exists"
+        finally:
+            pod.close()
