@@ -115,6 +115,9 @@ class ModelArchitecture:
     """Gemma 4's per-layer input embeddings: (vocab_size_per_layer_input, hidden_size_per_layer_input)."""
     double_wide_mlp: bool = False
     """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
+    checkpoint_routed_share: float = 0.0
+    """The fraction of the loaded bytes the checkpoint's tensors keep in routed experts (planner/checkpoint.py
+    routed_expert_share; model.tensorsFile); 0: not read, the count decides."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention
@@ -228,6 +231,14 @@ class ModelArchitecture:
         return sum(count * (share.get(part, 0.0) * self.weight_bytes_per_param
                             + (1 - share.get(part, 0.0)) * unquantized_bytes)
                    for part, count in self.parameter_parts().items())
+
+    def routed_share(self, unquantized_bytes: float = 2.0) -> float:
+        """The fraction of the weights in routed experts: as the checkpoint's tensors store them where they were read
+        (checkpoint_routed_share), else as counted."""
+        if self.checkpoint_routed_share > 0:
+            return self.checkpoint_routed_share
+        total = self.weight_bytes(unquantized_bytes)
+        return self.routed_expert_bytes(unquantized_bytes) / total if self.num_experts and total else 0.0
 
     def routed_expert_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of the routed experts alone (weight_bytes' "experts" part): what expert parallelism splits whole."""

@@ -6,7 +6,8 @@ shape and byte range (huggingface/safetensors, docs "Format"); reading it never 
 tools.checkpoint_tensors` writes the headers of a checkpoint (a local directory, or the Hub through
 huggingface_hub's range reads) into one JSON file, which `model.tensorsFile` names, so a plan offline weighs the
 weights from the tensors, not from a count of the config's parameters. The planner divides them over the GPUs of
-a replica as it divides counted weights (evenly); how vLLM shards each tensor is not read from here yet.
+a replica by the share the tensors put in routed experts (routed_expert_share): expert parallelism splits those
+whole over the data x tensor GPUs, the rest is divided by tensor x pipeline (planner/memory.py weights_split).
 """
 
 from __future__ import annotations
@@ -81,6 +82,23 @@ def tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, 
             raise ConfigError(source, shape, f"tensor {name} has no shape of non-negative integers")
         total += math.prod(shape) * DTYPE_BYTES[dtype]
     return total, skipped
+
+
+def routed_expert(name: str) -> bool:
+    """A routed expert's tensor (weights, scales, biases), which expert parallelism splits whole over GPUs: under an
+    `experts` module (`mlp.experts.<e>.*`, Mixtral's `block_sparse_moe.experts.<e>.*`, gpt-oss's fused
+    `mlp.experts.gate_up_proj_blocks`), not a shared expert's (`shared_expert.`, `shared_experts.`)."""
+    return ".experts." in name and "shared_expert" not in name
+
+
+def routed_expert_share(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, mtp_layers: int) -> float:
+    """The fraction of the bytes vLLM loads that sit in routed experts, as stored (0 when no tensor is named as one:
+    a fused layout such as Granite's `block_sparse_moe.input_linear`, then planned from the count)."""
+    loaded = {n: e for n, e in tensors.items() if not skipped_by_vllm(n, decoder_layers, mtp_layers)}
+    total, _ = tensor_bytes(loaded, decoder_layers, mtp_layers, "model.tensorsFile")
+    routed, _ = tensor_bytes({n: e for n, e in loaded.items() if routed_expert(n)}, decoder_layers, mtp_layers,
+                             "model.tensorsFile")
+    return routed / total if total else 0.0
 
 
 def load_tensors_file(path_text: str, project_dir: Path) -> dict[str, dict[str, Any]]:

@@ -112,10 +112,9 @@ def expert_shard(arch: ModelArchitecture, layout: Layout) -> ExpertShard:
 def weights_split(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> tuple[float, float]:
     """(other weights, routed experts) one GPU of `layout` holds: everything but the routed experts split over tensor
     x pipeline (each data-parallel rank keeps its own copy), the routed experts as expert_shard places them.
-    `weights_bytes` (the counted, stated or read total) is split in the proportion the count gives the routed
-    experts."""
-    counted = arch.weight_bytes(2.0)
-    routed = weights_bytes * arch.routed_expert_bytes(2.0) / counted if arch.num_experts and counted else 0.0
+    `weights_bytes` (the counted, stated or read total) is split in the proportion the checkpoint's tensors keep in
+    routed experts where they were read, else the count's (ModelArchitecture.routed_share)."""
+    routed = weights_bytes * arch.routed_share()
     if not routed:
         return weights_bytes / layout.engine_gpus, 0.0
     shard = expert_shard(arch, layout)

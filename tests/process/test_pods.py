@@ -52,6 +52,16 @@ def weights_claim(tmp_path: Path, tiny_model: Path) -> Path:
     return disk
 
 
+def serving_pod(objects: list[dict], net: PodNetwork, tmp_path: Path, tiny_model: Path) -> Pod:
+    """The LeaderWorkerSet's leader as its own pod: the weights claim on a copy of the tiny model, the API key
+    Secret, a CPU build's image env."""
+    spec = find(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    return Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
+               secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
+               csi=csi_stand_ins(spec, tmp_path / "buckets"))
+
+
 def chat(ip: str, key: str | None, max_tokens: int = 8) -> tuple[int, dict]:
     body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens,
                        "ignore_eos": True}).encode()
@@ -68,11 +78,8 @@ def test_the_one_node_leader_pod_serves_as_declared_and_drains_on_stop(tiny_mode
     objects = objects_for(tiny_model)
     lws = find(objects, "LeaderWorkerSet")
     spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     with PodNetwork() as net:
-        pod = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
-                  csi=csi_stand_ins(spec, tmp_path / "buckets"))
+        pod = serving_pod(objects, net, tmp_path, tiny_model)
         try:
             pod.start()
             started, seconds, results = pod.wait_started()
@@ -113,14 +120,9 @@ def test_the_one_node_leader_pod_serves_as_declared_and_drains_on_stop(tiny_mode
 
 def test_the_smoke_job_pod_passes_against_the_serving_pod(tiny_model, tmp_path):
     objects = objects_for(tiny_model)
-    lws = find(objects, "LeaderWorkerSet")
-    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     smoke = find(objects, "Job", "smoke")["spec"]["template"]["spec"]
     with PodNetwork() as net:
-        server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
-                     csi=csi_stand_ins(spec, tmp_path / "buckets"))
+        server = serving_pod(objects, net, tmp_path, tiny_model)
         try:
             server.start()
             assert server.wait_started()[0], (tmp_path / "leader.log").read_text()[-3000:]
@@ -282,14 +284,10 @@ def test_the_chat_page_pod_answers_from_the_serving_pod_in_a_real_browser(tiny_m
     /tmp emptyDir, probes on the named port) in front of the serving pod; Chromium on the host opens the page on the
     pod's IP and gets a streamed answer."""
     objects = objects_for(tiny_model, serving={"chatUi": True})
-    spec = find(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     page_spec = find(objects, "Deployment", "chat-ui")["spec"]["template"]["spec"]
     ui_env = {"PATH": f"{UI_VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin"}  # the chat image: its Python first
     with PodNetwork() as net:
-        server = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                     secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
-                     csi=csi_stand_ins(spec, tmp_path / "buckets"))
+        server = serving_pod(objects, net, tmp_path, tiny_model)
         page = Pod(page_spec, objects, "vllm", "chat-ui", net, secrets=SECRETS, image_env=ui_env,
                    image_paths=(os.path.realpath(UI_VENV),),
                    log=tmp_path / "chat-ui.log")
@@ -459,11 +457,8 @@ def test_a_data_parallel_leader_pod_runs_two_engines_behind_one_api_server_as_de
     assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     hpa = find(objects, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["metric"]
     engine = hpa["selector"]["matchLabels"]["metric.labels.engine"]
-    claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     with PodNetwork() as net:
-        pod = Pod(spec, objects, "vllm", "leader", net, claims={claim: weights_claim(tmp_path, tiny_model)},
-                  secrets=SECRETS, image_env=CPU_IMAGE_ENV, image_paths=IMAGE, log=tmp_path / "leader.log",
-                  csi=csi_stand_ins(spec, tmp_path / "buckets"))
+        pod = serving_pod(objects, net, tmp_path, tiny_model)
         try:
             pod.start()
             started, seconds, results = pod.wait_started()

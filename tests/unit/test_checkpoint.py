@@ -91,3 +91,44 @@ def test_bad_sources_are_one_line_and_a_non_zero_exit(tmp_path):
     with pytest.raises(ConfigError) as err:
         sizing(model={**model("Llama-3.1-8B-Instruct"), "tensorsFile": str(tmp_path / "broken.json")})
     assert err.value.key == "model.tensorsFile" and "\n" not in str(err.value)
+
+
+def test_expert_parallelism_splits_what_the_checkpoint_stores_in_routed_experts(tmp_path):
+    """A Qwen3-30B-A3B-shaped checkpoint whose routed experts are stored in 8 bits (and scales) while attention,
+    embeddings and the router stay in 16: the share DP + EP splits whole is the experts' share of the stored bytes,
+    not the count's (every part at one rate)."""
+    from planner.checkpoint import routed_expert, routed_expert_share
+
+    layers, experts, hidden, width = 2, 8, 64, 32
+    rng = np.random.default_rng(0)
+    arrays = {"model.embed_tokens.weight": np.zeros((128, hidden), np.float16),
+              "lm_head.weight": np.zeros((128, hidden), np.float16)}
+    for i in range(layers):
+        arrays[f"model.layers.{i}.self_attn.qkv.weight"] = np.zeros((3 * hidden, hidden), np.float16)
+        arrays[f"model.layers.{i}.mlp.gate.weight"] = np.zeros((experts, hidden), np.float16)
+        arrays[f"model.layers.{i}.mlp.shared_expert.down_proj.weight"] = np.zeros((hidden, width), np.float16)
+        for e in range(experts):
+            for proj, shape in (("gate_proj", (width, hidden)), ("up_proj", (width, hidden)),
+                                ("down_proj", (hidden, width))):
+                arrays[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"] = rng.integers(-8, 8, shape, dtype=np.int8)
+                arrays[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight_scale"] = np.ones((shape[0], 1), np.float32)
+    save_file(arrays, str(tmp_path / "model.safetensors"))
+    tensors = read_directory(tmp_path)
+    routed = sum(a.nbytes for n, a in arrays.items() if ".experts." in n)
+    assert routed_expert_share(tensors, layers, 0) == pytest.approx(routed / sum(a.nbytes for a in arrays.values()))
+    assert not routed_expert("model.layers.0.mlp.shared_experts.down_proj.weight")
+    assert routed_expert("model.layers.0.mlp.experts.gate_up_proj_blocks")  # gpt-oss's fused experts
+    assert routed_expert("model.layers.0.block_sparse_moe.experts.3.w1.weight")  # Mixtral
+
+    out = tmp_path / "tensors.json"
+    assert checkpoint_tensors.main([str(tmp_path), "--out", str(out)]) == 0
+    h100 = {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-8g", "zones": ["us-central1-a"]}
+    stated = {**model("Qwen3-30B-A3B"), "tensorsFile": str(out), "weightsGib": 40.0}
+    read = sizing(model=stated, accelerator=h100, vllm={"maxModelLen": 4096}, parallelism={"data": 4})
+    share = routed_expert_share(tensors, layers, 0)
+    # 40 GiB stated: the tensors' share of it split over 4 GPUs, the rest on each (plus the load overhead)
+    per_gpu = 40.0 * (1 - share) + 40.0 * share / 4
+    assert read.weights_gib_per_gpu == pytest.approx(per_gpu + 0.05 + 0.0, abs=0.05)
+    counted = sizing(model={**model("Qwen3-30B-A3B"), "weightsGib": 40.0}, accelerator=h100,
+                     vllm={"maxModelLen": 4096}, parallelism={"data": 4})
+    assert counted.weights_gib_per_gpu < read.weights_gib_per_gpu, "counted, 95% of the bytes are experts"
