@@ -117,7 +117,7 @@ class ModelArchitecture:
     """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
     checkpoint_routed_share: float = 0.0
     """The fraction of the loaded bytes the checkpoint's tensors keep in routed experts (planner/checkpoint.py
-    routed_expert_share; model.tensorsFile); 0: not read, the count decides."""
+    routed_tensor_bytes; model.tensorsFile); 0: not read, the count decides."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention

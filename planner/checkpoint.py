@@ -6,7 +6,7 @@ shape and byte range (huggingface/safetensors, docs "Format"); reading it never 
 tools.checkpoint_tensors` writes the headers of a checkpoint (a local directory, or the Hub through
 huggingface_hub's range reads) into one JSON file, which `model.tensorsFile` names, so a plan offline weighs the
 weights from the tensors, not from a count of the config's parameters. The planner divides them over the GPUs of
-a replica by the share the tensors put in routed experts (routed_expert_share): expert parallelism splits those
+a replica by the share the tensors put in routed experts (routed_tensor_bytes): expert parallelism splits those
 whole over the data x tensor GPUs, the rest is divided by tensor x pipeline (planner/memory.py weights_split).
 """
 
@@ -91,14 +91,13 @@ def routed_expert(name: str) -> bool:
     return ".experts." in name and "shared_expert" not in name
 
 
-def routed_expert_share(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, mtp_layers: int) -> float:
-    """The fraction of the bytes vLLM loads that sit in routed experts, as stored (0 when no tensor is named as one:
-    a fused layout such as Granite's `block_sparse_moe.input_linear`, then planned from the count)."""
-    loaded = {n: e for n, e in tensors.items() if not skipped_by_vllm(n, decoder_layers, mtp_layers)}
-    total, _ = tensor_bytes(loaded, decoder_layers, mtp_layers, "model.tensorsFile")
-    routed, _ = tensor_bytes({n: e for n, e in loaded.items() if routed_expert(n)}, decoder_layers, mtp_layers,
+def routed_tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, mtp_layers: int) -> float:
+    """The bytes vLLM loads of the routed experts' tensors, as stored (tensor_bytes of those alone; 0 when no tensor
+    is named as one: a fused layout such as Granite's `block_sparse_moe.input_linear`, then planned from the
+    count)."""
+    routed, _ = tensor_bytes({n: e for n, e in tensors.items() if routed_expert(n)}, decoder_layers, mtp_layers,
                              "model.tensorsFile")
-    return routed / total if total else 0.0
+    return routed
 
 
 def load_tensors_file(path_text: str, project_dir: Path) -> dict[str, dict[str, Any]]:

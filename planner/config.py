@@ -21,7 +21,7 @@ from typing import Any
 from planner import routing
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, MACHINE_SERIES, Accelerator, MachineType, machine_series
-from planner.checkpoint import load_tensors_file, routed_expert_share, tensor_bytes
+from planner.checkpoint import load_tensors_file, routed_tensor_bytes, tensor_bytes
 from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.model_config import load_architecture
@@ -329,9 +329,9 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
     if m.tensors_file is not None:
         tensors = load_tensors_file(m.tensors_file, project_dir)
         checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, "model.tensorsFile")
-        if arch.num_experts:
-            arch = replace(arch, checkpoint_routed_share=routed_expert_share(tensors, arch.num_layers,
-                                                                             arch.mtp_layers))
+        if arch.num_experts and checkpoint:
+            routed = routed_tensor_bytes(tensors, arch.num_layers, arch.mtp_layers)
+            arch = replace(arch, checkpoint_routed_share=routed / checkpoint)
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
                          checkpoint, skipped), note
 

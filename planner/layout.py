@@ -96,6 +96,10 @@ class Fit:
     def replica_tokens(self) -> int:
         return self.kv_tokens * self.engines
 
+    def full_sequences(self, max_len: int) -> int:
+        """max_len-long sequences a replica holds: each in one engine's cache."""
+        return self.kv_tokens // max_len * self.engines
+
 
 def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
     """TP sizes vLLM accepts: dividing the attention heads, and the KV heads dividing or divisible."""
@@ -299,10 +303,10 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
 LAYOUT_MARGIN = 0.12
 """Layouts predicted within this fraction of the best are not told apart: of them the one with the fewest GPUs per
 replica is chosen (fewer collectives, finer autoscaling steps), the faster on a tie. It is the largest error of
-planner/throughput.py on the rows it was fitted on (bench/fit_layouts.py: 11.6%; tests/unit/test_throughput.py holds
-it at least that). Added after the first held-out batch (docs/benchmarks.md "Layouts": ERNIE-4.5-21B-A3B's DP+EP
-served 0.58x its TP=1 replicas where the model predicted 1.03x at steady state); its value is not fitted on that
-batch, and the next held-out batch checks it."""
+planner/throughput.py on the rows it was fitted on (bench/fit_layouts.py: 11.6%; tests/unit/
+test_data_expert_parallel.py holds it at least that). Added after the first held-out batch (docs/benchmarks.md
+"Layouts": ERNIE-4.5-21B-A3B's DP+EP served 0.58x its TP=1 replicas where the model predicted 1.03x at steady
+state); its value is not fitted on that batch, and the next held-out batch checks it."""
 
 
 @dataclass(frozen=True)

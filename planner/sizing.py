@@ -270,7 +270,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
         price = machine_usd_hour(rung.machine)
         planned.append(RungPlan(
             rung.key, rung.type, rung.machine_type, rung.provisioning, rung.zones, got.replica_tokens,
-            got.kv_tokens // vllm.max_model_len * layout.dp, engine.max_num_seqs * layout.dp,
+            got.full_sequences(vllm.max_model_len), engine.max_num_seqs * layout.dp,
             round(weights_load_seconds(weights_bytes, layout.nodes, read)),
             None if price is None else round(price * layout.gpus / rung.machine.gpus, 2)))
     return planned
@@ -338,7 +338,7 @@ def plan(settings: Settings) -> Sizing:
                         f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) as stated and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
                         "full attention), that one sequence fits, or an HPA target derived from them")
-    concurrency = result.kv_tokens // settings.vllm.max_model_len * layout.dp
+    concurrency = result.full_sequences(settings.vllm.max_model_len)
     if concurrency < par.min_concurrent_sequences and not arch.unsized:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
                         f"parallelism.minConcurrentSequences ({par.min_concurrent_sequences})")

@@ -88,7 +88,7 @@ def estimate(arch: ModelArchitecture, acc: Accelerator, layout: Layout, weights_
     batch = min(max_num_seqs, kv_tokens // length)
     if batch < 1:
         return Estimate(0, math.inf, 0.0)
-    gpus = tp * pp
+    gpus = layout.engine_gpus
     bandwidth = acc.memory_gb_s * 1e9 * c.memory_efficiency
     matrix = acc.tflops_16bit * 1e12 * c.matrix_efficiency
     link = acc.link_gb_s * 1e9

@@ -97,7 +97,7 @@ def test_expert_parallelism_splits_what_the_checkpoint_stores_in_routed_experts(
     """A Qwen3-30B-A3B-shaped checkpoint whose routed experts are stored in 8 bits (and scales) while attention,
     embeddings and the router stay in 16: the share DP + EP splits whole is the experts' share of the stored bytes,
     not the count's (every part at one rate)."""
-    from planner.checkpoint import routed_expert, routed_expert_share
+    from planner.checkpoint import routed_expert, routed_tensor_bytes
 
     layers, experts, hidden, width = 2, 8, 64, 32
     rng = np.random.default_rng(0)
@@ -115,7 +115,8 @@ def test_expert_parallelism_splits_what_the_checkpoint_stores_in_routed_experts(
     save_file(arrays, str(tmp_path / "model.safetensors"))
     tensors = read_directory(tmp_path)
     routed = sum(a.nbytes for n, a in arrays.items() if ".experts." in n)
-    assert routed_expert_share(tensors, layers, 0) == pytest.approx(routed / sum(a.nbytes for a in arrays.values()))
+    share = routed / sum(a.nbytes for a in arrays.values())
+    assert routed_tensor_bytes(tensors, layers, 0) == routed
     assert not routed_expert("model.layers.0.mlp.shared_experts.down_proj.weight")
     assert routed_expert("model.layers.0.mlp.experts.gate_up_proj_blocks")  # gpt-oss's fused experts
     assert routed_expert("model.layers.0.block_sparse_moe.experts.3.w1.weight")  # Mixtral
@@ -125,7 +126,6 @@ def test_expert_parallelism_splits_what_the_checkpoint_stores_in_routed_experts(
     h100 = {"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-8g", "zones": ["us-central1-a"]}
     stated = {**model("Qwen3-30B-A3B"), "tensorsFile": str(out), "weightsGib": 40.0}
     read = sizing(model=stated, accelerator=h100, vllm={"maxModelLen": 4096}, parallelism={"data": 4})
-    share = routed_expert_share(tensors, layers, 0)
     # 40 GiB stated: the tensors' share of it split over 4 GPUs, the rest on each (plus the load overhead)
     per_gpu = 40.0 * (1 - share) + 40.0 * share / 4
     assert read.weights_gib_per_gpu == pytest.approx(per_gpu + 0.05 + 0.0, abs=0.05)
