@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.calibrate import model_dir  # noqa: E402
+from bench.calibrate import AVAILABLE, GRAPHS, LOADING, PROFILE, model_dir  # noqa: E402
 from bench.declared import Rendered, declared_checks  # noqa: E402
 from bench.harness import (  # noqa: E402
     LAYOUTS,
@@ -64,6 +64,19 @@ def start(bench: Bench, layout: BenchLayout, group: Group) -> list[str]:
     return urls
 
 
+def memory_lines(logs: list[str]) -> dict[str, list[Any]]:
+    """What each engine (every rank of every replica) logged of its memory: weights loaded, KV memory left, CUDA
+    graphs and the profile line, in log order. The KV tokens alone do not say which term outside the KV cache a
+    layout's error sits in (a DP+EP rank's reserve against its weights)."""
+    found: dict[str, list[Any]] = {"weights_gib": [], "kv_cache_gib": [], "graphs_gib": [], "profile": []}
+    for text in logs:
+        found["weights_gib"] += [float(v) for v in LOADING.findall(text)]
+        found["kv_cache_gib"] += [float(v) for v in AVAILABLE.findall(text)]
+        found["graphs_gib"] += [float(v) for v in GRAPHS.findall(text)]
+        found["profile"] += PROFILE.findall(text)
+    return found
+
+
 def measure(bench: Bench, layout: BenchLayout, rendered: Rendered | None) -> dict[str, Any]:
     name = f"{bench.served_name}-{layout.name}"
     group = PodGroup(bench.work, name, bench.declared(layout)) if rendered else Group(bench.work, name)
@@ -80,6 +93,7 @@ def measure(bench: Bench, layout: BenchLayout, rendered: Rendered | None) -> dic
         logs = [p.log.read_text(errors="replace") for p in group.procs]
         row["kv_cache_tokens_engines"] = [int(m.replace(",", "")) for text in logs for m in KV_LINES.findall(text)]
         row["kv_cache_tokens_measured"] = min(row["kv_cache_tokens_engines"], default=None)
+        row["memory_lines"] = memory_lines(logs)
         share = -(-bench.args.prompts // layout.replicas)
         run_client(bench, urls, max(1, bench.args.warmup_prompts // layout.replicas), 1, f"{name}-warmup",
                    served_name=bench.served_name)

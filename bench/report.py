@@ -525,6 +525,21 @@ def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
+def choice_check(batch: dict) -> str:
+    """For a held-out batch: the layout chosen before the run against the one measured best (issue 43's check: the
+    choice within 10% of the best measured), or '' where it cannot be told (fit batch, chosen layout not measured)."""
+    measured = {row["name"]: row["output_tokens_per_s_per_gpu"] for row in batch["rows"]
+                if row.get("output_tokens_per_s_per_gpu")}
+    chosen = batch.get("planner_choice")
+    if batch.get("in_fit") or chosen not in measured:
+        return ""
+    best = max(measured, key=measured.get)
+    unmeasured = [row["name"] for row in batch["rows"] if row["name"] not in measured]
+    return (f"- Choice, {batch['name']}: {chosen} chosen before the run, {measured[chosen]:,.0f} tok/s per GPU; best "
+            f"measured {best}, {measured[best]:,.0f}: the choice serves {measured[chosen] / measured[best]:.1%} of it"
+            + (f" ({', '.join(unmeasured)} not measured)" if unmeasured else "") + ".")
+
+
 def layouts_section(found: dict) -> list[str]:
     """Replicas of TP=1, TP=2 and DP=2 + EP on one host: what each served per GPU and what the planner predicted
     (planner/throughput.py; bench/fit_layouts.py fits it on the batches marked in_fit, the others are held out)."""
@@ -538,10 +553,11 @@ def layouts_section(found: dict) -> list[str]:
              "Output tokens per second per GPU (vLLM's benchmark client, fixed-length random prompts, rate inf), the "
              "KV tokens each engine reported, and the planner's numbers: tokens/s per GPU predicted from the "
              "measured KV tokens (`python bench/fit_layouts.py`), and for held-out batches the KV tokens and the "
-             "layout it chose (\"chosen at prediction\"), committed before the run.", "",
+             "layout it chose (\"chosen at prediction\"), committed before the run, with the tokens/s per GPU "
+             "predicted then from the predicted KV tokens (\"before the run\").", "",
              "| batch | fit / held out | layout | KV tokens per engine | planner KV | output tok/s per GPU | "
-             "predicted | error | TPOT mean ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "predicted | error | before the run | TPOT mean ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for batch in found["batches"]:
         for row in batch["rows"]:
             err = errors.get((batch["name"], row["name"]))
@@ -553,11 +569,15 @@ def layouts_section(found: dict) -> list[str]:
             rate = row.get("output_tokens_per_s_per_gpu")
             lines.append(
                 f"| {batch['name']} | {'fit' if batch.get('in_fit') else 'held out'} | {row['name']}"
-                f"{' (chosen at prediction)' if batch.get('planner_choice') == row['name'] else ''} | {kv_text} | "
+                f"{' (chosen at prediction)' if batch.get('planner_choice') == row['name'] else ''}"
+                f"{' (declared pods)' if row.get('started_as') == 'declared pods' else ''} | {kv_text} | "
                 f"{planned_text} | {_fmt(rate)} | {_fmt(err['predicted']) if err else '-'} | "
-                f"{_signed(err['error']) if err else '-'} | "
+                f"{_signed(err['error']) if err else '-'} | {_fmt(row.get('predicted_tokens_per_s_per_gpu'))} | "
                 f"{_fmt(row.get('mean_tpot_ms') or row.get('tpot_p50_ms'), 1)} |")
     lines += ["", f"Fitted constants: `{fitted}`.", ""]
+    lines += [line for batch in found["batches"] if (line := choice_check(batch))]
     for note in found.get("not_run", []):
         lines.append(f"- Not run: {note}")
+    for note in found.get("notes", []):
+        lines.append(f"- {note}")
     return lines

@@ -281,3 +281,15 @@ def test_a_real_cpu_run_as_declared_pods(tmp_path):
     assert row["pods"]["leader"]["uid_gid"] == "10001 10001"
     assert row["pods"]["leader"]["root_write"].startswith("refused") and row["pods"]["leader"]["tmp_write"] == "ok"
     assert "## Pods started as declared" in (tmp_path / "out" / "benchmarks.md").read_text()
+
+
+def test_a_layout_row_keeps_each_engines_memory_lines():
+    from bench.layouts import memory_lines
+
+    rank = ("(EngineCore_DP{r} pid=7) INFO [default_loader.py:1] Model loading took {w} GiB memory and 9.1 seconds\n"
+            "(EngineCore_DP{r} pid=7) INFO [gpu_worker.py:2] Available KV cache memory: {kv} GiB\n"
+            "(EngineCore_DP{r} pid=7) INFO [gpu_model_runner.py:3] Graph capturing finished in 8 secs, took 0.61 GiB\n")
+    found = memory_lines([rank.format(r=0, w="45.12", kv="21.40") + rank.format(r=1, w="45.10", kv="21.38"),
+                          "(APIServer pid=5) INFO no engine here\n"])
+    assert found["weights_gib"] == [45.12, 45.10] and found["kv_cache_gib"] == [21.40, 21.38]
+    assert found["graphs_gib"] == [0.61, 0.61] and found["profile"] == []

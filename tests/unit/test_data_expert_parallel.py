@@ -103,7 +103,7 @@ def test_on_each_measured_batch_the_choice_is_within_ten_percent_of_the_best_lay
     for batch in RESULTS["layouts"]["batches"]:
         measured = {row["name"]: row["output_tokens_per_s_per_gpu"] for row in batch["rows"]
                     if row.get("output_tokens_per_s_per_gpu")}
-        if "replicas-2x-tp1" not in measured or batch["accelerator"] != "nvidia-h100-80gb":
+        if len(measured) < 2 or batch["accelerator"] != "nvidia-h100-80gb":
             continue
         names = [row["name"] for row in batch["rows"]]
         names = [{"tp2": "tp2-one-node"}.get(n, n) for n in names]
@@ -111,3 +111,14 @@ def test_on_each_measured_batch_the_choice_is_within_ten_percent_of_the_best_lay
         choice = predicted_batch(batch["config"], batch["accelerator"], names, batch["max_model_len"],
                                  batch["input_len"], batch["output_len"], batch["prompts"])["planner_choice"]
         assert measured[choice] >= 0.9 * max(measured.values()), (batch["name"], choice, measured)
+
+
+def test_the_report_states_each_held_out_choice_against_the_best_layout_measured():
+    from bench.report import choice_check
+
+    lines = {batch["name"]: choice_check(batch) for batch in RESULTS["layouts"]["batches"]}
+    assert not any(lines[batch["name"]] for batch in RESULTS["layouts"]["batches"] if batch.get("in_fit"))
+    mixtral = lines["validation: Mixtral-8x7B-Instruct-v0.1, 2x H100"]
+    assert "tp2-one-node chosen before the run" in mixtral and "serves 100.0% of it" in mixtral
+    ernie = lines["validation: ERNIE-4.5-21B-A3B-PT, 2x H100"]  # the miss that LAYOUT_MARGIN answered stays shown
+    assert "dp2-ep chosen before the run" in ernie and "58.3%" in ernie and "tp2-one-node not measured" in ernie
