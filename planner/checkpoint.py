@@ -5,7 +5,8 @@ A safetensors file starts with an 8-byte little-endian header length and a JSON 
 shape and byte range (huggingface/safetensors, docs "Format"); reading it never reads a weight. `python -m
 tools.checkpoint_tensors` writes the headers of a checkpoint (a local directory, or the Hub through
 huggingface_hub's range reads) into one JSON file, which `model.tensorsFile` names, so a plan offline weighs the
-weights from the tensors, not from a count of the config's parameters. The planner divides them over the GPUs of
+weights from the tensors, not from a count of the config's parameters. Where the plan reads config.json from the Hub
+(no model.configFile), it reads the headers from there too (hub_tensors). The planner divides them over the GPUs of
 a replica by the share the tensors put in routed experts (routed_tensor_bytes): expert parallelism splits those
 whole over the data x tensor GPUs, the rest is divided by tensor x pipeline (planner/memory.py weights_split).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -98,6 +100,23 @@ def routed_tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers
     routed, _ = tensor_bytes({n: e for n, e in tensors.items() if routed_expert(n)}, decoder_layers, mtp_layers,
                              "model.tensorsFile")
     return routed
+
+
+def hub_tensors(repo: str, revision: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """({tensor name: {"dtype", "shape"}}, file names) of a Hub repository's safetensors files, from their headers:
+    huggingface_hub's get_safetensors_metadata (HEAD of model.safetensors or its index, the index, then a range read
+    of each shard's first bytes; HF_TOKEN for gated repositories). No weight is read. Raises what huggingface_hub
+    raises (network, auth, not found, not a safetensors repository); HF_HUB_OFFLINE fails at once."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        raise OSError("HF_HUB_OFFLINE is set")
+    from huggingface_hub import get_safetensors_metadata
+
+    meta = get_safetensors_metadata(repo, revision=revision)
+    tensors: dict[str, dict[str, Any]] = {}
+    for info in meta.files_metadata.values():
+        for name, tensor in info.tensors.items():
+            tensors[name] = {"dtype": tensor.dtype, "shape": list(tensor.shape)}
+    return tensors, sorted(meta.files_metadata)
 
 
 def load_tensors_file(path_text: str, project_dir: Path) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any
 from planner import routing
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, MACHINE_SERIES, Accelerator, MachineType, machine_series
-from planner.checkpoint import load_tensors_file, routed_tensor_bytes, tensor_bytes
+from planner.checkpoint import hub_tensors, load_tensors_file, routed_tensor_bytes, tensor_bytes
 from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.model_config import load_architecture
@@ -120,6 +120,8 @@ class ModelSettings:
     """The bytes vLLM loads of the checkpoint's tensors (model.tensorsFile, planner/checkpoint.py); None without."""
     skipped_tensors: int = 0
     """Tensors of model.tensorsFile vLLM does not load (multi-token-prediction layers)."""
+    tensors_from: str = ""
+    """Where the checkpoint's tensors were read: "model.tensorsFile", or the Hub's headers at preview."""
 
 
 @dataclass(frozen=True)
@@ -325,15 +327,25 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
     if m.source == "huggingface" and m.gcs_uri is not None:
         raise ConfigError("model.gcsUri", m.gcs_uri, "only used with model.source: gcs")
     arch, note = load_architecture(m.id, m.revision, m.config_file, m.architecture, project_dir)
-    checkpoint, skipped = None, 0
+    checkpoint, skipped, tensors, tensors_from = None, 0, None, ""
     if m.tensors_file is not None:
-        tensors = load_tensors_file(m.tensors_file, project_dir)
-        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, "model.tensorsFile")
+        tensors, tensors_from = load_tensors_file(m.tensors_file, project_dir), "model.tensorsFile"
+    elif note is not None and m.weights_gib is None:  # config.json came from the Hub: the headers can too
+        try:
+            tensors = hub_tensors(m.id, m.revision)[0]
+            tensors_from = f"the safetensors headers on the Hub, {m.id}@{m.revision}"
+        except Exception as exc:  # network, auth, not a safetensors repository: the count stands, and says so
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            note += (f"; the checkpoint's safetensors headers could not be read from the Hub ({reason}), so the "
+                     "weights are counted from config.json")
+    if tensors is not None:
+        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers,
+                                           "model.tensorsFile" if m.tensors_file is not None else "model.id")
         if arch.num_experts and checkpoint:
             routed = routed_tensor_bytes(tensors, arch.num_layers, arch.mtp_layers)
             arch = replace(arch, checkpoint_routed_share=routed / checkpoint)
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
-                         checkpoint, skipped), note
+                         checkpoint, skipped, tensors_from), note
 
 
 def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> Settings:

@@ -300,7 +300,8 @@ def plan(settings: Settings) -> Sizing:
                               "set model.weightsGib to the checkpoint's size")
         weights_bytes = model_weight_bytes(arch, settings.vllm.dtype)
     weighed = ("model.weightsGib as stated" if settings.model.weights_gib is not None
-               else "the checkpoint's tensors (model.tensorsFile)" if settings.model.checkpoint_bytes is not None
+               else f"the checkpoint's tensors ({settings.model.tensors_from})"
+               if settings.model.checkpoint_bytes is not None
                else "weights counted from config.json as a plain decoder")
     choice = engine_choice(settings)
     engine = stack_engine(settings, choice)
@@ -330,7 +331,8 @@ def plan(settings: Settings) -> Sizing:
     if choice.warning:
         warnings.append(choice.warning)
     if counted_bytes is not None and abs(counted_bytes / weights_bytes - 1) > CHECKPOINT_COUNT_TOLERANCE:
-        warnings.append(f"model.tensorsFile: the checkpoint's tensors weigh {gib_text(weights_bytes)} as vLLM loads "
+        key = "model.tensorsFile" if settings.model.tensors_from == "model.tensorsFile" else "model.id"
+        warnings.append(f"{key}: the checkpoint's tensors weigh {gib_text(weights_bytes)} as vLLM loads "
                         f"them, the count from config.json {gib_text(counted_bytes)} "
                         f"({counted_bytes / weights_bytes - 1:+.1%}); the plan uses the tensors")
     if arch.unsized:

@@ -238,7 +238,8 @@ class ModelConfig(Section):
     source: Literal["huggingface", "gcs"] = Field("huggingface", description="Where the download Job reads from.")
     gcs_uri: Text | None = Field(None, description="gs://bucket/prefix of the weights, with source: gcs.")
     config_file: Text | None = Field(None, description="Local config.json (relative to the project) for offline "
-                                                       "plans; without it or architecture, the Hub is asked.")
+                                                       "plans; without it or architecture, the Hub is asked for "
+                                                       "config.json and the safetensors headers.")
     architecture: dict[str, Any] | None = Field(None, description="The config.json fields inline.")
     tensors_file: Text | None = Field(None, description="The checkpoint's tensors (names, dtypes, shapes from its "
                                                         "safetensors headers; python -m tools.checkpoint_tensors "

@@ -17,18 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from planner.checkpoint import read_directory, write_tensors_file  # noqa: E402
-
-
-def from_hub(repo: str, revision: str) -> tuple[dict[str, dict], list[str]]:
-    from huggingface_hub import get_safetensors_metadata
-
-    meta = get_safetensors_metadata(repo, revision=revision)
-    tensors: dict[str, dict] = {}
-    for info in meta.files_metadata.values():
-        for name, tensor in info.tensors.items():
-            tensors[name] = {"dtype": tensor.dtype, "shape": list(tensor.shape)}
-    return tensors, sorted(meta.files_metadata)
+from planner.checkpoint import hub_tensors, read_directory, write_tensors_file  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             tensors, where = read_directory(local), str(local)
         else:
-            tensors, files = from_hub(args.source, args.revision)
+            tensors, files = hub_tensors(args.source, args.revision)
             where = f"{args.source}@{args.revision}"
     except Exception as exc:  # network, auth, not found, a malformed header: one line, the source named
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

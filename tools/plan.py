@@ -168,13 +168,14 @@ def rung_rows(s: Sizing) -> str:
 
 
 def weights_source(settings: Settings) -> str:
-    """Where the planned weights come from: the stack (model.weightsGib) or counted from the model's config.json."""
+    """Where the planned weights come from: the stack (model.weightsGib), the checkpoint's tensors (model.tensorsFile,
+    or the Hub's safetensors headers where config.json came from the Hub), or counted from the model's config.json."""
     if settings.model.weights_gib is not None:
         return "stated (model.weightsGib)"
     if settings.model.checkpoint_bytes is not None:
         skipped = settings.model.skipped_tensors
         left = f"; {skipped} multi-token-prediction tensors vLLM does not load left out" if skipped else ""
-        return f"the checkpoint's tensors (model.tensorsFile){left}"
+        return f"the checkpoint's tensors ({settings.model.tensors_from}){left}"
     unsized = settings.model.architecture.unsized
     unverified = "; its layer structure is not sized yet, see the warning" if unsized else ""
     return f"counted from config.json (parameters by part at the bytes vLLM loads them){unverified}"
