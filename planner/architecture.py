@@ -52,7 +52,13 @@ class ModelArchitecture:
     layer_kinds: tuple[str, ...] = ()
     """Per decoder layer (planner/layers.py): one of ATTENTION_KINDS (full, sliding, chunked, indexed), one of
     STATE_KINDS (linear, mamba, mamba1, kda), or none (neither attention nor state: NemotronH's MLP and expert
-    layers); empty means all full attention."""
+    layers); empty means all full attention. With cache_slots > 1, that many entries per decoder layer."""
+    cache_slots: int = 1
+    """Caches per decoder layer: 2 for Falcon-H1, whose every layer runs attention and a Mamba-2 mixer side by side
+    (vllm/model_executor/models/falcon_h1.py FalconH1ParallelHybrid), layer_kinds then ("full", "mamba") per layer;
+    a pipeline stage takes whole layers (planner/kv_cache.py stage_bounds)."""
+    mamba_norm: bool = True
+    """The Mamba-2 mixer's gated RMSNorm has a weight (MambaMixer2 use_rms_norm; Falcon-H1's mamba_rms_norm)."""
     window: int = 0
     """sliding_window (sliding layers) or attention_chunk_size (chunked layers), in tokens."""
     moe_layer_count: int = -1
@@ -175,8 +181,8 @@ class ModelArchitecture:
                + h * kda_heads + kda_dim + width * h)
         inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
         conv_dim = inner + 2 * groups * state
-        mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads + inner
-                 + inner * h + proj_bias * (inner + conv_dim + m_heads + h))
+        mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads
+                 + inner * self.mamba_norm + inner * h + proj_bias * (inner + conv_dim + m_heads + h))
         m1_inner, m1_state, m1_kernel, dt_rank, m1_conv_bias, m1_bias = self.mamba1 or (0,) * 6
         mamba1 = (h * 2 * m1_inner + m1_inner * (m1_kernel + m1_conv_bias) + m1_inner * (dt_rank + 2 * m1_state)
                   + dt_rank * m1_inner + m1_inner + m1_inner * m1_state + m1_inner + m1_inner * h

@@ -163,9 +163,11 @@ class EngineSettings:
         """What one request may hold beyond its tokens on a replica of `pp` stages (planner/kv_cache.py)."""
         return Admission(self.in_flight_tokens(pp), self.state_blocks)
 
-    def kv_tokens(self, specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int) -> int:
-        """The `GPU KV cache size` vLLM reports for `available` bytes per GPU, by this release's pool rule."""
-        return POOL_RULES[self.profile.kv_pool](specs, pp, available, max_len, self.admission(pp))
+    def kv_tokens(self, specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
+                  slots: int = 1) -> int:
+        """The `GPU KV cache size` vLLM reports for `available` bytes per GPU, by this release's pool rule (`slots`
+        specs per decoder layer: ModelArchitecture.cache_slots)."""
+        return POOL_RULES[self.profile.kv_pool](specs, pp, available, max_len, self.admission(pp), slots)
 
 
 def _positive(args: tuple[str, ...], flag: str) -> int | None:

@@ -308,13 +308,13 @@ def _by_kind(specs: tuple[LayerSpec, ...]) -> dict[str, list[int]]:
 
 
 def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
-                     admission: Admission) -> int:
+                     admission: Admission, slots: int = 1) -> int:
     """vLLM 0.25.1 (vllm/v1/core/kv_cache_utils.py): the first pipeline stage's layers alone, all-full attention as
     bytes per token, otherwise groups of group_size layers sharing pages and max concurrency x max_model_len
     (get_kv_cache_capacity)."""
     if available <= 0:
         return 0
-    stage = specs[:math.ceil(len(specs) / pp)]
+    stage = specs[:math.ceil(len(specs) // slots / pp) * slots]
     by_kind = _by_kind(stage)
     if _full_only(stage):
         return int(available // sum(spec.token_bytes for spec in stage))
@@ -328,7 +328,7 @@ def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, ma
 
 
 def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
-                 admission: Admission) -> int:
+                 admission: Admission, slots: int = 1) -> int:
     """vLLM 0.32.0 (vllm/v1/core/kv_cache_utils.py, get_kv_cache_configs): the whole model's layers of one kind dealt
     round-robin into cdiv(count, group_size) groups (one group when every layer is of one kind); each pipeline stage
     (get_pp_indices) needs a page per layer of its largest group per block, the stage with the fewest blocks sets the
@@ -340,7 +340,7 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     by_kind = _by_kind(specs)
     if _full_only(specs):
         blocks = min(int(available // sum(spec.page_bytes(block) for spec in specs[start:stop]))
-                     for start, stop in pp_stages(len(specs), pp))
+                     for start, stop in stage_bounds(len(specs), pp, slots))
         return int(blocks / cdiv(max_len, block) * max_len)
     page, blocks_of = unified_pages(specs, by_kind, block, page)
     if len(by_kind) == 1:
@@ -352,7 +352,7 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
             n = math.ceil(len(layers) / size)
             groups.extend(layers[i::n] for i in range(n))
     widest = [max(sum(1 for layer in g if start <= layer < stop) for g in groups)
-              for start, stop in pp_stages(len(specs), pp)]
+              for start, stop in stage_bounds(len(specs), pp, slots)]
     blocks = min(int(available // (page * layers)) for layers in widest if layers)
     per_request = sum(specs[g[0]].request_blocks(max_len, blocks_of[specs[g[0]].kind], admission) for g in groups)
     return int(blocks / per_request * max_len)
@@ -375,9 +375,15 @@ def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], b
     return max(page, largest), blocks
 
 
-PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission], int]
+PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission, int], int]
 POOL_RULES: dict[str, PoolRule] = {"first-stage": pool_first_stage, "grouped": pool_grouped}
 """The pool rules by the name an engine profile gives them."""
+
+
+def stage_bounds(specs: int, pp: int, slots: int = 1) -> list[tuple[int, int]]:
+    """[start, stop) of each pipeline stage's entries of a layer_specs tuple of `slots` entries per decoder layer: a
+    stage takes whole layers (Falcon-H1's attention and Mamba-2 mixer stay together)."""
+    return [(start * slots, stop * slots) for start, stop in pp_stages(specs // slots, pp)]
 
 
 def pp_stages(layers: int, pp: int) -> list[tuple[int, int]]:

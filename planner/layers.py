@@ -66,6 +66,10 @@ MAMBA1_TYPES = frozenset({"jamba"})
 """Mamba-1 hybrids the planner sizes (vllm/model_executor/models/jamba.py: MambaMixer layers beside attention every
 attn_layer_period layers, experts every expert_layer_period; their state from MambaStateShapeCalculator.
 mamba1_state_shape)."""
+FALCON_H1_TYPES = frozenset({"falcon_h1"})
+"""Parallel hybrids: attention and a Mamba-2 mixer side by side in every layer, their outputs summed
+(vllm/model_executor/models/falcon_h1.py FalconH1ParallelHybrid; the mixer's state from the model class's
+get_mamba_state_shape_from_config, intermediate mamba_d_ssm or mamba_expand x hidden_size)."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -84,8 +88,8 @@ UNSIZED_KEYS = {
     "moe_latent_size": "experts computed in a latent space",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
-Mamba / SSM hybrids other than MAMBA2_TYPES and MAMBA1_TYPES (Falcon-H1's parallel attention and Mamba in every
-layer, Zamba), DeepSeek V4's compressed attention, Gemma 3n (num_kv_shared_layers is sized for GEMMA4_TYPES only;
+Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES and FALCON_H1_TYPES (Zamba), DeepSeek V4's compressed
+attention, Gemma 3n (num_kv_shared_layers is sized for GEMMA4_TYPES only;
 Gemma 3n's KV sharing in its last num_kv_shared_layers layers, vllm/model_executor/models/gemma3n.py
 kv_sharing_target_layer_name, comes with embed_tokens_per_layer, vocab_size_per_layer_input x layers x
 hidden_size_per_layer_input weights and AltUp), LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
@@ -103,7 +107,7 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     """(key, what it marks) when the config has a layer structure the planner does not size yet, else None. Such a
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
-    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES
+    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES
     gemma4 = str(cfg.get("model_type")) in GEMMA4_TYPES
     if gemma4 and cfg.get("num_experts") is not None:
         return "num_experts", "num_experts in a Gemma 4 config marks an expert block beside each layer's MLP"
@@ -158,6 +162,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
     mamba = mamba2_blocks(cfg, layers, source)
     if mamba is not None:
         return mamba, 0
+    if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
+        return ("full", "mamba") * layers, 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
     if str(cfg.get("model_type")) in MAMBA1_TYPES:

@@ -14,6 +14,7 @@ from typing import Any
 from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.errors import ConfigError
 from planner.layers import (
+    FALCON_H1_TYPES,
     GEMMA4_TYPES,
     checkpoint_kv_cache_dtype,
     layer_kinds,
@@ -276,8 +277,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     # NemotronH: a layer is one block, so its mixer blocks hold no MLP or experts
     nemotron_h = str(cfg.get("model_type")) == "nemotron_h"
     ffn_free = frozenset(i for i, kind in enumerate(kinds) if kind != "none") if nemotron_h else frozenset()
+    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES else 1  # kinds: that many per decoder layer
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
-                                                    part_layers(kinds, set(moe), ffn_free))
+                                                    part_layers(kinds[::slots], set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel_dim"))
@@ -374,7 +376,8 @@ def _gemma4_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], head_dim: int
 def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:
     """A Mamba-2 hybrid's mixer dimensions and state dtype, read as vLLM's model class reads them
     (vllm/model_executor/models/nemotron_h.py NemotronHMambaDecoderLayer: intermediate mamba_num_heads x
-    mamba_head_dim; granitemoehybrid.py: mamba_expand x hidden_size) and its SSM-state dtype
+    mamba_head_dim; granitemoehybrid.py: mamba_expand x hidden_size; falcon_h1.py: mamba_d_ssm where set) and its
+    SSM-state dtype
     (vllm/model_executor/models/config.py NemotronHForCausalLMConfig: the config's mamba_ssm_cache_dtype, float32 when
     unset; other families the model dtype)."""
     def count(*names: str) -> int:
@@ -385,13 +388,17 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
         dims = (heads * head_dim, count("n_groups"), heads, head_dim, count("ssm_state_size"), count("conv_kernel"),
                 int(cfg.get("use_conv_bias", True) is not False), int(bool(cfg.get("use_bias"))))
         ssm = str(cfg.get("mamba_ssm_cache_dtype") or "float32")
-    else:
-        dims = (count("mamba_expand") * hidden, count("mamba_n_groups"), count("mamba_n_heads"), count("mamba_d_head"),
+    else:  # Falcon-H1 states the mixer's width as mamba_d_ssm where it is not mamba_expand x hidden_size
+        inner = count("mamba_d_ssm") if cfg.get("mamba_d_ssm") is not None else count("mamba_expand") * hidden
+        dims = (inner, count("mamba_n_groups"), count("mamba_n_heads"), count("mamba_d_head"),
                 count("mamba_d_state"), count("mamba_d_conv"), int(cfg.get("mamba_conv_bias", True) is not False),
                 int(bool(cfg.get("mamba_proj_bias"))))
         ssm = ""
     if ssm and ssm not in DTYPE_BYTES:
         raise ConfigError(source, ssm, f"mamba_ssm_cache_dtype must be one of {', '.join(sorted(DTYPE_BYTES))}")
+    if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # falcon_h1.py: MambaMixer2(use_rms_norm=mamba_rms_norm)
+        return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2,
+                "mamba_norm": cfg.get("mamba_rms_norm") is True}
     return {"mamba": dims, "mamba_ssm_dtype": ssm}
 
 

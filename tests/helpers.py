@@ -38,7 +38,7 @@ def family_default_config(model_type: str) -> Any:
 
 
 SHAPED = PROJECT_DIR / "bench" / "configs"
-HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba")
+HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba", "falcon_h1")
 HYBRIDS = {path.stem: json.loads(path.read_text()) for path in sorted(SHAPED.glob("*.json"))
            if json.loads(path.read_text())["model_type"] in HYBRID_FAMILIES}
 """The Mamba-2 and Mamba-1 hybrids of bench/configs (shaped like published checkpoints; bench/configs/README.md), by

@@ -160,7 +160,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
                                                dtype=dtype, attention_chunk_size=arch.window)
         elif kind in ("linear", "mamba", "mamba1", "kda"):
             out[i] = state
-    return out
+    slots = arch.cache_slots  # Falcon-H1: a layer's attention and Mamba-2 mixer caches, one tuple per layer
+    return out if slots == 1 else {i: tuple(out[i * slots + n] for n in range(slots)) for i in range(arch.num_layers)}
 
 
 def vllm_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
@@ -192,7 +193,7 @@ def planner_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, ma
     admission = kv_cache.Admission(PROFILE.in_flight_tokens(pp, batched, async_scheduling),
                                    PROFILE.state_blocks(prefix_caching))
     pool = kv_cache.POOL_RULES[PROFILE.kv_pool]
-    return pool(kv_cache.layer_specs(arch, tp, 2.0), pp, available, max_len, admission)
+    return pool(kv_cache.layer_specs(arch, tp, 2.0), pp, available, max_len, admission, arch.cache_slots)
 
 
 def load(path: Path) -> ModelArchitecture:
@@ -344,6 +345,10 @@ HYBRID_MUTATIONS = {
             (arch.mamba1[2] - 1) * b + arch.mamba1[1] * 4.0)),
     "a Mamba state of one block under prefix caching":
         lambda mp: mp.setattr(kv_cache.MambaState, "request_blocks", lambda self, n, b, a: 1),
+    "Falcon-H1's attention holds no cache beside its Mamba-2 mixer": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(
+            replace(arch, layer_kinds=tuple("none" if k == "full" and arch.cache_slots > 1 else k
+                                            for k in arch.kinds)), *rest)),
 }
 _mamba2 = kv_cache.mamba2_state_bytes
 _layer_specs = kv_cache.layer_specs

@@ -21,7 +21,7 @@ from tests.helpers import (  # noqa: E402
 )
 
 FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h",
-            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "kimi_linear")
+            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "kimi_linear", "falcon_h1")
 # vLLM's Llama 4 and Qwen3.5 import torchvision (which the test venv leaves out), and vLLM 0.32.0's ModelConfig finds no
 # KV-head count in GPT-J's config (n_head), so only this test has them.
 """Each was read exactly after the fixes this test found: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's shared

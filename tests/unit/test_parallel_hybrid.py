@@ -1,0 +1,46 @@
+"""Falcon-H1, attention and a Mamba-2 mixer side by side in every layer (vllm/model_executor/models/falcon_h1.py):
+read as two caches per layer, weighed with both mixers, and split over pipeline stages by whole layers. Its KV
+tokens are held to vLLM 0.32.0's own KV-cache code in tests/engine/test_engine_kv_vllm.py (the bench/configs
+hybrids) and its parameters to the model transformers builds in tests/engine/test_parameter_counts.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from planner import kv_cache
+from planner.config import PROJECT_DIR
+from planner.model_config import parse_hf_config
+from tests.helpers import sizing
+
+FALCON = json.loads((PROJECT_DIR / "bench" / "configs" / "falcon-h1-7b.json").read_text())
+
+
+def test_every_layer_holds_an_attention_cache_and_a_mamba_state():
+    arch = parse_hf_config(FALCON, "falcon-h1-7b", "model.configFile")
+    assert not arch.unsized and arch.cache_slots == 2 and arch.num_layers == 44
+    assert arch.kinds == ("full", "mamba") * 44
+    assert arch.mamba[0] == FALCON["mamba_d_ssm"] and not arch.mamba_norm  # mamba_rms_norm false: no norm weight
+    normed = parse_hf_config({**FALCON, "mamba_rms_norm": True}, "f", "x")
+    assert normed.parameter_count() - arch.parameter_count() == 44 * FALCON["mamba_d_ssm"]
+
+
+def test_a_pipeline_stage_takes_whole_layers():
+    # 44 layers over 7 stages: vLLM 0.32.0's get_pp_indices gives the third stage layers 12-17, so caches 24-35,
+    # where an even split of the 88 caches would end it half-way through layer 18 (its attention without its Mamba).
+    assert kv_cache.stage_bounds(88, 7, 2)[2] == (24, 36) and kv_cache.pp_stages(88, 7)[2] == (24, 37)
+    # vLLM 0.25.1's rule sizes the first stage alone: ceil(44 / 7) = 7 whole layers, 14 caches (not 13).
+    arch = parse_hf_config(FALCON, "falcon-h1-7b", "model.configFile")
+    specs = kv_cache.layer_specs(arch, 1, 2.0)
+    admission = kv_cache.Admission(8192, 1)
+    whole = kv_cache.pool_first_stage(specs, 7, 20 * 2**30, 32768, admission, slots=2)
+    assert whole == kv_cache.pool_first_stage(specs[:14], 1, 20 * 2**30, 32768, admission)
+
+
+def test_a_falcon_h1_stack_plans_without_stated_parallelism():
+    s = sizing(model={"id": "tiiuae/Falcon-H1-7B-Instruct", "configFile": "bench/configs/falcon-h1-7b.json"},
+               vllm={"maxModelLen": 32768})
+    assert s.layout_source == "auto" and not any("does not size" in w for w in s.warnings)
+    assert s.kv_cache_tokens_per_replica > 32768
+    flat = replace(parse_hf_config(FALCON, "f", "x"), cache_slots=1)
+    assert flat.kinds == ("full", "mamba") * 44  # the kinds alone do not say which caches share a layer
