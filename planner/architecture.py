@@ -57,6 +57,9 @@ class ModelArchitecture:
     """Caches per decoder layer: 2 for Falcon-H1, whose every layer runs attention and a Mamba-2 mixer side by side
     (vllm/model_executor/models/falcon_h1.py FalconH1ParallelHybrid), layer_kinds then ("full", "mamba") per layer;
     a pipeline stage takes whole layers (planner/kv_cache.py stage_bounds)."""
+    router_scales: bool = False
+    """Gemma 4's router: a per-dimension input scale (hidden_size) and a per-expert output scale beside its
+    projection (vllm/model_executor/models/gemma4.py Gemma4Router)."""
     mamba_norm: bool = True
     """The Mamba-2 mixer's gated RMSNorm has a weight (MambaMixer2 use_rms_norm; Falcon-H1's mamba_rms_norm)."""
     window: int = 0
@@ -210,7 +213,7 @@ class ModelArchitecture:
             "per_layer_input": per_layer,
             "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,
-            "router": moe_layers * h * self.num_experts,
+            "router": moe_layers * (h * self.num_experts + (h + self.num_experts) * self.router_scales),
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
             "norms": self.num_layers * self.norms_per_layer * h + h,

@@ -109,8 +109,6 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     the plan could not verify (planner/sizing.py)."""
     sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES
     gemma4 = str(cfg.get("model_type")) in GEMMA4_TYPES
-    if gemma4 and cfg.get("num_experts") is not None:
-        return "num_experts", "num_experts in a Gemma 4 config marks an expert block beside each layer's MLP"
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
                 gemma4 and key == "num_kv_shared_layers"):

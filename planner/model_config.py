@@ -242,8 +242,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     max_pos = context_length(cfg, source)
     experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
                      minimum=0, default=0)
-    top_k = _count(cfg, source, ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k"), minimum=0,
-                   default=-1)  # -1: not given
+    top_k = _count(cfg, source, ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "top_k_experts"),
+                   minimum=0, default=-1)  # -1: not given
     if experts == 0 and top_k > 0 and str(cfg.get("model_type")) in EXPERTS_OPTIONAL:
         top_k = 0
     if experts == 0 and top_k > 0:
@@ -368,9 +368,13 @@ def _gemma4_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], head_dim: int
     if shared >= len(kinds):
         raise ConfigError(source, shared, f"num_kv_shared_layers must be below num_hidden_layers ({len(kinds)})")
     width = _count(cfg, source, ("hidden_size_per_layer_input",), minimum=0, default=0)
+    # An expert block beside every layer's MLP where num_experts is set (Gemma4DecoderLayer.enable_moe_block): its
+    # router's input and per-expert scales (Gemma4Router) and three more norms a layer.
+    moe = cfg.get("num_experts") is not None
     return {"global_attention": full.pop() if full else (kv_heads, head_dim), "kv_shared_layers": shared,
             "per_layer_input": (_count(cfg, source, ("vocab_size_per_layer_input",)), width) if width else (0, 0),
-            "double_wide_mlp": cfg.get("use_double_wide_mlp") is True, "norms_per_layer": 4}
+            "double_wide_mlp": cfg.get("use_double_wide_mlp") is True, "norms_per_layer": 7 if moe else 4,
+            "router_scales": moe}
 
 
 def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:

@@ -499,7 +499,7 @@ def gemma4_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int
     return vllm_count(EngineConfig(max_len, tp, pp, batched), specs, layers, pp, available)
 
 
-GEMMA4_CASES = [("gemma-4-e2b", 1), *(("gemma-4-31b", pp) for pp in (1, 2, 3))]
+GEMMA4_CASES = [("gemma-4-e2b", 1), *(("gemma-4-31b", pp) for pp in (1, 2, 3)), ("gemma-4-26b-a4b", 2)]
 """The E2B shape's shared layers read layers 13 and 14 from every later layer, so only one pipeline stage can hold
 them (planner/layout.py shared_cache_split refuses more; vLLM's KV-cache setup fails on a stage of shared layers)."""
 

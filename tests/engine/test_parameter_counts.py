@@ -100,7 +100,7 @@ def test_kimi_linear_as_its_config_json_writes_it_counts_what_transformers_build
     assert (arch.moe_layers, arch.num_shared_experts, arch.experts_per_token) == (26, 1, 8)
 
 
-@pytest.mark.parametrize("name", ["gemma-4-e2b", "gemma-4-31b"])
+@pytest.mark.parametrize("name", ["gemma-4-e2b", "gemma-4-31b", "gemma-4-26b-a4b"])
 def test_gemma4_counts_what_vllm_allocates_of_what_transformers_builds(name):
     """Gemma 4's per-layer head dims, KV-shared layers (q and o only), double-wide MLP and per-layer input
     embeddings as transformers builds them, plus the V projection vLLM allocates for attention_k_eq_v layers

@@ -1,7 +1,8 @@
-"""Falcon-H1, attention and a Mamba-2 mixer side by side in every layer (vllm/model_executor/models/falcon_h1.py):
-read as two caches per layer, weighed with both mixers, and split over pipeline stages by whole layers. Its KV
-tokens are held to vLLM 0.32.0's own KV-cache code in tests/engine/test_engine_kv_vllm.py (the bench/configs
-hybrids) and its parameters to the model transformers builds in tests/engine/test_parameter_counts.py."""
+"""Families planned layer by layer since issue 42 round 3. Falcon-H1: attention and a Mamba-2 mixer side by side in
+every layer (vllm/model_executor/models/falcon_h1.py), read as two caches per layer, weighed with both mixers and
+split over pipeline stages by whole layers. Gemma 4's MoE variant: an expert block beside every layer's MLP. Their
+KV tokens are held to vLLM 0.32.0's own KV-cache code in tests/engine/test_engine_kv_vllm.py and their parameters
+to the models transformers builds in tests/engine/test_parameter_counts.py."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def test_a_falcon_h1_stack_plans_without_stated_parallelism():
     assert s.kv_cache_tokens_per_replica > 32768
     flat = replace(parse_hf_config(FALCON, "f", "x"), cache_slots=1)
     assert flat.kinds == ("full", "mamba") * 44  # the kinds alone do not say which caches share a layer
+
+
+def test_a_gemma_4_moe_plans_its_experts_and_chooses_its_layout():
+    section = {"id": "google/gemma-4-26B-A4B-it", "configFile": "bench/configs/gemma-4-26b-a4b.json"}
+    s = sizing(model=section, vllm={"maxModelLen": 32768})
+    assert s.layout_source == "auto" and not any("does not size" in w for w in s.warnings)
+    arch = parse_hf_config(json.loads((PROJECT_DIR / section["configFile"]).read_text()), "g", "x")
+    assert (arch.num_experts, arch.experts_per_token, arch.moe_layers, arch.norms_per_layer) == (128, 8, 30, 7)
+    plain = parse_hf_config({**json.loads((PROJECT_DIR / section["configFile"]).read_text()), "num_experts": None,
+                             "top_k_experts": None}, "g", "x")
+    assert plain.num_experts == 0 and plain.norms_per_layer == 4  # vLLM builds the block only where num_experts is set
