@@ -57,6 +57,11 @@ class ModelArchitecture:
     """Caches per decoder layer: 2 for Falcon-H1, whose every layer runs attention and a Mamba-2 mixer side by side
     (vllm/model_executor/models/falcon_h1.py FalconH1ParallelHybrid), layer_kinds then ("full", "mamba") per layer;
     a pipeline stage takes whole layers (planner/kv_cache.py stage_bounds)."""
+    layer_kv_heads: tuple[int, ...] = ()
+    """Per decoder layer of a NAS decoder (planner/layers.py nas_blocks): its KV heads, 0 where attention is a no-op;
+    empty for every other family (num_kv_heads in every attention layer)."""
+    layer_mlp_widths: tuple[int, ...] = ()
+    """Per decoder layer of a NAS decoder: its MLP width, 0 where the MLP is a no-op."""
     router_scales: bool = False
     """Gemma 4's router: a per-dimension input scale (hidden_size) and a per-expert output scale beside its
     projection (vllm/model_executor/models/gemma4.py Gemma4Router)."""
@@ -196,6 +201,13 @@ class ModelArchitecture:
             if self.shared_expert_intermediate_size else 0)
         attention *= attention_layers
         mlp = dense_layers * self.mlp_matrices * h * self.intermediate_size
+        norms = self.num_layers * self.norms_per_layer * h + h
+        if self.layer_kv_heads:  # NAS: each layer its own KV heads and MLP width, a norm before each it has
+            q_width = self.num_attention_heads * self.head_dim
+            attention = sum(2 * h * q_width + 2 * h * kv * self.head_dim for kv in self.layer_kv_heads if kv)
+            mlp = sum(self.mlp_matrices * h * width for width in self.layer_mlp_widths)
+            norms = h * (1 + sum(bool(kv) + bool(width)
+                                 for kv, width in zip(self.layer_kv_heads, self.layer_mlp_widths, strict=True)))
         if self.global_attention != (0, 0):  # Gemma 4 (vllm/model_executor/models/gemma4.py)
             attention, mlp = self._gemma4_attention_and_mlp()
         # Gemma 4's per-layer inputs: an embedding of layers x width per token, its projection from the hidden state
@@ -216,7 +228,7 @@ class ModelArchitecture:
             "router": moe_layers * (h * self.num_experts + (h + self.num_experts) * self.router_scales),
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
-            "norms": self.num_layers * self.norms_per_layer * h + h,
+            "norms": norms,
         }
 
     def _gemma4_attention_and_mlp(self) -> tuple[int, int]:

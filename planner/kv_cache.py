@@ -208,6 +208,9 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             else:
                 raise ValueError(f"no KV-cache spec for layer kind {kind!r}")
         specs.append(made[kind])
+    if arch.layer_kv_heads:  # NAS: each attention layer with its own KV heads (one group, UniformTypeKVCacheSpecs)
+        specs = [FullAttention(2 * max(kv / tp, 1) * arch.head_dim * kv_dtype_bytes) if kv else NoCache()
+                 for kv in arch.layer_kv_heads]
     first_shared = len(specs) - arch.kv_shared_layers  # Gemma 4: these read an earlier layer's cache
     return tuple(spec if i < first_shared else NoCache() for i, spec in enumerate(specs))
 

@@ -70,6 +70,10 @@ FALCON_H1_TYPES = frozenset({"falcon_h1"})
 """Parallel hybrids: attention and a Mamba-2 mixer side by side in every layer, their outputs summed
 (vllm/model_executor/models/falcon_h1.py FalconH1ParallelHybrid; the mixer's state from the model class's
 get_mamba_state_shape_from_config, intermediate mamba_d_ssm or mamba_expand x hidden_size)."""
+NAS_TYPES = frozenset({"nemotron-nas"})
+"""Heterogeneous NAS decoders (Llama-Nemotron Super and Ultra, DeciLM): block_configs gives each layer its attention
+(a no-op, or num_attention_heads // n_heads_in_group KV heads) and its MLP (a no-op, or ffn_mult), as vLLM's
+vllm/model_executor/models/nemotron_nas.py DeciLMDecoderLayer builds them (nas_blocks)."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -124,6 +128,45 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def nas_blocks(cfg: Mapping[str, Any], layers: int, heads: int, hidden: int,
+               source: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(KV heads of each layer, 0 where its attention is a no-op; MLP width of each layer, 0 where its MLP is a no-op)
+    of a NAS_TYPES config, as vllm/model_executor/models/nemotron_nas.py builds them: KV heads num_attention_heads //
+    n_heads_in_group, the MLP int(2 x ffn_mult x hidden_size / 3) rounded up to a multiple of 256
+    (_ffn_mult_to_intermediate_size), or the block's own intermediate_size. A block vLLM cannot build (no
+    n_heads_in_group, no width) is refused here as vLLM would fail on it."""
+    blocks = cfg.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) < layers:
+        raise ConfigError(source, len(blocks) if isinstance(blocks, list) else blocks,
+                          f"block_configs needs one entry per layer ({layers}) in a nemotron-nas config")
+    kv_heads, widths = [], []
+    for i, block in enumerate(blocks[:layers]):
+        attention = block.get("attention") if isinstance(block, Mapping) else None
+        ffn = block.get("ffn") if isinstance(block, Mapping) else None
+        if not isinstance(attention, Mapping) or not isinstance(ffn, Mapping):
+            raise ConfigError(source, block, f"block_configs[{i}] needs an attention and an ffn object")
+        group = attention.get("n_heads_in_group")
+        if attention.get("no_op") is True:
+            kv_heads.append(0)
+        elif positive_int(group) and heads % group == 0:
+            kv_heads.append(heads // group)
+        else:
+            raise ConfigError(source, group, f"block_configs[{i}].attention.n_heads_in_group must divide "
+                                             f"num_attention_heads ({heads}): vLLM builds the layer's KV heads as "
+                                             "their quotient")
+        mult, own = ffn.get("ffn_mult"), ffn.get("intermediate_size")
+        if ffn.get("no_op") is True:
+            widths.append(0)
+        elif isinstance(mult, (int, float)) and not isinstance(mult, bool) and mult > 0:
+            widths.append(-(-int(2 * mult * hidden / 3) // 256) * 256)
+        elif positive_int(own):
+            widths.append(own)
+        else:
+            raise ConfigError(source, mult, f"block_configs[{i}].ffn needs ffn_mult (a positive number) or "
+                                            "intermediate_size unless it is a no_op")
+    return tuple(kv_heads), tuple(widths)
+
+
 def mamba2_blocks(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str, ...] | None:
     """Per layer of a MAMBA2_TYPES config: NemotronH's block ("mamba", "full", "none" for MLP / experts), or a
     GraniteMoeHybrid layer's mixer ("mamba" or "full"); None for another family."""
@@ -162,6 +205,11 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return mamba, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
+    if str(cfg.get("model_type")) in NAS_TYPES:  # a no-op attention block holds no cache (nas_blocks checks them)
+        blocks = cfg.get("block_configs")
+        blocks = blocks if isinstance(blocks, list) else []
+        return tuple("none" if isinstance(b, Mapping) and isinstance(b.get("attention"), Mapping)
+                     and b["attention"].get("no_op") is True else "full" for b in blocks[:layers]), 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
     if str(cfg.get("model_type")) in MAMBA1_TYPES:

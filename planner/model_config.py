@@ -16,9 +16,11 @@ from planner.errors import ConfigError
 from planner.layers import (
     FALCON_H1_TYPES,
     GEMMA4_TYPES,
+    NAS_TYPES,
     checkpoint_kv_cache_dtype,
     layer_kinds,
     moe_layer_indices,
+    nas_blocks,
     part_layers,
     positive_int,
     read_quantization,
@@ -277,6 +279,13 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     # NemotronH: a layer is one block, so its mixer blocks hold no MLP or experts
     nemotron_h = str(cfg.get("model_type")) == "nemotron_h"
     ffn_free = frozenset(i for i, kind in enumerate(kinds) if kind != "none") if nemotron_h else frozenset()
+    nas: dict[str, Any] = {}
+    if str(cfg.get("model_type")) in NAS_TYPES:  # each layer its own attention and MLP, either a no-op
+        layer_kv, widths = nas_blocks(cfg, layers, heads, hidden, source)
+        nas = {"layer_kv_heads": layer_kv, "layer_mlp_widths": widths}
+        kv_heads = next((kv for kv in layer_kv if kv), kv_heads)
+        inter = max(widths, default=0) or inter  # the widest MLP sets the activation peak
+        ffn_free = frozenset(i for i, width in enumerate(widths) if not width)
     slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES else 1  # kinds: that many per decoder layer
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
                                                     part_layers(kinds[::slots], set(moe), ffn_free))
@@ -342,7 +351,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
         unsized=unsized[1] if unsized else "",
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
-        **hybrid,
+        **hybrid, **nas,
     )
 
 

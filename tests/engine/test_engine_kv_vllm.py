@@ -538,3 +538,55 @@ def test_a_mutated_gemma4_rule_disagrees_with_vllm(mutation, monkeypatch):
                 if planner_tokens(arch, tp, pp, 29 * GIB, 32768, 8192) != expected:
                     differing.append((name, tp, pp))
     assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+# ------------------------------------------------------------------------------------------ NAS decoders
+
+NAS = ROOT / "bench" / "configs" / "nemotron-super-49b.json"
+
+
+def nas_vllm_tokens(raw: dict, tp: int, pp: int, available: int, max_len: int, batched: int) -> int:
+    """vLLM 0.32.0's count for a nemotron-nas config, its layers declared as vllm/model_executor/models/
+    nemotron_nas.py declares them: no cache where block_configs[i].attention.no_op, else the LlamaAttention of
+    num_attention_heads // n_heads_in_group KV heads (max(1, KV heads // TP) on each GPU, llama.py)."""
+    cfg = EngineConfig(max_len, tp, pp, batched)
+    heads, head_dim = raw["num_attention_heads"], raw["hidden_size"] // raw["num_attention_heads"]
+    specs = {}
+    for i, block in enumerate(raw["block_configs"]):
+        if not block["attention"]["no_op"]:
+            kv = heads // block["attention"]["n_heads_in_group"]
+            specs[i] = FullAttentionSpec(block_size=16, num_kv_heads=max(1, kv // tp), head_size=head_dim,
+                                         dtype=torch.bfloat16)
+    return vllm_count(cfg, specs, raw["num_hidden_layers"], pp, available)
+
+
+NAS_CASES = [(tp, pp, max_len) for tp in (1, 2, 4, 8) for pp in (1, 2, 3) for max_len in (8192, 65536)]
+
+
+@pytest.mark.parametrize(("tp", "pp", "max_len"), NAS_CASES, ids=[f"tp{t}-pp{p}-{m // 1024}k" for t, p, m in NAS_CASES])
+def test_nas_decoders_count_the_kv_tokens_vllm_0_32_counts(tp, pp, max_len):
+    raw = json.loads(NAS.read_text())
+    arch = parse_hf_config(raw, NAS.stem, "model.configFile")
+    assert not arch.unsized and len(set(arch.layer_kv_heads) - {0}) > 1, "layers of different KV heads and no-ops"
+    for available in (20 * GIB, 41 * GIB):  # 20: one 64k sequence needs 15 GiB at TP=1
+        ours = planner_tokens(arch, tp, pp, available, max_len, 8192)
+        theirs = nas_vllm_tokens(raw, tp, pp, available, max_len, 8192)
+        assert ours == theirs, f"tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+NAS_MUTATIONS = {
+    "every attention layer with the first one's KV heads": lambda arch: replace(
+        arch, layer_kv_heads=tuple(arch.num_kv_heads if kv else 0 for kv in arch.layer_kv_heads)),
+    "a no-op attention block holds a cache": lambda arch: replace(
+        arch, layer_kv_heads=tuple(kv or arch.num_kv_heads for kv in arch.layer_kv_heads)),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(NAS_MUTATIONS))
+def test_a_mutated_nas_rule_disagrees_with_vllm(mutation):
+    raw = json.loads(NAS.read_text())
+    arch = NAS_MUTATIONS[mutation](parse_hf_config(raw, NAS.stem, "model.configFile"))
+    differing = [(tp, pp) for tp, pp, _ in NAS_CASES[::2]
+                 if planner_tokens(arch, tp, pp, 30 * GIB, 8192, 8192) != nas_vllm_tokens(raw, tp, pp, 30 * GIB,
+                                                                                           8192, 8192)]
+    assert differing, f"the mutation '{mutation}' went unnoticed"

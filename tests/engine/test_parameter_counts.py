@@ -118,3 +118,55 @@ def test_gemma4_counts_what_vllm_allocates_of_what_transformers_builds(name):
     v_for_k = sum(kind == "full" for kind in arch.kinds[:own_cache]) * arch.hidden_size * kv_heads * head_dim
     assert arch.parameter_count() == sum(p.numel() for p in model.parameters()) + (
         v_for_k if raw.get("attention_k_eq_v") else 0)
+
+
+NAS_LAYERS = '''
+import json, socket, sys, tempfile, types
+from pathlib import Path
+import torch
+from transformers import LlamaConfig
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.model_executor.models.nemotron_nas import DeciLMDecoderLayer
+from tests.helpers import vllm_model_config
+
+raw = json.loads(Path(sys.argv[1]).read_text())
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+with set_current_vllm_config(VllmConfig()):
+    init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
+    initialize_model_parallel(1, 1)
+config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("block_configs", "model_type", "intermediate_size",
+                                                                   "num_key_value_heads")})
+config.block_configs = [types.SimpleNamespace(**{part: types.SimpleNamespace(**fields) for part, fields in b.items()})
+                        for b in raw["block_configs"]]
+# a plain Llama config.json gives the VllmConfig the attention backend needs (the dtype); the layers are config's
+model = vllm_model_config(json.loads(Path("models/Llama-3.2-1B-Instruct.json").read_text()), Path(tempfile.mkdtemp()))
+with torch.device("meta"), set_current_vllm_config(VllmConfig(model_config=model)):
+    print(json.dumps([sum(p.numel() for p in DeciLMDecoderLayer(config, i, prefix=f"model.layers.{i}").parameters())
+                      for i in range(raw["num_hidden_layers"])]))
+'''
+
+
+def test_a_nas_decoder_counts_what_vllm_builds_of_each_layer():
+    """Each layer of a nemotron-nas config as vLLM 0.32.0's own DeciLMDecoderLayer builds it on the meta device (in a
+    fresh process: the layer needs vLLM's tensor-parallel group, here one rank over gloo): attention of the block's KV
+    heads or none, an MLP of _ffn_mult_to_intermediate_size or none, a norm before each. transformers has no class for
+    the family (its config and model are remote code), so vLLM's is the reference."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    config = root / "bench" / "configs" / "nemotron-super-49b.json"
+    done = subprocess.run([sys.executable, "-c", NAS_LAYERS, str(config)], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    per_layer = json.loads(done.stdout.strip().splitlines()[-1])
+    raw = json.loads(config.read_text())
+    arch = parse_hf_config(raw, config.stem, "model.configFile")
+    h, vocab = raw["hidden_size"], raw["vocab_size"]
+    assert 0 in per_layer and len(set(per_layer)) > 3, "no-op layers and layers of several shapes"
+    assert arch.parameter_count() == sum(per_layer) + 2 * vocab * h + h  # + embeddings, lm_head, final norm

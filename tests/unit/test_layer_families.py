@@ -1,6 +1,7 @@
 """Families planned layer by layer since issue 42 round 3. Falcon-H1: attention and a Mamba-2 mixer side by side in
 every layer (vllm/model_executor/models/falcon_h1.py), read as two caches per layer, weighed with both mixers and
-split over pipeline stages by whole layers. Gemma 4's MoE variant: an expert block beside every layer's MLP. Their
+split over pipeline stages by whole layers. Gemma 4's MoE variant: an expert block beside every layer's MLP. NAS
+decoders (nemotron-nas): each layer's attention and MLP from block_configs, either one a no-op. Their
 KV tokens are held to vLLM 0.32.0's own KV-cache code in tests/engine/test_engine_kv_vllm.py and their parameters
 to the models transformers builds in tests/engine/test_parameter_counts.py."""
 
@@ -56,3 +57,31 @@ def test_a_gemma_4_moe_plans_its_experts_and_chooses_its_layout():
     plain = parse_hf_config({**json.loads((PROJECT_DIR / section["configFile"]).read_text()), "num_experts": None,
                              "top_k_experts": None}, "g", "x")
     assert plain.num_experts == 0 and plain.norms_per_layer == 4  # vLLM builds the block only where num_experts is set
+
+
+NAS_FILE = "bench/configs/nemotron-super-49b.json"
+NAS = json.loads((PROJECT_DIR / NAS_FILE).read_text())
+
+
+def test_a_nas_decoder_plans_each_layer_as_its_block_says():
+    arch = parse_hf_config(NAS, "nas", "model.configFile")
+    blocks = NAS["block_configs"]
+    assert arch.kinds == tuple("none" if b["attention"]["no_op"] else "full" for b in blocks)
+    assert arch.layer_kv_heads[0] == 8 and arch.layer_kv_heads[75] == 4 and arch.layer_mlp_widths[60] == 0
+    assert arch.layer_mlp_widths[72] == 10752  # int(2 x 1.95 x 8192 / 3) = 10,649, up to a multiple of 256
+    s = sizing(model={"id": "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "configFile": NAS_FILE},
+               accelerator={"type": "nvidia-h100-80gb", "machineType": "a3-highgpu-8g", "zones": ["us-central1-a"]},
+               vllm={"maxModelLen": 32768})
+    assert s.layout_source == "auto" and s.kv_cache_tokens_per_replica > 32768
+
+
+def test_a_nas_block_vllm_cannot_build_is_one_line_naming_it():
+    import pytest
+
+    from planner.errors import ConfigError
+
+    five = {"attention": {"no_op": False, "n_heads_in_group": 5}, "ffn": {"ffn_mult": 2.0}}
+    broken = {**NAS, "block_configs": [*NAS["block_configs"][:3], five, *NAS["block_configs"][4:]]}
+    with pytest.raises(ConfigError) as err:
+        parse_hf_config(broken, "nas", "model.configFile")
+    assert "block_configs[3].attention.n_heads_in_group" in str(err.value) and "\n" not in str(err.value)
