@@ -146,6 +146,11 @@ class ModelArchitecture:
         return self.layer_kinds or ("full",) * self.num_layers
 
     @property
+    def attention_kv_heads(self) -> tuple[int, ...]:
+        """The KV-head counts of the attention layers: each NAS layer's own, else num_kv_heads."""
+        return tuple(sorted({kv for kv in self.layer_kv_heads if kv})) or (self.num_kv_heads,)
+
+    @property
     def has_state_layers(self) -> bool:
         """A hybrid whose state layers (STATE_KINDS) keep a fixed state per request."""
         return any(kind in STATE_KINDS for kind in self.kinds)

@@ -102,12 +102,18 @@ def routed_tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers
     return routed
 
 
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE as set when the call is made: huggingface_hub reads it once, at its import, and would otherwise
+    retry the Hub for tens of seconds in a process that set it later."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
 def hub_tensors(repo: str, revision: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """({tensor name: {"dtype", "shape"}}, file names) of a Hub repository's safetensors files, from their headers:
     huggingface_hub's get_safetensors_metadata (HEAD of model.safetensors or its index, the index, then a range read
     of each shard's first bytes; HF_TOKEN for gated repositories). No weight is read. Raises what huggingface_hub
     raises (network, auth, not found, not a safetensors repository); HF_HUB_OFFLINE fails at once."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+    if hub_offline():
         raise OSError("HF_HUB_OFFLINE is set")
     from huggingface_hub import get_safetensors_metadata
 

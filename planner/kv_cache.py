@@ -174,6 +174,11 @@ def attention_spec(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float) -> F
         return MLAAttention((arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_dtype_bytes)
     kv_heads, head_dim = arch.global_attention if arch.global_attention != (0, 0) else (arch.num_kv_heads,
                                                                                          arch.head_dim)
+    return full_attention(kv_heads, head_dim, tp, kv_dtype_bytes)
+
+
+def full_attention(kv_heads: int, head_dim: int, tp: int, kv_dtype_bytes: float) -> FullAttention:
+    """K and V of `kv_heads` heads on one GPU of a TP group (a head replicated where TP exceeds them)."""
     return FullAttention(2 * max(kv_heads / tp, 1) * head_dim * kv_dtype_bytes)
 
 
@@ -185,8 +190,11 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
     made: dict[str, LayerSpec] = {"full": attention}
     if "indexed" in arch.kinds:
         made["indexed"] = IndexedMLA(attention.token_bytes + indexer_key_bytes(arch.indexer[1]))
-    specs = []
-    for kind in arch.kinds:
+    specs: list[LayerSpec] = []
+    for i, kind in enumerate(arch.kinds):
+        if kind == "full" and arch.layer_kv_heads:  # NAS: the layer's own KV heads (UniformTypeKVCacheSpecs)
+            specs.append(full_attention(arch.layer_kv_heads[i], arch.head_dim, tp, kv_dtype_bytes))
+            continue
         if kind not in made:
             if kind == "sliding":
                 made[kind] = SlidingWindow(local, window=arch.window)
@@ -208,9 +216,6 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             else:
                 raise ValueError(f"no KV-cache spec for layer kind {kind!r}")
         specs.append(made[kind])
-    if arch.layer_kv_heads:  # NAS: each attention layer with its own KV heads (one group, UniformTypeKVCacheSpecs)
-        specs = [FullAttention(2 * max(kv / tp, 1) * arch.head_dim * kv_dtype_bytes) if kv else NoCache()
-                 for kv in arch.layer_kv_heads]
     first_shared = len(specs) - arch.kv_shared_layers  # Gemma 4: these read an earlier layer's cache
     return tuple(spec if i < first_shared else NoCache() for i, spec in enumerate(specs))
 

@@ -205,11 +205,6 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return mamba, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
-    if str(cfg.get("model_type")) in NAS_TYPES:  # a no-op attention block holds no cache (nas_blocks checks them)
-        blocks = cfg.get("block_configs")
-        blocks = blocks if isinstance(blocks, list) else []
-        return tuple("none" if isinstance(b, Mapping) and isinstance(b.get("attention"), Mapping)
-                     and b["attention"].get("no_op") is True else "full" for b in blocks[:layers]), 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
     if str(cfg.get("model_type")) in MAMBA1_TYPES:

@@ -104,9 +104,8 @@ class Fit:
 def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
     """TP sizes vLLM accepts: dividing the attention heads, and the KV heads dividing or divisible (every attention
     layer's, where a NAS decoder gives each its own)."""
-    kv_counts = {kv for kv in arch.layer_kv_heads if kv} or {arch.num_kv_heads}
-    return [tp for tp in range(1, limit + 1)
-            if arch.num_attention_heads % tp == 0 and all(kv % tp == 0 or tp % kv == 0 for kv in kv_counts)]
+    return [tp for tp in range(1, limit + 1) if arch.num_attention_heads % tp == 0
+            and all(kv % tp == 0 or tp % kv == 0 for kv in arch.attention_kv_heads)]
 
 
 def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
@@ -244,9 +243,9 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
     if layout_tp not in valid_tensor_sizes(arch, layout_tp):
         valid = valid_tensor_sizes(arch, max(8, gpn))
         listed = ", ".join(str(v) for v in valid[:-1]) + f" or {valid[-1]}" if len(valid) > 1 else str(valid[0])
-        kv_text = "/".join(str(kv) for kv in sorted({kv for kv in arch.layer_kv_heads if kv})) or arch.num_kv_heads
         raise ConfigError("parallelism.tensor", layout_tp,
-                          f"{arch.name} has {arch.num_attention_heads} attention heads and {kv_text} "
+                          f"{arch.name} has {arch.num_attention_heads} attention heads and "
+                          f"{'/'.join(map(str, arch.attention_kv_heads))} "
                           f"KV heads, which {layout_tp} does not divide; use {listed}")
     if layout_pp > arch.num_layers:
         raise ConfigError("parallelism.pipeline", layout_pp,

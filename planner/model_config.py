@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.architecture import DTYPE_BYTES, ModelArchitecture
+from planner.checkpoint import hub_offline
 from planner.errors import ConfigError
 from planner.layers import (
     FALCON_H1_TYPES,
@@ -283,6 +284,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if str(cfg.get("model_type")) in NAS_TYPES:  # each layer its own attention and MLP, either a no-op
         layer_kv, widths = nas_blocks(cfg, layers, heads, hidden, source)
         nas = {"layer_kv_heads": layer_kv, "layer_mlp_widths": widths}
+        kinds = tuple("full" if kv else "none" for kv in layer_kv)  # a no-op attention block holds no cache
         kv_heads = next((kv for kv in layer_kv if kv), kv_heads)
         inter = max(widths, default=0) or inter  # the widest MLP sets the activation peak
         ffn_free = frozenset(i for i, width in enumerate(widths) if not width)
@@ -416,14 +418,12 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
 
 
 def _fetch_from_hub(model_id: str, revision: str) -> dict[str, Any]:
-    """config.json from the Hugging Face Hub (token from HF_TOKEN or the local login). HF_HUB_OFFLINE is read when
-    the call is made: huggingface_hub reads it once, at its import, and would otherwise retry the Hub for tens of
-    seconds in a process that set it later."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    """config.json from the Hugging Face Hub (token from HF_TOKEN or the local login); with HF_HUB_OFFLINE
+    (planner/checkpoint.py hub_offline) from the local cache only."""
     try:
         from huggingface_hub import hf_hub_download
 
-        path = hf_hub_download(model_id, "config.json", revision=revision, local_files_only=offline)
+        path = hf_hub_download(model_id, "config.json", revision=revision, local_files_only=hub_offline())
         return json.loads(Path(path).read_text())
     except Exception as exc:  # any network, auth or not-found error ends in the same advice
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -578,7 +578,8 @@ NAS_MUTATIONS = {
     "every attention layer with the first one's KV heads": lambda arch: replace(
         arch, layer_kv_heads=tuple(arch.num_kv_heads if kv else 0 for kv in arch.layer_kv_heads)),
     "a no-op attention block holds a cache": lambda arch: replace(
-        arch, layer_kv_heads=tuple(kv or arch.num_kv_heads for kv in arch.layer_kv_heads)),
+        arch, layer_kinds=("full",) * arch.num_layers,
+        layer_kv_heads=tuple(kv or arch.num_kv_heads for kv in arch.layer_kv_heads)),
 }
 
 
