@@ -18,6 +18,12 @@ DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "h
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
 
+DEFAULT_CONTEXT = 2048
+"""vLLM's max_model_len for a config with none of CONTEXT_KEYS (BLOOM's ALiBi, Falcon's RefinedWeb): it warns,
+assumes this length, and takes any --max-model-len it is given instead (vllm/config/model.py,
+_get_and_verify_max_len)."""
+
+
 @dataclass(frozen=True)
 class ModelArchitecture:
     """What the planner needs to know about a decoder-only transformer."""
@@ -32,6 +38,8 @@ class ModelArchitecture:
     intermediate_size: int
     vocab_size: int
     max_position_embeddings: int
+    """The longest sequence vLLM accepts (planner/model_config.py context_length); 0 when config.json names none,
+    where vLLM takes any vllm.maxModelLen and assumes DEFAULT_CONTEXT without one (`context`)."""
     tie_word_embeddings: bool = False
     num_experts: int = 0
     moe_intermediate_size: int = 0
@@ -144,6 +152,11 @@ class ModelArchitecture:
     @property
     def kinds(self) -> tuple[str, ...]:
         return self.layer_kinds or ("full",) * self.num_layers
+
+    @property
+    def context(self) -> int:
+        """The max_model_len vLLM takes without --max-model-len."""
+        return self.max_position_embeddings or DEFAULT_CONTEXT
 
     @property
     def attention_kv_heads(self) -> tuple[int, ...]:

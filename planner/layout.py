@@ -117,7 +117,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     engine = engine or default_engine(acc)
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
-    length = max_len or arch.max_position_embeddings
+    length = max_len or arch.context
     tokens = engine.kv_tokens(layer_specs(arch, layout.tp, kv_bytes), layout.pp, usable, length, arch.cache_slots)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
     return Fit(per_gpu, usable, per_token, tokens, layout.dp)

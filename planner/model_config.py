@@ -57,7 +57,8 @@ _get_and_verify_max_len): for the others, the length is multiplied by rope_scali
 
 
 def context_length(cfg: Mapping[str, Any], source: str) -> int:
-    """The longest sequence vLLM accepts for this config.json, derived the way vLLM derives it."""
+    """The longest sequence vLLM accepts for this config.json, derived the way vLLM derives it; 0 when the config
+    has none of CONTEXT_KEYS (vLLM then sets no limit of its own: DEFAULT_CONTEXT)."""
     found = {}
     for key in CONTEXT_KEYS:
         value = cfg.get(key)
@@ -67,8 +68,7 @@ def context_length(cfg: Mapping[str, Any], source: str) -> int:
             raise ConfigError(source, value, f"{key} must be a positive integer")
         found[key] = value
     if not found:
-        raise ConfigError(source, "max_position_embeddings",
-                          f"the model config has none of {', '.join(CONTEXT_KEYS)}, so its context length is unknown")
+        return 0  # vLLM then takes any max_model_len it is given, DEFAULT_CONTEXT without one
     length: float = found.get("model_max_length") or min(found.values())
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     if isinstance(rope, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
@@ -176,6 +176,37 @@ def _filled(cls: Any, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+ALIASED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings")
+
+
+def _aliased(cls: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The names a decoder's size needs (ALIASED) where the config class maps them to its own (attribute_map:
+    DBRX's n_layers and d_model, BLOOM's n_head), as vLLM reads them through the config object. Other aliases are
+    left as the config writes them (NemotronH's layer_types is its layers_block_type, read there)."""
+    for common, own in getattr(cls, "attribute_map", {}).items():
+        if common in ALIASED and cfg.get(common) is None and cfg.get(own) is not None:
+            cfg[common] = cfg[own]
+    return _nested_blocks(cfg)
+
+
+def _nested_blocks(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Families whose config names its KV heads or experts its own way, named here as the others name them.
+    DBRX keeps its KV heads in attn_config and its experts in ffn_config, where vllm/model_executor/models/dbrx.py
+    reads them (attn_config.kv_n_heads; ffn_config.moe_num_experts, moe_top_k and ffn_hidden_size, each expert a
+    gated MLP of that width). Falcon's KV heads are num_kv_heads with new_decoder_architecture, else 1 with
+    multi_query, else one per head (vllm/model_executor/models/falcon.py FalconAttention)."""
+    if cfg.get("model_type") == "falcon" and cfg.get("num_key_value_heads") is None:
+        kv = (cfg.get("num_kv_heads") if cfg.get("new_decoder_architecture") else
+              1 if cfg.get("multi_query") else cfg.get("num_attention_heads"))
+        return {**cfg, "num_key_value_heads": kv}
+    attn, ffn = cfg.get("attn_config"), cfg.get("ffn_config")
+    if cfg.get("model_type") != "dbrx" or not isinstance(attn, Mapping) or not isinstance(ffn, Mapping):
+        return cfg
+    return {**cfg, "num_key_value_heads": attn.get("kv_n_heads"), "num_local_experts": ffn.get("moe_num_experts"),
+            "num_experts_per_tok": ffn.get("moe_top_k"), "moe_intermediate_size": ffn.get("ffn_hidden_size"),
+            "intermediate_size": ffn.get("ffn_hidden_size")}
+
+
 def _architecture_type(architectures: Any, classes: Mapping[str, Any]) -> str | None:
     """The model_type of transformers' own class for the config's first architecture, if it has one."""
     if not isinstance(architectures, list) or not architectures or not isinstance(architectures[0], str):
@@ -196,7 +227,7 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     model_type = cfg.get("model_type")
     classes = _config_classes()
     if isinstance(model_type, str) and model_type in classes:
-        return _filled(classes[model_type], cfg) or dict(cfg)
+        return _aliased(classes[model_type], _filled(classes[model_type], cfg) or dict(cfg))
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
         return {**cfg, "text_config": _filled(classes[text["model_type"]], text) or dict(text)}
@@ -211,6 +242,36 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     return dict(cfg)
 
 
+def _per_modality_experts(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """ERNIE 4.5 VL's MoE layers hold text experts and as many vision experts (moe_num_experts and
+    moe_intermediate_size as [text, vision] lists; vllm/model_executor/models/ernie45_vl_moe.py asserts the counts
+    equal, shared experts of the text width): read as one set of experts as wide as both, which holds their weights."""
+    widths, counts = cfg.get("moe_intermediate_size"), cfg.get("moe_num_experts")
+    if not isinstance(widths, list) or not widths or not all(positive_int(w) for w in widths):
+        return cfg
+    out = {**cfg, "moe_intermediate_size": sum(widths)}
+    if isinstance(counts, list) and counts and all(positive_int(c) for c in counts):
+        out["moe_num_experts"] = counts[0]
+    if positive_int(cfg.get("moe_num_shared_experts")):  # shared experts are text-wide: in units of the summed width
+        out["moe_num_shared_experts"] = 0
+        out["shared_expert_intermediate_size"] = cfg["moe_num_shared_experts"] * widths[0]
+    return out
+
+
+def _text_config_named(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A wrapper whose decoder config sits under another name, with it as text_config: llm_config as vLLM renames it
+    (vllm/transformers_utils/config.py _CONFIG_ATTRS_MAPPING: BAGEL, InternVL-style checkpoints), and the thinker's
+    text_config of Qwen's Omni and ASR models (their get_text_config)."""
+    if isinstance(cfg.get("text_config"), Mapping):
+        return cfg
+    if isinstance(cfg.get("llm_config"), Mapping):
+        return {**cfg, "text_config": cfg["llm_config"]}
+    thinker = cfg.get("thinker_config")
+    if isinstance(thinker, Mapping) and isinstance(thinker.get("text_config"), Mapping):
+        return {**cfg, "text_config": thinker["text_config"]}
+    return cfg
+
+
 def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArchitecture:
     """Build a ModelArchitecture from a Hugging Face config.json mapping.
 
@@ -218,6 +279,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     """
     if not isinstance(cfg, Mapping):
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
+    cfg = _text_config_named(cfg)
     raw_text = cfg.get("text_config")
     architectures = cfg.get("architectures")
     unsized = unsized_reason(raw_text if isinstance(raw_text, Mapping) else cfg)  # before transformers rewrites them
@@ -228,6 +290,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
     unsized = unsized or unsized_reason(cfg)
+    cfg = _per_modality_experts(cfg)
     blocks = cfg.get("layers_block_type")  # NemotronHConfig 5.x keeps no num_hidden_layers: it is this list's length
     layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"),
                     default=len(blocks) if isinstance(blocks, list) and blocks else None)
@@ -236,7 +299,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     kv_heads = _count(cfg, source, ("num_key_value_heads",), default=heads)
     if heads % kv_heads:
         raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
-    head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads)
+    # Latent attention sizes its heads from qk_nope_head_dim / qk_rope_head_dim / v_head_dim, not head_dim, which
+    # some such configs write as 0 (GLM-5-Next); vLLM's MLA layers never read it
+    latent = bool(cfg.get("kv_lora_rank")) and cfg.get("head_dim") == 0
+    head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads) if not latent else hidden // heads
     if not head_dim:
         raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
                                           "head_dim is given")

@@ -1,0 +1,138 @@
+"""Every family vLLM 0.32.0 serves plans, or says in one line what the plan cannot verify.
+
+The families: each model_type whose config class builds a default config, of the architectures vLLM 0.32.0
+registers for generation (its registry's text-generation and multimodal models, matched to transformers' causal-LM
+and image-text-to-text classes) and of the config classes vLLM ships itself (vllm/transformers_utils/configs). Each
+default config is planned on an 8 x H200 node as a user's config.json would be:
+
+- most plan, with no warning that a layer structure is unsized;
+- UNSIZED families have a layer structure the planner does not size yet: without stated parallelism the plan stops
+  naming parallelism.tensor, and with it (and model.weightsGib) plans with a one-line warning;
+- the rest are listed with why the default config is no deployable decoder, or the planner's known gap.
+
+A family the installed transformers or vLLM adds lands in the first group and must plan, or be listed here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.errors import ConfigError
+from planner.model_config import parse_hf_config
+from tests.helpers import accel, sizing
+
+pytest.importorskip("torch")
+pytest.importorskip("vllm")
+
+UNSIZED = {
+    "bailing_moe_v3_vl": "linear attention that is neither Gated DeltaNet nor KDA",
+    "deepseek_v4": "DeepSeek V4's compressed sparse attention and hyper-connections",
+    "gemma3n": "Gemma 3n's KV sharing with per-layer embeddings and AltUp",
+    "gemma3n_text": "Gemma 3n's KV sharing with per-layer embeddings and AltUp",
+    "gemma4_unified": "Gemma 4 Unified's KV sharing",
+    "inkling_mm_model": "Inkling's 'hybrid' layers",
+    "inkling_text": "Inkling's 'hybrid' layers",
+    "longcat_flash": "two attention blocks per layer and zero-computation experts",
+    "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
+    "qwen4_exp_text": "Qwen4's query-sparse attention without latent attention",
+    "zamba2": "Zamba 2's shared attention blocks beside Mamba-2",
+}
+"""Families the planner does not size yet (planner/layers.py UNSIZED_KEYS and unknown layer_types)."""
+
+NOT_DEPLOYABLE = {
+    "eagle": "a speculative-decoding draft (EAGLE): vLLM serves it beside a target model only",
+    "k3_dspark": "a speculative-decoding draft (Kimi K3's DSpark)",
+    "medusa": "a speculative-decoding draft (Medusa heads)",
+    "mlp_speculator": "a speculative-decoding draft (MLP speculator)",
+    "speculators": "a speculative-decoding draft (the speculators format)",
+    "muse_glimmer_vision": "the vision tower's own config, not a model",
+    "modernvbert": "an embedding model (ModernVBERT) whose default config sets sliding layers without a window",
+    "deepseek_v41": "its default config has no decoder: checkpoints nest it in text_config",
+    "ovis": "its default config has no decoder: checkpoints carry it in llm_config",
+    "ultravox": "its default config names the decoder by text_model_id, a second checkpoint",
+}
+"""Default configs that are no deployable decoder: each is refused in one line naming the key."""
+
+KNOWN_GAPS = {
+    "mamba": "a Mamba-1 model without attention: the planner needs attention heads",
+    "mamba2": "a Mamba-2 model without attention: the planner needs attention heads",
+    "falcon_mamba": "a Mamba-1 model without attention: the planner needs attention heads",
+    "inkling_model": "n_routed_experts 0 with num_experts_per_tok 1, read as an MoE model without experts",
+}
+"""vLLM serves these and the planner refuses them: the gaps, each in one line naming the key (issue 42)."""
+
+
+def families() -> dict[str, tuple[type, str | None]]:
+    """model_type -> (config class, architecture) for every family named in the module docstring."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS, _TEXT_GENERATION_MODELS
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    registered = set(_TEXT_GENERATION_MODELS) | set(_MULTIMODAL_MODELS)
+    out: dict[str, tuple[type, str | None]] = {}
+    for names in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES):
+        for model_type, architecture in names.items():
+            if architecture in registered and model_type in CONFIG_MAPPING:
+                out.setdefault(model_type, (CONFIG_MAPPING[model_type], architecture))
+    for model_type in list(_CONFIG_REGISTRY.keys()):
+        out.setdefault(model_type, (_CONFIG_REGISTRY[model_type], None))
+    return out
+
+
+FAMILIES = families()
+
+
+def default_config(model_type: str) -> dict | None:
+    """The family's default config as config.json would hold it; None where its class builds none by default."""
+    cls, architecture = FAMILIES[model_type]
+    try:
+        config = cls().to_dict()
+    except Exception:  # a draft config that needs its target model, a class with required arguments
+        return None
+    config["model_type"] = model_type
+    if architecture and not config.get("architectures"):
+        config["architectures"] = [architecture]
+    return json.loads(json.dumps(config, default=str))
+
+
+def plan(config: dict, tmp_path, **sections):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    context = parse_hf_config(config, "m", "model.configFile").context
+    model = {"id": f"org/{config['model_type']}", "configFile": str(path), **sections.pop("model", {})}
+    return sizing(model=model, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
+                  vllm={"maxModelLen": min(4096, context)}, **sections)
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_every_family_vllm_serves_plans_or_names_what_it_cannot(model_type, tmp_path):
+    config = default_config(model_type)
+    if config is None:
+        assert model_type in NOT_DEPLOYABLE, f"{model_type}: its config class builds no default config"
+        return
+    if model_type in NOT_DEPLOYABLE or model_type in KNOWN_GAPS:
+        with pytest.raises(ConfigError) as refused:
+            plan(config, tmp_path)
+        assert "\n" not in str(refused.value), "one line"
+        return
+    if model_type in UNSIZED:
+        with pytest.raises(ConfigError, match=r"parallelism\.tensor"):
+            plan(config, tmp_path)
+        s = plan(config, tmp_path, parallelism={"tensor": 8}, model={"weightsGib": 200})
+        assert any("does not size yet" in w for w in s.warnings), s.warnings
+        return
+    s = plan(config, tmp_path)
+    assert s.kv_cache_tokens_per_replica >= s.max_model_len
+    assert not any("does not size yet" in w for w in s.warnings), s.warnings
+
+
+def test_the_lists_name_only_families_vllm_serves():
+    listed = set(UNSIZED) | set(NOT_DEPLOYABLE) | set(KNOWN_GAPS)
+    assert listed <= set(FAMILIES), sorted(listed - set(FAMILIES))
+    assert len(FAMILIES) > 150, "the registries were read"
