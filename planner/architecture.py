@@ -107,6 +107,13 @@ class ModelArchitecture:
     does not load without speculative decoding (planner/checkpoint.py)."""
     indexer: tuple[int, int] = (0, 0)
     """A sparse-attention indexer's heads and head dim (index_n_heads, index_head_dim) in each "indexed" layer."""
+    indexer_pool: int = 1
+    """Tokens one indexer key stands for (GLM-5-Next's index_kpool: keys pooled 16 to 1, their pooling weights in the
+    layer; vllm/models/glm5next/common/attention.py Glm5NextIndexerCache tokens_per_state); 1 for DeepSeek-V3.2's."""
+    hyper_connections: int = 0
+    """Residual streams of manifold hyper-connections (hc_mult, GLM-5-Next): each layer mixes them before attention
+    and before its MLP, (2 + n) x n weights per stream x hidden, float32 (vllm/models/glm5next/common/model.py
+    Glm5NextDecoderLayer hc_attn_* / hc_ffn_*); 0 for a plain residual."""
     kda: tuple[int, int, int] = (0, 0, 0)
     """Kimi Delta Attention layers: heads, head dim, short-conv kernel (linear_attn_config num_heads, head_dim,
     short_conv_kernel_size)."""
@@ -201,6 +208,11 @@ class ModelArchitecture:
         dense_layers = self.num_layers - moe_layers - self.ffn_free_layers
         i_heads, i_dim = self.indexer  # vllm/models/deepseek_v32/attention.py DeepseekV32Indexer
         indexer = self.q_lora_rank * i_heads * i_dim + h * (i_dim + i_heads) + 2 * i_dim
+        if self.indexer_pool > 1:  # the pooling's position embedding and gate (index_kpool_compress_ape / _gate)
+            indexer += self.indexer_pool * i_dim + i_dim * h
+        streams = self.hyper_connections
+        mix = (2 + streams) * streams
+        hyper = 2 * (mix * streams * h + mix + 3) if streams else 0
         kda_heads, kda_dim, kda_kernel = self.kda  # vllm/models/kimi_k3/nvidia/model.py, KimiDeltaAttention
         width = kda_heads * kda_dim
         kda = (3 * h * width + 3 * width * kda_kernel + width + kda_heads + 2 * (h * kda_dim + kda_dim * width)
@@ -247,6 +259,7 @@ class ModelArchitecture:
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
             "norms": norms,
+            "hyper_connections": self.num_layers * hyper,
         }
 
     def _gemma4_attention_and_mlp(self) -> tuple[int, int]:

@@ -29,6 +29,11 @@ BLOCK_TOKENS = 16
 """vLLM's default block size on GPUs; FlashAttention's kernel blocks are multiples of it."""
 
 
+INDEXER_PAGE_STATES = 32
+"""DeepGEMM's smallest paged-MQA page, in cache entries, on Hopper and Blackwell data-center GPUs (vllm/utils/
+deep_gemm.py get_paged_mqa_page_sizes: 32 and 64; only 64 on SM120, which the catalog has none of)."""
+
+
 MLA_HYBRID_BLOCK_TOKENS = 128
 """vLLM 0.32.0 grows a latent-attention hybrid's block in steps of 128 tokens, which the TRTLLM / FlashInfer MLA
 decode kernels need (vllm/platforms/interface.py, _align_hybrid_block_size: kernel_block_alignment_size 128 with
@@ -93,6 +98,21 @@ class IndexedMLA(MLAAttention):
     this layer takes both pages: `token_bytes` is their sum."""
 
     kind = "indexed"
+    latent_bytes: float = 0.0
+    """The latent vector's bytes per token alone (the attention page vLLM pads a state to, _align_hybrid_block_size);
+    0: token_bytes (no state layer beside it)."""
+    tail_bytes: float = 0.0
+    """GLM-5-Next's pooled indexer (vllm/models/glm5next/common/attention.py): its key cache holds one key per
+    index_kpool tokens (Glm5NextIndexerCache, tokens_per_state), which token_bytes counts as that share, and the pool
+    being filled sits in a ring of its own, one block per request (Glm5NextTailCache, a CircularBufferSpec of
+    index_kpool slots x 2 x index_head_dim in bf16): its page. 0 for DeepSeek-V3.2's indexer."""
+    kernel_block: int = 0
+    """The indexer kernel's smallest block (Glm5NextIndexerBackend: index_kpool x 32, DeepGEMM's smallest paged-MQA
+    page on Hopper and Blackwell): vLLM grows a hybrid's block to a multiple of it."""
+
+    @property
+    def attention_token_bytes(self) -> float:
+        return self.latent_bytes or self.token_bytes
 
 
 @dataclass(frozen=True)
@@ -189,7 +209,11 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
     local = 2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes  # sliding and chunked layers
     made: dict[str, LayerSpec] = {"full": attention}
     if "indexed" in arch.kinds:
-        made["indexed"] = IndexedMLA(attention.token_bytes + indexer_key_bytes(arch.indexer[1]))
+        pool, index_dim = arch.indexer_pool, arch.indexer[1]
+        made["indexed"] = IndexedMLA(attention.token_bytes + indexer_key_bytes(index_dim) / pool,
+                                     latent_bytes=attention.token_bytes if pool > 1 else 0.0,
+                                     tail_bytes=pool * 2 * index_dim * 2.0 if pool > 1 else 0.0,
+                                     kernel_block=pool * INDEXER_PAGE_STATES if pool > 1 else 0)
     specs: list[LayerSpec] = []
     for i, kind in enumerate(arch.kinds):
         if kind == "full" and arch.layer_kv_heads:  # NAS: the layer's own KV heads (UniformTypeKVCacheSpecs)
@@ -274,6 +298,11 @@ def _attention(specs: tuple[LayerSpec, ...]) -> LayerSpec | None:
     return next((spec for spec in specs if spec.kind in ATTENTION_KINDS), None)
 
 
+def _attention_token_bytes(spec: LayerSpec) -> float:
+    """Bytes per token of the attention page a state is padded to (a pooled indexer's keys not included)."""
+    return spec.attention_token_bytes if isinstance(spec, IndexedMLA) else spec.token_bytes
+
+
 def _full_only(specs: tuple[LayerSpec, ...]) -> bool:
     """Every layer that holds a cache admits as full attention (vLLM: one group of all of them,
     UniformTypeKVCacheSpecs, whose block takes each layer's page, whatever its size)."""
@@ -288,7 +317,9 @@ def block_tokens(specs: tuple[LayerSpec, ...], mla_align: int = BLOCK_TOKENS) ->
     if not states or attention is None:
         return BLOCK_TOKENS
     align = mla_align if isinstance(attention, MLAAttention) else BLOCK_TOKENS
-    return align * math.ceil(max(states) / (align * attention.token_bytes))
+    block = align * math.ceil(max(states) / (align * _attention_token_bytes(attention)))
+    kernel = max((s.kernel_block for s in specs if isinstance(s, IndexedMLA)), default=0)
+    return kernel * cdiv(block, kernel) if kernel else block  # a multiple of every kernel's smallest block
 
 
 def page_bytes(specs: tuple[LayerSpec, ...], block: int) -> float:
@@ -297,7 +328,7 @@ def page_bytes(specs: tuple[LayerSpec, ...], block: int) -> float:
     attention = _attention(specs)
     if attention is None:
         return max(s.state_bytes for s in specs if isinstance(s, LinearState))
-    return attention.page_bytes(block)
+    return block * _attention_token_bytes(attention)
 
 
 def group_size(counts: list[int]) -> int:
@@ -350,6 +381,8 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
         blocks = min(int(available // sum(spec.page_bytes(block) for spec in specs[start:stop]))
                      for start, stop in stage_bounds(len(specs), pp, slots))
         return int(blocks / cdiv(max_len, block) * max_len)
+    if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
+        return pool_packed(specs, pp, max_len, available, admission, slots, block, page)
     page, blocks_of = unified_pages(specs, by_kind, block, page)
     if len(by_kind) == 1:
         groups = list(by_kind.values())
@@ -364,6 +397,51 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     blocks = min(int(available // (page * layers)) for layers in widest if layers)
     per_request = sum(specs[g[0]].request_blocks(max_len, blocks_of[specs[g[0]].kind], admission) for g in groups)
     return int(blocks / per_request * max_len)
+
+
+def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: float, admission: Admission,
+                slots: int, block: int, state_page: float) -> int:
+    """vLLM 0.32.0's block-outermost packing (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), the
+    layout a pooled indexer's ring needs (KpoolTailBackend takes BLHNC only): the layers fall into buckets of one
+    spec type (the latent layers with their indexer keys, each state kind, the rings), a bucket is dealt into groups
+    of `repeats` layers (approximate_gcd of the buckets' sizes, no fewer than the latent layers), the widest group of
+    the mixed latent bucket sets the bytes of a block, and a state or ring bucket takes as many groups as that block
+    needs to hold its pages. Each block of the pool is as wide as the widest group on the stage with the most; a
+    request holds a block per group (the latent group's max_model_len, two or one per state group under prefix
+    caching, one ring)."""
+    buckets = []  # (layers, page, blocks a request holds, whether a state)
+    for layers in _by_kind(specs).values():
+        spec = specs[layers[0]]
+        state = isinstance(spec, LinearState)
+        buckets.append((layers, state_page if state else spec.page_bytes(block),
+                        spec.request_blocks(max_len, block, admission), state))
+    latent = next(layers for layers, *_ in buckets if isinstance(specs[layers[0]], IndexedMLA))
+    buckets.append((latent, specs[latent[0]].tail_bytes, 1, True))  # the rings, one block per request
+    repeats = approximate_gcd([len(layers) for layers, *_ in buckets], lower_bound=len(latent))
+    latent_page = specs[latent[0]].page_bytes(block)  # the latent page and the pooled keys'
+    anchor = max(cdiv(len(latent), cdiv(len(latent), repeats)) * latent_page,
+                 max(page for _, page, _, state in buckets if state))
+    groups = []
+    for layers, page, request, state in buckets:
+        n = cdiv(len(layers), repeats)
+        if state:
+            n = max(n, cdiv(len(layers), max(int(anchor // page), 1)))
+        groups.extend((layers[i::n], page, request) for i in range(n))
+    widest = [max(sum(1 for layer in members if start <= layer < stop) * page for members, page, _ in groups)
+              for start, stop in stage_bounds(len(specs), pp, slots)]
+    blocks = min(int(available // width) for width in widest if width)
+    return int(blocks / sum(request for *_, request in groups) * max_len)
+
+
+def approximate_gcd(values: list[int], lower_bound: int = 1) -> int:
+    """The group size in [lower_bound, max(values)] that pads the values up to its multiples least, the larger on a
+    tie (vllm/v1/core/kv_cache_utils.py, _approximate_gcd)."""
+    best, best_pad = lower_bound, None
+    for d in range(max(lower_bound, 1), max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = d, pad
+    return best
 
 
 def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], block: int,

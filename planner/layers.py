@@ -14,7 +14,7 @@ from typing import Any
 from planner.architecture import ATTENTION_KINDS
 from planner.errors import ConfigError
 
-PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type")
+PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type", "mlp_layer_types")
 """Lists with one entry per decoder layer: cut with the layers."""
 LAYER_INDEX_LISTS = ("mlp_only_layers", "moe_layers")
 """Lists of layer indices: entries past the cut are dropped."""
@@ -74,6 +74,10 @@ NAS_TYPES = frozenset({"nemotron-nas"})
 """Heterogeneous NAS decoders (Llama-Nemotron Super and Ultra, DeciLM): block_configs gives each layer its attention
 (a no-op, or num_attention_heads // n_heads_in_group KV heads) and its MLP (a no-op, or ffn_mult), as vLLM's
 vllm/model_executor/models/nemotron_nas.py DeciLMDecoderLayer builds them (nas_blocks)."""
+GLM5_NEXT_TYPES = frozenset({"glm5_next_text"})
+"""GLM-5-Next (GLM-5.3): Kimi Delta Attention layers and sparse latent-attention layers (layer_types linear_attention
+/ indexed_attention, transformers' Glm5NextTextConfig turning the checkpoint's full_attention into the latter), the
+indexer's keys pooled index_kpool to one, hyper-connections of hc_mult streams (vllm/models/glm5next/common)."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -118,7 +122,7 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
                 gemma4 and key == "num_kv_shared_layers"):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
-    if isinstance(types, list):
+    if isinstance(types, list) and str(cfg.get("model_type")) not in GLM5_NEXT_TYPES:  # any name: layer_kinds
         known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else dict(KIND_NAMES)
         if cfg.get("index_topk") is None or not cfg.get("kv_lora_rank"):
             known.pop("indexed_attention")  # an indexer the planner sizes sits beside latent attention
@@ -205,6 +209,14 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return mamba, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
+    if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
+        # vllm/models/glm5next/common/model.py _is_kda_layer: layer_types[i] == "linear_attention" is KDA, every other
+        # layer latent attention with an indexer when index_topk is set (Glm5NextMLAAttention: is_v32)
+        # (the checkpoints' deepseek_sparse_attention, transformers' indexed_attention)
+        latent = "indexed" if cfg.get("index_topk") is not None else "full"
+        types = cfg.get("layer_types") or []
+        names = {t: "kda" if t == "linear_attention" else latent for t in types if isinstance(t, str)}
+        return named_kinds(types, names, layers, "layer_types", source), 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
     if str(cfg.get("model_type")) in MAMBA1_TYPES:

@@ -17,6 +17,7 @@ from planner.errors import ConfigError
 from planner.layers import (
     FALCON_H1_TYPES,
     GEMMA4_TYPES,
+    GLM5_NEXT_TYPES,
     NAS_TYPES,
     checkpoint_kv_cache_dtype,
     layer_kinds,
@@ -380,6 +381,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
+    if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
+        hybrid["indexer_pool"] = _count(cfg, source, ("index_kpool",), default=1)
+        if cfg.get("mhc", True) is not False:
+            hybrid["hyper_connections"] = _count(cfg, source, ("hc_mult",), minimum=0, default=0)
     if nemotron_h:
         experts, top_k = (experts, top_k) if moe else (0, 0)  # its class defaults to 8 experts that no "E" block uses
         hybrid.update(ffn_free_layers=len(ffn_free), norms_per_layer=1, expert_matrices=2,

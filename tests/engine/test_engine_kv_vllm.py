@@ -470,6 +470,142 @@ def test_a_mutated_kda_rule_disagrees_with_vllm(mutation, monkeypatch):
     assert differing, f"the mutation '{mutation}' went unnoticed"
 
 
+# ------------------------------------------------------------------------------------------ GLM-5-Next
+
+GLM5_NEXT = json.loads((ROOT / "bench" / "configs" / "glm-5.3-flash.json").read_text())
+
+
+def glm5_next_modules():
+    """vLLM 0.32.0's GLM-5-Next attention module, loaded without its package __init__, which imports the multimodal
+    processor and with it torchvision (not in the test venv; the KV-cache classes need neither)."""
+    import sys
+
+    import vllm.models
+
+    name = "vllm.models.glm5next"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [f"{vllm.models.__path__[0]}/glm5next"]
+        sys.modules[name] = package
+    from vllm.models.glm5next.common import attention
+
+    return attention
+
+
+def glm5_next_specs(text, tp: int, mamba_mode: str) -> tuple[dict[int, object], int]:
+    """GLM-5-Next's layers as vLLM 0.32.0 declares them on one GPU: a KDA state (the MambaStateShapeCalculator calls
+    Glm5NextForCausalLM.get_mamba_state_shape_from_config / _dtype_from_config make), and in each other layer the
+    latent vector, the pooled indexer keys (Glm5NextIndexerCache.get_kv_cache_spec) and the ring of the pool being
+    filled (Glm5NextTailCache.get_kv_cache_spec); the block grown as _align_hybrid_block_size grows it, to a multiple
+    of 128 (latent attention) and of every attention backend's smallest kernel block (FlashMLA sparse, the pooled
+    indexer's, the ring's), the state padded to the latent page."""
+    from math import lcm
+
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator
+    from vllm.v1.attention.backend import MultipleOf
+    from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend
+    from vllm.v1.attention.backends.mla.indexer import Glm5NextIndexerBackend, KpoolTailBackend
+
+    attention = glm5_next_modules()
+    ns = types.SimpleNamespace
+    shapes = MambaStateShapeCalculator.kda_state_shape(tp, text.linear_num_heads, text.linear_head_dim,
+                                                       conv_kernel_size=text.linear_conv_kernel_dim, num_spec=0)
+    dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto", "auto")
+    state = MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode=mamba_mode)
+    latent = dict(num_kv_heads=1, head_size=text.kv_lora_rank + text.qk_rope_head_dim, dtype=torch.bfloat16,
+                  cache_dtype_str="auto")
+    token = MLAAttentionSpec(block_size=1, **latent).page_size_bytes
+    smallest = [min(s.base if isinstance(s, MultipleOf) else s for s in sizes) for sizes in (
+        FlashMLASparseBackend.get_supported_kernel_block_sizes(),
+        Glm5NextIndexerBackend.get_supported_kernel_block_sizes(ns(tokens_per_state=text.index_kpool)),
+        KpoolTailBackend.get_supported_kernel_block_sizes())]
+    align = max(smallest[0], 128)
+    block = align * -(-state.page_size_bytes // (align * token))
+    block = lcm(*smallest) * -(-block // lcm(*smallest))
+    main = MLAAttentionSpec(block_size=block, **latent)
+
+    def bare(cls, **fields):  # the cache layer's own get_kv_cache_spec, without building its kernels
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        for key, value in fields.items():
+            setattr(layer, key, value)
+        return layer
+
+    cache = ns(block_size=block)
+    index_dim = text.index_head_dim
+    indexer = bare(attention.Glm5NextIndexerCache, cache_config=cache, dtype=torch.uint8,
+                   head_dim=index_dim + index_dim // 128 * 4, _index_kpool=text.index_kpool).get_kv_cache_spec(None)
+    ring = bare(attention.Glm5NextTailCache, cache_config=cache, head_dim=index_dim,
+                _index_kpool=text.index_kpool).get_kv_cache_spec(ns(num_speculative_tokens=0))
+    state = replace(state, block_size=block, page_size_padded=main.page_size_bytes)
+    return {i: state if kind == "linear_attention" else (main, indexer, ring)
+            for i, kind in enumerate(text.layer_types[:text.num_hidden_layers])}, block
+
+
+def glm5_next(layers: int = 45):
+    """(planner architecture, vLLM's hf_text_config) of bench/configs/glm-5.3-flash.json cut to `layers`."""
+    from transformers import CONFIG_MAPPING
+
+    from planner.layers import cut_layers
+
+    raw = cut_layers(GLM5_NEXT, layers)
+    config = CONFIG_MAPPING[raw["model_type"]](**{k: v for k, v in raw.items() if k != "model_type"})
+    return parse_hf_config(raw, "glm-5.3-flash", "model.configFile"), config.text_config
+
+
+def glm5_next_vllm_tokens(text, layers: int, tp: int, pp: int, available: int, max_len: int) -> int:
+    """vLLM 0.32.0's count in the KV-cache layout KpoolTailBackend takes, the only one it supports (block-outermost
+    BLHNC: vllm/v1/attention/backends/utils.py resolve_kv_cache_layout keeps what every backend supports)."""
+    from vllm.v1.attention.backends.mla.indexer import KpoolTailBackend
+
+    cfg = EngineConfig(max_len, tp, pp, 8192)
+    (layout,) = KpoolTailBackend.supported_kv_cache_layouts()
+    cfg.cache_config.get_resolved_kv_cache_layout = lambda: layout
+    specs, _ = glm5_next_specs(text, tp, cfg.cache_config.mamba_cache_mode)
+    return vllm_count(cfg, specs, layers, pp, available)
+
+
+GLM5_NEXT_CASES = [(layers, tp, pp) for layers in (45, 12) for tp in (1, 2, 4, 8) for pp in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(("layers", "tp", "pp"), GLM5_NEXT_CASES)
+def test_glm5_next_counts_the_kv_tokens_vllm_0_32_counts(layers, tp, pp):
+    arch, text = glm5_next(layers)
+    assert {"kda", "indexed"} == set(arch.kinds) and arch.indexer_pool == 16 and not arch.unsized
+    for max_len in (8192, 131072):
+        ours = planner_tokens(arch, tp, pp, 37 * GIB, max_len, 8192)
+        theirs = glm5_next_vllm_tokens(text, layers, tp, pp, 37 * GIB, max_len)
+        assert ours == theirs, f"{layers} layers tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def _ring_left_out(arch, *rest):
+    return tuple(replace(spec, tail_bytes=0.0) if isinstance(spec, kv_cache.IndexedMLA) else spec
+                 for spec in _layer_specs(arch, *rest))
+
+
+GLM5_NEXT_MUTATIONS = {
+    "one indexer key per token, not one per index_kpool tokens": lambda mp: mp.setattr(
+        kv_cache, "indexer_key_bytes", lambda dim: (dim + dim // 128 * 4) * 16),
+    "the block not grown to the pooled indexer kernel's smallest block": lambda mp: mp.setattr(
+        kv_cache, "INDEXER_PAGE_STATES", 1),
+    "no ring of the pool being filled (and so no block-outermost packing)": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", _ring_left_out),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(GLM5_NEXT_MUTATIONS))
+def test_a_mutated_glm5_next_rule_disagrees_with_vllm(mutation, monkeypatch):
+    arch, text = glm5_next()
+    differing = []
+    for tp, pp in ((1, 1), (4, 2), (8, 3)):
+        expected = glm5_next_vllm_tokens(text, 45, tp, pp, 37 * GIB, 32768)
+        with monkeypatch.context() as mp:
+            GLM5_NEXT_MUTATIONS[mutation](mp)
+            if planner_tokens(arch, tp, pp, 37 * GIB, 32768, 8192) != expected:
+                differing.append((tp, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
 # ------------------------------------------------------------------------------------------ Gemma 4
 
 def gemma4(name: str):

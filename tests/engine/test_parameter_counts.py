@@ -6,6 +6,8 @@ no weights): the planner's sum of parts (attention, MLP or experts and shared ex
 must equal the built model's parameters. Weights the planner leaves out are KV tokens it promises that vLLM does not
 have; weights it adds are tokens it withholds."""
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -54,6 +56,40 @@ def test_a_gate_the_family_has_is_counted_and_one_it_lacks_is_not():
     assert wide.parameter_count() - narrow.parameter_count() == layers * h * i
 
 
+GLM5_NEXT = {"shaped like GLM-5.3-Flash": {},
+             "8 layers, pools of 8, 2 streams": {"num_hidden_layers": 8, "index_kpool": 8, "hc_mult": 2}}
+
+
+def glm5_next_built(text: dict) -> tuple[dict, int]:
+    """bench/configs/glm-5.3-flash.json with `text` fields changed, and the parameters of the language model
+    transformers builds from it (Glm5NextForConditionalGeneration; transformers has no causal-LM class for it)."""
+    import json
+    from pathlib import Path
+
+    from planner.layers import cut_layers
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" / "glm-5.3-flash.json").read_text())
+    raw = cut_layers(raw, text.get("num_hidden_layers", raw["text_config"]["num_hidden_layers"]))
+    raw["text_config"] = {**raw["text_config"], **text}
+    config = transformers.CONFIG_MAPPING[raw["model_type"]](**{k: v for k, v in raw.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    return raw, sum(p.numel() for n, p in model.named_parameters()
+                    if "language_model" in n or n.startswith("lm_head"))
+
+
+@pytest.mark.parametrize("name", sorted(GLM5_NEXT))
+def test_glm5_next_weights_are_the_language_model_transformers_builds(name):
+    """KDA and latent-attention layers, the pooled indexer's pooling weights, the hyper-connections' mixing weights,
+    288 experts; a mutation that drops the hyper-connections is off."""
+    raw, built = glm5_next_built(GLM5_NEXT[name])
+    arch = parse_hf_config(raw, "glm-5.3-flash", "model.configFile")
+    planned = arch.parameter_count() - arch.vision_parameters
+    assert planned == built, f"{planned / 1e9:.3f}B planned, {built / 1e9:.3f}B built"
+    plain = replace(arch, hyper_connections=0)
+    assert plain.parameter_count() - plain.vision_parameters != built
+
+
 VISION = {
     # model_type: how far (relative) the planner's tower + projector may be from the built one. Exact where the
     # family's tower is written out (planner/layers.py vision_parameters: Qwen2-VL's embed_dim, Qwen3-VL's deepstack
@@ -61,7 +97,7 @@ VISION = {
     # the generic CLIP/SigLIP/InternViT/Llama 4 reading is under by the share named, 7-40M parameters (0.08 GiB).
     "qwen2_vl": 0.005, "qwen2_5_vl": 0.005, "qwen3_vl": 0.005, "qwen3_vl_moe": 0.005, "mistral3": 0.005,
     "paligemma": 0.005, "glm4v": 0.005, "mllama": 0.005, "qwen3_5": 0.005, "qwen3_5_moe": 0.005,
-    "gemma3": 0.08, "llava": 0.06, "llava_onevision": 0.05, "internvl": 0.10, "llama4": 0.09,
+    "gemma3": 0.08, "glm5_next": 0.08, "llava": 0.06, "llava_onevision": 0.05, "internvl": 0.10, "llama4": 0.09,
 }
 
 

@@ -10,7 +10,7 @@ from transformers import CONFIG_MAPPING
 from planner.architecture import DEFAULT_CONTEXT
 from planner.errors import ConfigError
 from planner.model_config import parse_hf_config
-from tests.helpers import sizing
+from tests.helpers import accel, sizing
 
 
 def read(config: dict, name: str = "m"):
@@ -95,4 +95,29 @@ def test_latent_attention_ignores_a_head_dim_of_zero():
     assert glm.kv_lora_rank == 512 and glm.num_layers == 45
     with pytest.raises(ConfigError, match="head_dim in the model config must be an integer >= 1"):
         read(default("llama", "LlamaForCausalLM", head_dim=0))
+
+
+def test_glm5_next_plans_on_its_node(tmp_path):
+    """Its KDA and sparse latent layers are sized (planner/kv_cache.py pool_packed), so no unsized warning."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(default("glm5_next", "Glm5NextForConditionalGeneration")))
+    s = sizing(model={"id": "zai-org/GLM-5.3-Flash", "configFile": str(path)},
+               accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"), vllm={"maxModelLen": 32768})
+    assert s.kv_cache_tokens_per_replica >= 32768 and not any("does not size" in w for w in s.warnings)
+
+
+def test_glm5_next_layers_are_read_as_vllm_builds_them():
+    """vllm/models/glm5next/common/model.py _is_kda_layer: "linear_attention" is KDA, any other entry latent
+    attention, with an indexer where index_topk is set; the checkpoints write deepseek_sparse_attention."""
+    raw = default("glm5_next", "Glm5NextForConditionalGeneration")
+    text = raw["text_config"]
+    text["layer_types"] = ["deepseek_sparse_attention" if t == "indexed_attention" else t for t in text["layer_types"]]
+    a = read(raw, "glm")
+    assert a.kinds.count("kda") == 34 and a.kinds.count("indexed") == 11 and a.kinds[3] == "indexed"
+    assert (a.kda, a.indexer, a.indexer_pool, a.hyper_connections) == ((64, 128, 4), (32, 128), 16, 4)
+    assert not a.unsized
+    dense = read({**raw, "text_config": {**text, "index_topk": None}}, "glm")
+    assert dense.kinds.count("full") == 11, "without an indexer the latent layers are plain latent attention"
+    no_hc = read({**raw, "text_config": {**text, "mhc": False}}, "glm")
+    assert no_hc.hyper_connections == 0
 
