@@ -32,7 +32,7 @@ def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
     if isinstance(out.get("text_config"), Mapping):
         out["text_config"] = cut_layers(out["text_config"], layers)
         return out
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+    for key in ("num_hidden_layers", "n_layer", "num_layers", "n_layers"):  # n_layers: DBRX
         if isinstance(out.get(key), int):
             out[key] = min(out[key], layers)
     for key in PER_LAYER_LISTS:
