@@ -23,13 +23,19 @@ from tests.helpers import (  # noqa: E402
 )
 
 FAMILIES = (*DECODER_FAMILIES, "llama4_text", "gptj", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h",
-            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "kimi_linear", "falcon_h1")
+            "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "kimi_linear", "falcon_h1", "bloom", "falcon")
 # vLLM's Llama 4 and Qwen3.5 import torchvision (which the test venv leaves out), and vLLM 0.32.0's ModelConfig finds no
 # KV-head count in GPT-J's config (n_head), so only this test has them.
 """Each was read exactly after the fixes this test found: ERNIE 4.5's MoE keys (planned 85% light), Llama 4's shared
 expert and dense width (5.6% light), the families whose MLP has no gate (27-37% heavy; GPT-J 31% and
 Nemotron-Mini-4B 22%, found by building every causal-LM family transformers and vLLM share) and Qwen3.5's attention
 output gate (1.5% light)."""
+
+
+SMALL_VOCABULARY_TOLERANCE = {"bloom": 0.07}
+"""How far the count may be under a family's 1,024-token build, and why: BLOOM's biases (every linear layer and norm
+has one; the count leaves biases out) are 6% of its 64-wide default and 0.02% of bloom-7b1
+(test_published_configs_count_what_transformers_builds); a gated MLP counted on it is 20% over."""
 
 
 def built_parameters(model_type: str) -> tuple[dict, int]:
@@ -44,6 +50,36 @@ def test_the_planner_counts_the_parameters_transformers_builds(model_type):
     config, built = built_parameters(model_type)
     planned = parse_hf_config(config, model_type, "model.configFile").parameter_count()
     assert planned == pytest.approx(built, rel=5e-4), f"{planned / 1e9:.3f}B planned, {built / 1e9:.3f}B built"
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_layers_count_what_transformers_builds_where_the_vocabulary_does_not_hide_them(model_type):
+    """The same with a 1,024-token vocabulary: on a family's default config the embeddings can outweigh the layers
+    (BLOOM's default: 250,880 x 64), so a layer miscounted by a third hid within 5e-4 (its MLP counted as gated,
+    found by a GPU run: bench/configs/bloom-7b1.json, docs/benchmarks.md validation 14)."""
+    config = family_default_config(model_type)
+    config.vocab_size = 1024
+    if isinstance(config.pad_token_id, int) and config.pad_token_id >= 1024:
+        config.pad_token_id = 0
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    built = sum(p.numel() for p in model.parameters())
+    planned = parse_hf_config({**config.to_dict(), "architectures": [type(model).__name__]}, model_type,
+                              "model.configFile").parameter_count()
+    assert planned == pytest.approx(built, rel=SMALL_VOCABULARY_TOLERANCE.get(model_type, 5e-4)), \
+        f"{planned / 1e6:.2f}M planned, {built / 1e6:.2f}M built"
+
+
+@pytest.mark.parametrize("name", ["bloom-7b1", "falcon-7b"])
+def test_published_configs_count_what_transformers_builds(name):
+    import json
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{name}.json").read_text())
+    config = transformers.CONFIG_MAPPING[raw["model_type"]](**{k: v for k, v in raw.items() if k != "model_type"})
+    with torch.device("meta"):
+        built = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+    assert parse_hf_config(raw, name, "model.configFile").parameter_count() == pytest.approx(built, rel=5e-4)
 
 
 def test_a_gate_the_family_has_is_counted_and_one_it_lacks_is_not():
