@@ -141,8 +141,8 @@ NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", 
 """Families whose MLP is two matrices, up and down, without a gate (vLLM: starcoder2.py c_fc/c_proj, gpt_neox.py
 dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
 gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py and nemotron_h.py up_proj/down_proj with squared
-ReLU, nemotron_h's experts too, bloom.py dense_h_to_4h/dense_4h_to_h). Counted with three they were planned 21-57% heavier than transformers builds
-them."""
+ReLU, nemotron_h's experts too, bloom.py dense_h_to_4h/dense_4h_to_h). Counted with three they were planned 21-57%
+heavier than transformers builds them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
 GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 """Families whose full-attention layers are vLLM's Qwen3NextAttention, which projects an output gate beside each
