@@ -11,9 +11,10 @@ from dataclasses import dataclass
 ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
 key cache beside it, DeepSeek-V3.2 and GLM-5)."""
-STATE_KINDS = ("linear", "mamba", "mamba1", "kda")
-"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba"), Mamba-1 ("mamba1") and Kimi
-Delta Attention ("kda"). A layer of kind "none" holds neither (NemotronH's MLP and expert layers)."""
+STATE_KINDS = ("linear", "mamba", "mamba1", "kda", "conv")
+"""Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba"), Mamba-1 ("mamba1"), Kimi
+Delta Attention ("kda") and LFM2's short convolution ("conv"). A layer of kind "none" holds neither (NemotronH's MLP
+and expert layers)."""
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
@@ -114,6 +115,10 @@ class ModelArchitecture:
     """Residual streams of manifold hyper-connections (hc_mult, GLM-5-Next): each layer mixes them before attention
     and before its MLP, (2 + n) x n weights per stream x hidden, float32 (vllm/models/glm5next/common/model.py
     Glm5NextDecoderLayer hc_attn_* / hc_ffn_*); 0 for a plain residual."""
+    short_conv: tuple[int, int, int] = (0, 0, 0)
+    """LFM2's short-convolution layers (kind "conv"): channels (conv_dim), kernel (conv_L_cache), biases (1/0), as
+    vllm/model_executor/layers/mamba/short_conv.py ShortConv builds them: in_proj to 3 x channels, a depthwise conv,
+    out_proj."""
     kda: tuple[int, int, int] = (0, 0, 0)
     """Kimi Delta Attention layers: heads, head dim, short-conv kernel (linear_attn_config num_heads, head_dim,
     short_conv_kernel_size)."""
@@ -217,6 +222,8 @@ class ModelArchitecture:
         width = kda_heads * kda_dim
         kda = (3 * h * width + 3 * width * kda_kernel + width + kda_heads + 2 * (h * kda_dim + kda_dim * width)
                + h * kda_heads + kda_dim + width * h)
+        channels, conv_kernel, conv_biases = self.short_conv
+        short_conv = 3 * h * channels + channels * conv_kernel + channels * h + conv_biases * (5 * channels)
         inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
         conv_dim = inner + 2 * groups * state
         mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads
@@ -248,7 +255,7 @@ class ModelArchitecture:
                      if width else 0)
         return {
             "attention": attention + kinds.count("indexed") * indexer,
-            "linear": kinds.count("linear") * linear,
+            "linear": kinds.count("linear") * linear + kinds.count("conv") * short_conv,
             "mamba": kinds.count("mamba") * mamba + kinds.count("mamba1") * mamba1,
             "kda": kinds.count("kda") * kda,
             "mlp": mlp,

@@ -176,6 +176,14 @@ class KDAState(LinearState):
 
 
 @dataclass(frozen=True)
+class ShortConvState(LinearState):
+    """MambaSpec for an LFM2 short-convolution layer: its last kernel - 1 inputs over its channels, in the model dtype,
+    padded to the attention page."""
+
+    kind = "conv"
+
+
+@dataclass(frozen=True)
 class NoCache(LayerSpec):
     """A layer with neither attention nor state (NemotronH's MLP and expert blocks): vLLM declares no spec for it,
     but it still counts in the pipeline split (get_pp_indices splits all layers)."""
@@ -235,6 +243,9 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                                          state_bytes=mamba1_state_bytes(arch, tp, state_dtype_bytes))
             elif kind == "kda":
                 made[kind] = KDAState(attention.token_bytes, state_bytes=kda_state_bytes(arch, tp, state_dtype_bytes))
+            elif kind == "conv":
+                made[kind] = ShortConvState(attention.token_bytes,
+                                            state_bytes=short_conv_state_bytes(arch, tp, state_dtype_bytes))
             elif kind == "none":
                 made[kind] = NoCache()
             else:
@@ -268,6 +279,14 @@ def kda_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> flo
     kda_state_shape, kda_state_dtype)."""
     heads, head_dim, kernel = arch.kda
     return 3 * heads * head_dim // tp * (kernel - 1) * dtype_bytes + heads // tp * head_dim * head_dim * 4.0
+
+
+def short_conv_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+    """One LFM2 short-convolution layer's state per request on one GPU: kernel - 1 inputs over its channels split over
+    TP, in the model dtype (vllm/model_executor/layers/mamba/mamba_utils.py, short_conv_state_shape /
+    short_conv_state_dtype)."""
+    channels, kernel, _ = arch.short_conv
+    return channels // tp * (kernel - 1) * dtype_bytes
 
 
 def indexer_key_bytes(index_head_dim: int) -> int:

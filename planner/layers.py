@@ -78,6 +78,10 @@ GLM5_NEXT_TYPES = frozenset({"glm5_next_text"})
 """GLM-5-Next (GLM-5.3): Kimi Delta Attention layers and sparse latent-attention layers (layer_types linear_attention
 / indexed_attention, transformers' Glm5NextTextConfig turning the checkpoint's full_attention into the latter), the
 indexer's keys pooled index_kpool to one, hyper-connections of hc_mult streams (vllm/models/glm5next/common)."""
+LFM2_TYPES = frozenset({"lfm2", "lfm2_moe"})
+"""LFM2: short-convolution layers ("conv" in layer_types, transformers' Lfm2Config writing them from full_attn_idxs)
+beside full attention (vllm/model_executor/models/lfm2.py, lfm2_moe.py: Lfm2ShortConvDecoderLayer, its state from
+MambaStateShapeCalculator.short_conv_state_shape)."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -122,7 +126,7 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
                 gemma4 and key == "num_kv_shared_layers"):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
-    if isinstance(types, list) and str(cfg.get("model_type")) not in GLM5_NEXT_TYPES:  # any name: layer_kinds
+    if isinstance(types, list) and str(cfg.get("model_type")) not in GLM5_NEXT_TYPES | LFM2_TYPES:  # layer_kinds
         known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else dict(KIND_NAMES)
         if cfg.get("index_topk") is None or not cfg.get("kv_lora_rank"):
             known.pop("indexed_attention")  # an indexer the planner sizes sits beside latent attention
@@ -227,6 +231,10 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
             raise ConfigError(source, period, "a Jamba config needs attn_layer_period (a positive integer) and "
                                               "attn_layer_offset")
         return tuple("full" if i % period == offset else "mamba1" for i in range(layers)), 0
+    if str(cfg.get("model_type")) in LFM2_TYPES and isinstance(cfg.get("layer_types"), list):
+        # vllm/model_executor/models/lfm2.py: layer i attends where layer_types[i] == "full_attention", else it is a
+        # short-convolution layer
+        return tuple("full" if t == "full_attention" else "conv" for t in cfg["layer_types"][:layers]), 0
     if str(cfg.get("model_type")) in KDA_TYPES and isinstance(cfg.get("layer_types"), list):
         # transformers' KimiLinearConfig writes linear_attn_config's 1-based kda_layers / full_attn_layers as
         # layer_types; vLLM's KimiLinearConfig.is_kda_layer reads the same lists.

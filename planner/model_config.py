@@ -18,6 +18,7 @@ from planner.layers import (
     FALCON_H1_TYPES,
     GEMMA4_TYPES,
     GLM5_NEXT_TYPES,
+    LFM2_TYPES,
     NAS_TYPES,
     checkpoint_kv_cache_dtype,
     layer_kinds,
@@ -331,6 +332,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                            "shared_expert_intermediate_size", "moe_num_shared_experts", "num_shared_experts")}
     if counts["moe_num_shared_experts"]:  # vllm/model_executor/models/ernie45_moe.py: shared, of the expert width
         counts["n_shared_experts"] = counts["moe_num_shared_experts"]
+    if str(cfg.get("model_type")) == "lfm2_moe":  # lfm2_moe.py: layers below num_dense_layers have a dense MLP
+        counts["first_k_dense_replace"] = _count(cfg, source, ("num_dense_layers",), minimum=0, default=0)
     if counts["num_shared_experts"] and not counts["n_shared_experts"]:  # Kimi Linear's name for them
         counts["n_shared_experts"] = counts["num_shared_experts"]
     if str(cfg.get("model_type")) in LLAMA4_TYPES and experts:
@@ -381,6 +384,12 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
+    if str(cfg.get("model_type")) in LFM2_TYPES:
+        if str(cfg.get("model_type")) == "lfm2":  # lfm2_moe.py's dense layers take intermediate_size as it is
+            inter = _lfm2_mlp_width(cfg, int(inter))
+        if "conv" in kinds:
+            hybrid["short_conv"] = (_count(cfg, source, ("conv_dim",), default=hidden),
+                                    _count(cfg, source, ("conv_L_cache",)), int(cfg.get("conv_bias") is True))
     if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
         hybrid["indexer_pool"] = _count(cfg, source, ("index_kpool",), default=1)
         if cfg.get("mhc", True) is not False:
@@ -426,6 +435,20 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
         **hybrid, **nas,
     )
+
+
+def _lfm2_mlp_width(cfg: Mapping[str, Any], width: int) -> int:
+    """LFM2's MLP width as vllm/model_executor/models/lfm2.py Lfm2MLP derives it from intermediate_size (the
+    checkpoints' block_ff_dim): with block_auto_adjust_ff_dim, two thirds of it, times block_ffn_dim_multiplier,
+    rounded up to a multiple of block_multiple_of."""
+    if cfg.get("block_auto_adjust_ff_dim") is False:
+        return width
+    width = int(2 * width / 3)
+    multiplier = cfg.get("block_ffn_dim_multiplier")
+    if isinstance(multiplier, (int, float)) and not isinstance(multiplier, bool):
+        width = int(multiplier * width)
+    multiple = cfg.get("block_multiple_of") if positive_int(cfg.get("block_multiple_of")) else 256
+    return multiple * -(-width // multiple)
 
 
 def _gemma4_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], head_dim: int, kv_heads: int,

@@ -133,7 +133,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
         state = MambaSpec(block_size=16, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
-    elif {"mamba", "mamba1", "kda"} & set(arch.kinds):
+    elif {"mamba", "mamba1", "kda", "conv"} & set(arch.kinds):
         state = state_spec(hf_config, tp, mamba_mode)
     block = 16
     if state is not None and any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
@@ -158,7 +158,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         elif kind == "chunked":
             out[i] = ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
                                                dtype=dtype, attention_chunk_size=arch.window)
-        elif kind in ("linear", "mamba", "mamba1", "kda"):
+        elif kind in ("linear", "mamba", "mamba1", "kda", "conv"):
             out[i] = state
     slots = arch.cache_slots  # Falcon-H1: a layer's attention and Mamba-2 mixer caches, one tuple per layer
     return out if slots == 1 else {i: tuple(out[i * slots + n] for n in range(slots)) for i in range(arch.num_layers)}
@@ -468,6 +468,44 @@ def test_a_mutated_kda_rule_disagrees_with_vllm(mutation, monkeypatch):
             if planner_tokens(arch, tp, 1, 23 * GIB, 32768, 8192) != expected:
                 differing.append(tp)
     assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+# ------------------------------------------------------------------------------------------ LFM2
+
+def lfm2(name: str = "lfm2-1.2b"):
+    """(planner architecture, transformers' Lfm2Config / Lfm2MoeConfig as vLLM reads it) of bench/configs/NAME.json."""
+    from transformers import CONFIG_MAPPING
+
+    raw = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
+    hf_config = CONFIG_MAPPING[raw["model_type"]](**{k: v for k, v in raw.items() if k != "model_type"})
+    hf_config.architectures = raw["architectures"]
+    return parse_hf_config(raw, name, "model.configFile"), hf_config
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("name", ["lfm2-1.2b", "lfm2-8b-a1b"])
+def test_lfm2_short_convolutions_count_the_kv_tokens_vllm_0_32_counts(name, tp, pp):
+    """Short-convolution layers beside attention layers (10 + 6; 18 + 6 in the MoE), each conv state from the model
+    class's own get_mamba_state_shape_from_config / _dtype_from_config."""
+    arch, hf_config = lfm2(name)
+    assert arch.kinds.count("full") == 6 and "conv" in arch.kinds and not arch.unsized
+    for max_len in (8192, 131072):
+        for prefix_caching in (True, False):
+            ours = planner_tokens(arch, tp, pp, 19 * GIB, max_len, 8192, prefix_caching)
+            theirs = vllm_tokens(arch, tp, pp, 19 * GIB, max_len, 8192, prefix_caching, hf_config=hf_config)
+            assert ours == theirs, f"tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def test_a_mutated_short_convolution_rule_disagrees_with_vllm(monkeypatch):
+    """A short-convolution layer read as attention (as the planner read LFM2 before) holds a page per block, not
+    one state per request: the count differs. (Its state, 8 KiB, is padded to the 32 KiB attention page, so a
+    wrong state size alone would not show.)"""
+    arch, hf_config = lfm2()
+    expected = vllm_tokens(arch, 1, 1, 19 * GIB, 32768, 8192, hf_config=hf_config)
+    monkeypatch.setattr(kv_cache, "layer_specs", lambda a, *rest: _layer_specs(
+        replace(a, layer_kinds=tuple("full" if k == "conv" else k for k in a.kinds)), *rest))
+    assert planner_tokens(arch, 1, 1, 19 * GIB, 32768, 8192) != expected
 
 
 # ------------------------------------------------------------------------------------------ GLM-5-Next

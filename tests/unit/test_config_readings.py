@@ -3,6 +3,7 @@
 """
 
 import json
+from pathlib import Path
 
 import pytest
 from transformers import CONFIG_MAPPING
@@ -11,6 +12,8 @@ from planner.architecture import DEFAULT_CONTEXT
 from planner.errors import ConfigError
 from planner.model_config import parse_hf_config
 from tests.helpers import accel, sizing
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def read(config: dict, name: str = "m"):
@@ -121,3 +124,20 @@ def test_glm5_next_layers_are_read_as_vllm_builds_them():
     no_hc = read({**raw, "text_config": {**text, "mhc": False}}, "glm")
     assert no_hc.hyper_connections == 0
 
+
+
+def test_lfm2_layers_and_mlp_are_read_as_vllm_builds_them():
+    """LFM2-1.2B: short convolutions where layer_types says "conv" (transformers writes them from full_attn_idxs),
+    the MLP two thirds of block_ff_dim rounded up to block_multiple_of (vllm lfm2.py Lfm2MLP). Before, every layer
+    was read as attention and the MLP as 12,288 wide: 1.66B parameters for a 1.17B model."""
+    raw = json.loads((ROOT / "bench" / "configs" / "lfm2-1.2b.json").read_text())
+    a = read(raw, "lfm2")
+    assert a.kinds.count("conv") == 10 and [i for i, k in enumerate(a.kinds) if k == "full"] == [2, 5, 8, 10, 12, 14]
+    assert a.intermediate_size == 8192 and a.short_conv == (2048, 3, 0) and not a.unsized
+    assert a.parameter_count() / 1e9 == pytest.approx(1.170, abs=0.001)
+    fixed = read({**raw, "block_auto_adjust_ff_dim": False}, "lfm2")
+    assert fixed.intermediate_size == 12288
+    moe = read(json.loads((ROOT / "bench" / "configs" / "lfm2-8b-a1b.json").read_text()), "lfm2-moe")
+    assert (moe.first_dense_layers, moe.moe_layers, moe.intermediate_size) == (2, 22, 7168), \
+        "lfm2_moe.py: the first num_dense_layers layers hold a dense MLP of intermediate_size, unadjusted"
+    assert moe.parameter_count() / 1e9 == pytest.approx(8.340, abs=0.001)
