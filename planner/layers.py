@@ -98,6 +98,8 @@ UNSIZED_KEYS = {
     "num_kv_shared_layers": "layers that reuse another layer's KV cache, with per-layer input embeddings",
     "zero_expert_num": "two attention blocks per decoder layer and zero-computation experts",
     "moe_latent_size": "experts computed in a latent space",
+    "H_cycles": "decoder layers run again in cycles (HRM: H_cycles x L_cycles passes over stacks of "
+                "num_layers_per_stack)",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
 Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES and FALCON_H1_TYPES (Zamba), DeepSeek V4's compressed

@@ -138,17 +138,24 @@ def _intermediate(cfg: Mapping[str, Any], layers: int, hidden: int, source: str)
 
 
 NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", "falcon", "gpt_bigcode", "gpt2",
-                           "gptj", "opt", "nemotron", "nemotron_h", "bloom"})
+                           "gptj", "opt", "nemotron", "nemotron_h", "bloom", "cosmos3_edge_text"})
 """Families whose MLP is two matrices, up and down, without a gate (vLLM: starcoder2.py c_fc/c_proj, gpt_neox.py
 dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
 gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py and nemotron_h.py up_proj/down_proj with squared
-ReLU, nemotron_h's experts too, bloom.py dense_h_to_4h/dense_4h_to_h). Counted with three they were planned 21-57%
+ReLU, nemotron_h's experts too, bloom.py dense_h_to_4h/dense_4h_to_h, cosmos3_edge.py linear_fc1/linear_fc2 with
+squared ReLU). Counted with three they were planned 21-57%
 heavier than transformers builds them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
-GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+                                   "muse_glimmer_text", "afmoe"})
 """Families whose full-attention layers are vLLM's Qwen3NextAttention, which projects an output gate beside each
 query unless the config sets attn_output_gate false (vllm/model_executor/models/qwen3_next.py; qwen3_5.py uses the
-same class). Without it Qwen3.5's attention planned 134M parameters light per 8 full layers at hidden 4,096."""
+same class). Without it Qwen3.5's attention planned 134M parameters light per 8 full layers at hidden 4,096.
+MuseGlimmer's attention has the same gate as output_gate_proj unless use_attn_output_gate is false
+(vllm/model_executor/models/muse_glimmer.py _muse_glimmer_use_attn_output_gate), and AFMoE's (Arcee Trinity) as
+the attention's gate_proj (afmoe.py), always."""
+GATE_SWITCH = {"muse_glimmer_text": "use_attn_output_gate"}
+"""The config key that turns a GATED_ATTENTION_TYPES family's gate off, where it is not attn_output_gate."""
 
 EXPERTS_OPTIONAL = frozenset({"granitemoehybrid"})
 """Families whose layers build experts only when the config has some, whatever num_experts_per_tok says
@@ -332,7 +339,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                            "shared_expert_intermediate_size", "moe_num_shared_experts", "num_shared_experts")}
     if counts["moe_num_shared_experts"]:  # vllm/model_executor/models/ernie45_moe.py: shared, of the expert width
         counts["n_shared_experts"] = counts["moe_num_shared_experts"]
-    if str(cfg.get("model_type")) == "lfm2_moe":  # lfm2_moe.py: layers below num_dense_layers have a dense MLP
+    if str(cfg.get("model_type")) in ("lfm2_moe", "afmoe"):  # lfm2_moe.py, afmoe.py: below num_dense_layers, dense
         counts["first_k_dense_replace"] = _count(cfg, source, ("num_dense_layers",), minimum=0, default=0)
     if counts["num_shared_experts"] and not counts["n_shared_experts"]:  # Kimi Linear's name for them
         counts["n_shared_experts"] = counts["num_shared_experts"]
@@ -423,7 +430,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
         gated_attention=(str(cfg.get("model_type")) in GATED_ATTENTION_TYPES
-                         and cfg.get("attn_output_gate") is not False),
+                         and cfg.get(GATE_SWITCH.get(str(cfg.get("model_type")), "attn_output_gate")) is not False),
         linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
         architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
