@@ -220,6 +220,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
         pool, index_dim = arch.indexer_pool, arch.indexer[1]
         made["indexed"] = IndexedMLA(attention.token_bytes + indexer_key_bytes(index_dim) / pool,
                                      latent_bytes=attention.token_bytes if pool > 1 else 0.0,
+                                     # the ring: index_kpool slots of a key and a gate score, bf16
                                      tail_bytes=pool * 2 * index_dim * 2.0 if pool > 1 else 0.0,
                                      kernel_block=pool * INDEXER_PAGE_STATES if pool > 1 else 0)
     specs: list[LayerSpec] = []

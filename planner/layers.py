@@ -196,9 +196,12 @@ def mamba2_blocks(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str
 
 
 def named_kinds(entries: list[Any], names: Mapping[str, str], layers: int, key: str,
-                source: str) -> tuple[str, ...]:
-    """The planner's kind of each of the first `layers` entries of a per-layer list `key`, by `names`; an entry it
-    does not name, or too few entries, is refused naming the key."""
+                source: str, other: str = "") -> tuple[str, ...]:
+    """The planner's kind of each of the first `layers` entries of a per-layer list `key`, by `names` (an entry it does
+    not name is `other`, where the model class reads every other name so); an entry it does not name without
+    `other`, or too few entries, is refused naming the key."""
+    if other:
+        names = {**{e: other for e in entries if isinstance(e, str)}, **names}
     bad = next((e for e in entries if e not in names), None)
     if bad is not None or len(entries) < layers:
         raise ConfigError(source, bad if bad is not None else len(entries),
@@ -220,9 +223,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # layer latent attention with an indexer when index_topk is set (Glm5NextMLAAttention: is_v32)
         # (the checkpoints' deepseek_sparse_attention, transformers' indexed_attention)
         latent = "indexed" if cfg.get("index_topk") is not None else "full"
-        types = cfg.get("layer_types") or []
-        names = {t: "kda" if t == "linear_attention" else latent for t in types if isinstance(t, str)}
-        return named_kinds(types, names, layers, "layer_types", source), 0
+        return named_kinds(cfg.get("layer_types") or [], {"linear_attention": "kda"}, layers, "layer_types", source,
+                           other=latent), 0
     if cfg.get("index_topk") is not None and cfg.get("kv_lora_rank"):
         return indexed_layers(cfg, layers), 0
     if str(cfg.get("model_type")) in MAMBA1_TYPES:
@@ -236,7 +238,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
     if str(cfg.get("model_type")) in LFM2_TYPES and isinstance(cfg.get("layer_types"), list):
         # vllm/model_executor/models/lfm2.py: layer i attends where layer_types[i] == "full_attention", else it is a
         # short-convolution layer
-        return tuple("full" if t == "full_attention" else "conv" for t in cfg["layer_types"][:layers]), 0
+        return named_kinds(cfg["layer_types"], {"full_attention": "full"}, layers, "layer_types", source,
+                           other="conv"), 0
     if str(cfg.get("model_type")) in KDA_TYPES and isinstance(cfg.get("layer_types"), list):
         # transformers' KimiLinearConfig writes linear_attn_config's 1-based kda_layers / full_attn_layers as
         # layer_types; vLLM's KimiLinearConfig.is_kda_layer reads the same lists.

@@ -143,8 +143,7 @@ NON_GATED_MLP = frozenset({"starcoder2", "gpt_neox", "phi", "apertus", "arcee", 
 dense_h_to_4h/dense_4h_to_h, phi.py fc1/fc2, apertus.py and arcee.py up_proj/down_proj, falcon.py, gpt_bigcode.py,
 gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py and nemotron_h.py up_proj/down_proj with squared
 ReLU, nemotron_h's experts too, bloom.py dense_h_to_4h/dense_4h_to_h, cosmos3_edge.py linear_fc1/linear_fc2 with
-squared ReLU). Counted with three they were planned 21-57%
-heavier than transformers builds them."""
+squared ReLU). Counted with three they were planned 21-57% heavier than transformers builds them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
 GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
                                    "muse_glimmer_text", "afmoe"})
@@ -186,6 +185,7 @@ def _filled(cls: Any, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 ALIASED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings")
+"""The sizes read through a config class's attribute_map where the config names them its own way (_aliased)."""
 
 
 def _aliased(cls: Any, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -195,10 +195,10 @@ def _aliased(cls: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     for common, own in getattr(cls, "attribute_map", {}).items():
         if common in ALIASED and cfg.get(common) is None and cfg.get(own) is not None:
             cfg[common] = cfg[own]
-    return _nested_blocks(cfg)
+    return _own_names(cfg)
 
 
-def _nested_blocks(cfg: dict[str, Any]) -> dict[str, Any]:
+def _own_names(cfg: dict[str, Any]) -> dict[str, Any]:
     """Families whose config names its KV heads or experts its own way, named here as the others name them.
     DBRX keeps its KV heads in attn_config and its experts in ffn_config, where vllm/model_executor/models/dbrx.py
     reads them (attn_config.kv_n_heads; ffn_config.moe_num_experts, moe_top_k and ffn_hidden_size, each expert a
