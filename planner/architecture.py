@@ -126,8 +126,9 @@ class ModelArchitecture:
     """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
     bias (1/0), projection bias (1/0), as planner/model_config.py _mamba2_fields reads them per family."""
     mamba1: tuple[int, ...] = ()
-    """Mamba-1 mixer layers (kind "mamba1", Jamba): intermediate size, state size, conv kernel, dt rank, conv bias
-    (1/0), projection bias (1/0)."""
+    """Mamba-1 mixer layers (kind "mamba1", Jamba, Mamba, Falcon-Mamba): intermediate size, state size, conv kernel,
+    dt rank, conv bias (1/0), projection bias (1/0), weighted dt / B / C norms (1/0: Jamba's; Falcon-Mamba's carry no
+    weight, Mamba's are none)."""
     mamba_ssm_dtype: str = ""
     """The dtype vLLM keeps a Mamba layer's SSM state in ("" : the model's; NemotronH: the config's
     mamba_ssm_cache_dtype, float32 by default)."""
@@ -228,10 +229,10 @@ class ModelArchitecture:
         conv_dim = inner + 2 * groups * state
         mamba = (h * (inner + conv_dim + m_heads) + conv_dim * (m_kernel + conv_bias) + 3 * m_heads
                  + inner * self.mamba_norm + inner * h + proj_bias * (inner + conv_dim + m_heads + h))
-        m1_inner, m1_state, m1_kernel, dt_rank, m1_conv_bias, m1_bias = self.mamba1 or (0,) * 6
+        m1_inner, m1_state, m1_kernel, dt_rank, m1_conv_bias, m1_bias, m1_norms = self.mamba1 or (0,) * 7
         mamba1 = (h * 2 * m1_inner + m1_inner * (m1_kernel + m1_conv_bias) + m1_inner * (dt_rank + 2 * m1_state)
                   + dt_rank * m1_inner + m1_inner + m1_inner * m1_state + m1_inner + m1_inner * h
-                  + dt_rank + 2 * m1_state + m1_bias * (2 * m1_inner + h))  # vLLM's MambaMixer, rms-normed dt, B, C
+                  + m1_norms * (dt_rank + 2 * m1_state) + m1_bias * (2 * m1_inner + h))  # vLLM's MambaMixer
         expert_inter = self.moe_intermediate_size or self.intermediate_size
         shared = self.num_shared_experts * self.expert_matrices * h * expert_inter + (
             self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.architecture import ATTENTION_KINDS
 from planner.catalog import GIB, Accelerator
 from planner.commands import flag_value
 from planner.errors import ConfigError
@@ -145,7 +146,9 @@ class EngineSettings:
     profile: EngineProfile
     max_num_seqs: int
     max_num_batched_tokens: int
-    prefix_caching: bool
+    prefix_caching: bool | None
+    """--enable-prefix-caching / --no-enable-prefix-caching as given; None: vLLM's default for the model, on unless
+    it is attention-free (ModelConfig.is_prefix_caching_supported: no layer attends, as Mamba's)."""
     async_scheduling: bool
     cudagraphs: bool
     """False with --enforce-eager (no graphs captured, none reserved)."""
@@ -155,19 +158,21 @@ class EngineSettings:
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
 
-    @property
-    def state_blocks(self) -> int:
-        return self.profile.state_blocks(self.prefix_caching)
+    def caches_prefixes(self, specs: tuple[LayerSpec, ...]) -> bool:
+        """Whether prefix caching is on for a model of these layer specs (the flag, else vLLM's default)."""
+        if self.prefix_caching is not None:
+            return self.prefix_caching
+        return any(spec.kind in ATTENTION_KINDS for spec in specs)
 
-    def admission(self, pp: int) -> Admission:
+    def admission(self, pp: int, specs: tuple[LayerSpec, ...]) -> Admission:
         """What one request may hold beyond its tokens on a replica of `pp` stages (planner/kv_cache.py)."""
-        return Admission(self.in_flight_tokens(pp), self.state_blocks)
+        return Admission(self.in_flight_tokens(pp), self.profile.state_blocks(self.caches_prefixes(specs)))
 
     def kv_tokens(self, specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
                   slots: int = 1) -> int:
         """The `GPU KV cache size` vLLM reports for `available` bytes per GPU, by this release's pool rule (`slots`
         specs per decoder layer: ModelArchitecture.cache_slots)."""
-        return POOL_RULES[self.profile.kv_pool](specs, pp, available, max_len, self.admission(pp), slots)
+        return POOL_RULES[self.profile.kv_pool](specs, pp, available, max_len, self.admission(pp, specs), slots)
 
 
 def _positive(args: tuple[str, ...], flag: str) -> int | None:
@@ -189,7 +194,8 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         profile=profile,
         max_num_seqs=_positive(args, "--max-num-seqs") or seqs,
         max_num_batched_tokens=_positive(args, "--max-num-batched-tokens") or batched,
-        prefix_caching="--no-enable-prefix-caching" not in args,
+        prefix_caching=(False if "--no-enable-prefix-caching" in args else
+                        True if "--enable-prefix-caching" in args else None),
         async_scheduling="--no-async-scheduling" not in args,
         cudagraphs="--enforce-eager" not in args,
         gpu=accelerator.type,

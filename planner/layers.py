@@ -82,6 +82,12 @@ LFM2_TYPES = frozenset({"lfm2", "lfm2_moe"})
 """LFM2: short-convolution layers ("conv" in layer_types, transformers' Lfm2Config writing them from full_attn_idxs)
 beside full attention (vllm/model_executor/models/lfm2.py, lfm2_moe.py: Lfm2ShortConvDecoderLayer, its state from
 MambaStateShapeCalculator.short_conv_state_shape)."""
+PURE_MAMBA_TYPES = {"mamba": "mamba1", "falcon_mamba": "mamba1", "mamba2": "mamba"}
+"""Attention-free models, every layer one Mamba mixer and a norm, no MLP (vllm/model_executor/models/mamba.py
+MambaDecoderLayer: MambaMixer, Falcon-Mamba's with weightless RMS norms on dt, B and C; mamba2.py Mamba2DecoderLayer:
+MambaMixer2): model_type -> the layer kind. vLLM serves them without attention heads (IsAttentionFree), without
+prefix caching by default (ModelConfig.is_prefix_caching_supported), and their state from the model class's
+get_mamba_state_shape_from_config."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -216,6 +222,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
     mamba = mamba2_blocks(cfg, layers, source)
     if mamba is not None:
         return mamba, 0
+    if str(cfg.get("model_type")) in PURE_MAMBA_TYPES:
+        return (PURE_MAMBA_TYPES[str(cfg.get("model_type"))],) * layers, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
     if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:

@@ -101,11 +101,42 @@ class Fit:
         return self.kv_tokens // max_len * self.engines
 
 
+NO_PIPELINE_ARCHITECTURES = frozenset({
+    "AriaForConditionalGeneration", "Gemma3nForCausalLM", "Gemma3nForConditionalGeneration", "HrmTextForCausalLM",
+    "Idefics3ForConditionalGeneration", "Mamba2ForCausalLM", "PaddleOCRVLForConditionalGeneration",
+    "SmolVLMForConditionalGeneration", "Zamba2ForCausalLM"})
+"""Model classes vLLM 0.32.0 serves without pipeline parallelism (no SupportsPP: ModelConfig.verify_with_parallel_config
+raises "Pipeline parallelism is not supported for this model"). tests/engine/test_every_vllm_family.py holds the set
+to vLLM's own classes for every family whose class loads in the test environment."""
+
+
+def pipeline_supported(arch: ModelArchitecture) -> bool:
+    return arch.architecture not in NO_PIPELINE_ARCHITECTURES
+
+
 def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
     """TP sizes vLLM accepts: dividing the attention heads, and the KV heads dividing or divisible (every attention
-    layer's, where a NAS decoder gives each its own)."""
+    layer's, where a NAS decoder gives each its own); a Mamba-2 mixer's heads, and its groups unless there is one
+    (vllm/model_executor/layers/mamba/mamba_mixer2.py asserts both); a Mamba-1 mixer's width (mamba_mixer.py splits
+    it with divide())."""
     return [tp for tp in range(1, limit + 1) if arch.num_attention_heads % tp == 0
-            and all(kv % tp == 0 or tp % kv == 0 for kv in arch.attention_kv_heads)]
+            and all(kv % tp == 0 or tp % kv == 0 for kv in arch.attention_kv_heads if kv)
+            and (not arch.mamba or (arch.mamba[2] % tp == 0 and (arch.mamba[1] % tp == 0 or arch.mamba[1] == 1)))
+            and (not arch.mamba1 or arch.mamba1[0] % tp == 0)]
+
+
+def tensor_split_text(arch: ModelArchitecture) -> str:
+    """What a TP size must divide, for the error that names a size vLLM refuses."""
+    parts = []
+    if arch.num_attention_heads:
+        parts.append(f"{arch.num_attention_heads} attention heads and {'/'.join(map(str, arch.attention_kv_heads))} "
+                     "KV heads")
+    if arch.mamba:
+        groups = f" in {arch.mamba[1]} groups" if arch.mamba[1] > 1 else ""
+        parts.append(f"Mamba-2 mixers of {arch.mamba[2]} heads{groups}")
+    if arch.mamba1:
+        parts.append(f"Mamba mixers {arch.mamba1[0]} wide")
+    return " and ".join(parts)
 
 
 def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: float,
@@ -137,7 +168,7 @@ def candidate_layouts(arch: ModelArchitecture, gpus_per_node: int) -> list[Layou
     """Every layout with TP inside a node, ordered smallest first (GPUs, then nodes, then larger TP)."""
     layouts = []
     for tp in valid_tensor_sizes(arch, gpus_per_node):
-        for pp in range(1, arch.num_layers + 1):
+        for pp in range(1, (arch.num_layers if pipeline_supported(arch) else 1) + 1):
             nodes = place(tp, pp, gpus_per_node)
             if nodes is not None and nodes <= MAX_NODES_PER_REPLICA:
                 layouts.append(Layout(tp, pp, nodes))
@@ -244,9 +275,12 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
         valid = valid_tensor_sizes(arch, max(8, gpn))
         listed = ", ".join(str(v) for v in valid[:-1]) + f" or {valid[-1]}" if len(valid) > 1 else str(valid[0])
         raise ConfigError("parallelism.tensor", layout_tp,
-                          f"{arch.name} has {arch.num_attention_heads} attention heads and "
-                          f"{'/'.join(map(str, arch.attention_kv_heads))} "
-                          f"KV heads, which {layout_tp} does not divide; use {listed}")
+                          f"{arch.name} has {tensor_split_text(arch)}, which {layout_tp} does not divide; use "
+                          f"{listed}")
+    if layout_pp > 1 and not pipeline_supported(arch):
+        raise ConfigError("parallelism.pipeline", layout_pp,
+                          f"vLLM serves {arch.architecture} without pipeline parallelism (its class has no "
+                          "SupportsPP); use pipeline 1 and tensor parallelism")
     if layout_pp > arch.num_layers:
         raise ConfigError("parallelism.pipeline", layout_pp,
                           f"{arch.name} has only {arch.num_layers} layers; use at most {arch.num_layers}")
@@ -373,7 +407,7 @@ def _across_nodes(settings: Settings, engine: EngineSettings, weights_bytes: flo
     tp_max = tps[-1]
     for nodes in range(2, MAX_NODES_PER_REPLICA + 1):  # fewest nodes, PP across them
         pp = nodes * gpn // tp_max
-        if pp > arch.num_layers:
+        if pp > arch.num_layers or not pipeline_supported(arch):
             break
         layout = Layout(tp_max, pp, nodes)
         if fit(arch, acc, layout, util, weights_bytes, kv_bytes, max_len, engine).kv_tokens >= max_len:

@@ -20,6 +20,7 @@ from planner.layers import (
     GLM5_NEXT_TYPES,
     LFM2_TYPES,
     NAS_TYPES,
+    PURE_MAMBA_TYPES,
     checkpoint_kv_cache_dtype,
     layer_kinds,
     moe_layer_indices,
@@ -304,18 +305,23 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"),
                     default=len(blocks) if isinstance(blocks, list) and blocks else None)
     hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
-    heads = _count(cfg, source, ("num_attention_heads", "n_head"))
-    kv_heads = _count(cfg, source, ("num_key_value_heads",), default=heads)
-    if heads % kv_heads:
-        raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
-    # Latent attention sizes its heads from qk_nope_head_dim / qk_rope_head_dim / v_head_dim, not head_dim, which
-    # some such configs write as 0 (GLM-5-Next); vLLM's MLA layers never read it
-    latent = bool(cfg.get("kv_lora_rank")) and cfg.get("head_dim") == 0
-    head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads) if not latent else hidden // heads
-    if not head_dim:
-        raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
-                                          "head_dim is given")
-    inter = _intermediate(cfg, layers, hidden, source)
+    pure_mamba = str(cfg.get("model_type")) in PURE_MAMBA_TYPES
+    if pure_mamba:  # attention-free: vLLM counts no attention heads (its config has none) and no head size
+        heads = kv_heads = head_dim = 0
+        inter = _pure_mamba_inner(cfg, hidden, source)
+    else:
+        heads = _count(cfg, source, ("num_attention_heads", "n_head"))
+        kv_heads = _count(cfg, source, ("num_key_value_heads",), default=heads)
+        if heads % kv_heads:
+            raise ConfigError(source, kv_heads, f"num_key_value_heads must divide num_attention_heads ({heads})")
+        # Latent attention sizes its heads from qk_nope_head_dim / qk_rope_head_dim / v_head_dim, not head_dim,
+        # which some such configs write as 0 (GLM-5-Next); vLLM's MLA layers never read it
+        latent = bool(cfg.get("kv_lora_rank")) and cfg.get("head_dim") == 0
+        head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads) if not latent else hidden // heads
+        if not head_dim:
+            raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
+                                              "head_dim is given")
+        inter = _intermediate(cfg, layers, hidden, source)
     vocab = _count(cfg, source, ("vocab_size",))
     max_pos = context_length(cfg, source)
     experts = _count(cfg, source, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
@@ -377,15 +383,18 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                               "linear_value_head_dim and linear_conv_kernel_dim (another linear-attention kind)")
     if unsized:
         kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
-    hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds else {}
+    hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds and not pure_mamba else {}
+    if pure_mamba:
+        hybrid.update(_pure_mamba_fields(cfg, hidden, int(inter), source))
     if str(cfg.get("model_type")) in GEMMA4_TYPES and not unsized:
         hybrid.update(_gemma4_fields(cfg, kinds, head_dim, kv_heads, source))
-    if "mamba1" in kinds:  # vllm/model_executor/models/jamba.py JambaMambaDecoderLayer (MambaMixer)
+    if "mamba1" in kinds and not pure_mamba:  # vllm/model_executor/models/jamba.py JambaMambaDecoderLayer
         dt_rank = cfg.get("mamba_dt_rank")
         dt_rank = -(-hidden // 16) if dt_rank == "auto" else _count(cfg, source, ("mamba_dt_rank",))
         hybrid["mamba1"] = (_count(cfg, source, ("mamba_expand",)) * hidden, _count(cfg, source, ("mamba_d_state",)),
                             _count(cfg, source, ("mamba_d_conv",)), dt_rank,
-                            int(cfg.get("mamba_conv_bias", True) is not False), int(bool(cfg.get("mamba_proj_bias"))))
+                            int(cfg.get("mamba_conv_bias", True) is not False), int(bool(cfg.get("mamba_proj_bias"))),
+                            1)  # MambaMixer(use_rms_norm=True): dt, B and C norms with weights
     if "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
@@ -487,6 +496,35 @@ def _gemma4_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], head_dim: int
             "per_layer_input": (_count(cfg, source, ("vocab_size_per_layer_input",)), width) if width else (0, 0),
             "double_wide_mlp": cfg.get("use_double_wide_mlp") is True, "norms_per_layer": 7 if moe else 4,
             "router_scales": moe}
+
+
+def _pure_mamba_inner(cfg: Mapping[str, Any], hidden: int, source: str) -> int:
+    """The mixer's width: intermediate_size (Mamba-1, MambaDecoderLayer), or expand x hidden_size (Mamba-2,
+    Mamba2ForCausalLM.get_mamba_state_shape_from_config; Mamba2DecoderLayer reads intermediate_size first, which
+    transformers' Mamba2Config does not keep). It stands in for the MLP width in the activation peak: the mixer's
+    in_proj output is tokens x 2 x this wide, as a gated MLP's gate and up are (planner/memory.py dense_mlp_width)."""
+    if str(cfg.get("model_type")) == "mamba2" or cfg.get("intermediate_size") is None:
+        return _count(cfg, source, ("expand",)) * hidden
+    return _count(cfg, source, ("intermediate_size",))
+
+
+def _pure_mamba_fields(cfg: Mapping[str, Any], hidden: int, inner: int, source: str) -> dict[str, Any]:
+    """An attention-free model's mixer as vLLM builds it (PURE_MAMBA_TYPES): Mamba-1's MambaMixer (time_step_rank,
+    "auto" as transformers reads it: ceil(hidden_size / 16); the dt / B / C norms Falcon-Mamba's has carry no weight)
+    or Mamba-2's MambaMixer2 (n_groups, num_heads, head_dim, its gated norm weighted); each layer one norm and no
+    MLP."""
+    def count(*names: str) -> int:
+        return _count(cfg, source, names)
+
+    conv_bias, bias = int(cfg.get("use_conv_bias", True) is not False), int(bool(cfg.get("use_bias")))
+    fields: dict[str, Any] = {"ffn_free_layers": count("num_hidden_layers", "n_layer"), "norms_per_layer": 1}
+    if str(cfg.get("model_type")) == "mamba2":
+        fields["mamba"] = (inner, count("n_groups"), count("num_heads"), count("head_dim"), count("state_size"),
+                           count("conv_kernel"), conv_bias, bias)
+        return fields
+    dt_rank = -(-hidden // 16) if cfg.get("time_step_rank") == "auto" else count("time_step_rank")
+    fields["mamba1"] = (inner, count("state_size"), count("conv_kernel"), dt_rank, conv_bias, bias, 0)
+    return fields
 
 
 def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:

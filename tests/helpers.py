@@ -38,11 +38,11 @@ def family_default_config(model_type: str) -> Any:
 
 
 SHAPED = PROJECT_DIR / "bench" / "configs"
-HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba", "falcon_h1")
+HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba", "falcon_h1", "mamba", "falcon_mamba", "mamba2")
 HYBRIDS = {path.stem: json.loads(path.read_text()) for path in sorted(SHAPED.glob("*.json"))
            if json.loads(path.read_text())["model_type"] in HYBRID_FAMILIES}
-"""The Mamba-2 and Mamba-1 hybrids of bench/configs (shaped like published checkpoints; bench/configs/README.md), by
-name."""
+"""The Mamba-2 and Mamba-1 hybrids and the attention-free Mamba models of bench/configs (shaped like published
+checkpoints; bench/configs/README.md), by name."""
 KIMI_LINEAR = json.loads((SHAPED / "kimi-linear-48b-a3b.json").read_text())
 
 

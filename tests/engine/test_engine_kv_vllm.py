@@ -21,6 +21,7 @@ from planner import kv_cache
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, GIB
 from planner.engine import PROFILES, batch_defaults, engine_settings
+from planner.layers import PURE_MAMBA_TYPES
 from planner.layout import Layout, fit
 from planner.memory import model_weight_bytes
 from planner.model_config import parse_hf_config
@@ -87,8 +88,11 @@ def state_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
     architecture = hf_config.architectures[0]
     config = ns(parallel_config=ns(tensor_parallel_size=tp),
                 cache_config=ns(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", use_replayssm=False,
-                                use_kda_recoverssm=False),
-                model_config=ns(hf_config=hf_config, dtype=torch.bfloat16), num_speculative_tokens=0,
+                                use_kda_recoverssm=False, enable_prefix_caching=mamba_mode != "none",
+                                mamba_cache_mode=mamba_mode, mamba_block_size=16, block_size=16),
+                model_config=ns(hf_config=hf_config, dtype=torch.bfloat16, architecture=architecture,
+                                max_model_len=8192),
+                scheduler_config=ns(enable_chunked_prefill=True), num_speculative_tokens=0,
                 speculative_config=None)
     if architecture in MODELS_CONFIG_MAP:
         MODELS_CONFIG_MAP[architecture].verify_and_update_config(config)
@@ -375,6 +379,54 @@ def test_a_mutated_mamba2_rule_disagrees_with_vllm(mutation, monkeypatch):
             if ours != expected:
                 differing.append((name, tp, pp))
     assert differing, f"the mutation '{mutation}' went unnoticed: vLLM agrees with it on every hybrid"
+
+
+# ------------------------------------------------------------------------------------------ attention-free Mamba
+
+ATTENTION_FREE = sorted(name for name, raw in HYBRIDS.items() if raw["model_type"] in PURE_MAMBA_TYPES)
+FREE_CASES = [(name, tp, pp) for name in ATTENTION_FREE for tp in (1, 2, 4, 8) for pp in (1, 2, 3)
+              if pp == 1 or HYBRIDS[name]["model_type"] != "mamba2"]  # Mamba2ForCausalLM has no SupportsPP
+
+
+@pytest.mark.parametrize(("name", "tp", "pp"), FREE_CASES, ids=[f"{n}-tp{t}-pp{p}" for n, t, p in FREE_CASES])
+def test_attention_free_models_count_the_kv_tokens_vllm_0_32_counts_by_default(name, tp, pp, tmp_path):
+    """vLLM 0.32.0 serves a model without attention (Mamba, Falcon-Mamba, Mamba-2) without prefix caching unless
+    --enable-prefix-caching asks (ModelConfig.is_prefix_caching_supported), so MambaModelConfig keeps its states in
+    mamba_cache_mode 'none', one block a request: the stack's engine, flags unset, counts what vLLM counts."""
+    from tests.helpers import vllm_model_config
+
+    arch, hf_config = hybrid_config(name)
+    model = vllm_model_config({**hf_config.to_dict(), "architectures": hf_config.architectures}, tmp_path)
+    assert model.is_attention_free and not model.is_prefix_caching_supported
+    engine = engine_settings(PROFILE, H200)
+    assert engine.prefix_caching is None and not engine.caches_prefixes(kv_cache.layer_specs(arch, tp, 2.0))
+    for available in (7 * GIB, 41 * GIB):
+        ours = engine.kv_tokens(kv_cache.layer_specs(arch, tp, 2.0), pp, available, 8192)
+        theirs = vllm_tokens(arch, tp, pp, available, 8192, engine.max_num_batched_tokens, prefix_caching=False,
+                             hf_config=hf_config)
+        assert ours == theirs, f"{name} tp={tp} pp={pp}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def test_a_hybrid_caches_prefixes_by_default_as_vllm_does(tmp_path):
+    """The other half of the default: a model with attention beside its states keeps prefix caching on."""
+    from tests.helpers import vllm_model_config
+
+    arch, hf_config = hybrid_config("jamba-1.5-mini")
+    model = vllm_model_config({**hf_config.to_dict(), "architectures": hf_config.architectures}, tmp_path)
+    assert model.is_hybrid and model.is_prefix_caching_supported
+    assert engine_settings(PROFILE, H200).caches_prefixes(kv_cache.layer_specs(arch, 1, 2.0))
+
+
+def test_an_attention_free_model_caching_prefixes_by_default_disagrees_with_vllm(monkeypatch):
+    engine = engine_settings(PROFILE, H200)
+    monkeypatch.setattr(type(engine), "caches_prefixes", lambda self, specs: True)
+    differing = []
+    for name in ATTENTION_FREE:
+        arch, hf_config = hybrid_config(name)
+        ours = engine.kv_tokens(kv_cache.layer_specs(arch, 1, 2.0), 1, 30 * GIB, 8192)
+        if ours != vllm_tokens(arch, 1, 1, 30 * GIB, 8192, 8192, prefix_caching=False, hf_config=hf_config):
+            differing.append(name)
+    assert differing == ATTENTION_FREE, "the mutation went unnoticed"
 
 
 # ------------------------------------------------------------------------------------------ sparse indexers

@@ -21,7 +21,7 @@ import pytest
 
 from planner.errors import ConfigError
 from planner.model_config import parse_hf_config
-from tests.helpers import accel, sizing
+from tests.helpers import SHAPED, accel, sizing
 
 pytest.importorskip("torch")
 pytest.importorskip("vllm")
@@ -57,9 +57,6 @@ NOT_DEPLOYABLE = {
 """Default configs that are no deployable decoder: each is refused in one line naming the key."""
 
 KNOWN_GAPS = {
-    "mamba": "a Mamba-1 model without attention: the planner needs attention heads",
-    "mamba2": "a Mamba-2 model without attention: the planner needs attention heads",
-    "falcon_mamba": "a Mamba-1 model without attention: the planner needs attention heads",
     "inkling_model": "n_routed_experts 0 with num_experts_per_tok 1, read as an MoE model without experts",
 }
 """vLLM serves these and the planner refuses them: the gaps, each in one line naming the key (issue 42)."""
@@ -189,3 +186,53 @@ def test_every_family_that_plans_counts_the_decoder_transformers_builds_within_t
     planned = arch.parameter_count() - arch.vision_parameters
     assert not arch.unsized and planned == pytest.approx(built, rel=0.03), \
         f"{planned / 1e6:.1f}M planned, {built / 1e6:.1f}M built"
+
+
+# ------------------------------------------------------------------------------------------ pipeline parallelism
+
+
+def test_the_classes_served_without_pipeline_parallelism_are_vllms():
+    """planner/layout.py NO_PIPELINE_ARCHITECTURES equals the classes of vLLM 0.32.0 without SupportsPP, for every
+    family here whose class loads in this environment (a few multimodal modules need torchvision, which it lacks)."""
+    from vllm.model_executor.models.interfaces import supports_pp
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    from planner.layout import NO_PIPELINE_ARCHITECTURES
+
+    checked, wrong = set(), []
+    for model_type, (_, architecture) in sorted(FAMILIES.items()):
+        cls = ModelRegistry._try_load_model_cls(architecture) if architecture else None
+        if cls is None:
+            continue
+        checked.add(architecture)
+        if supports_pp(cls) == (architecture in NO_PIPELINE_ARCHITECTURES):
+            wrong.append((model_type, architecture, "SupportsPP" if supports_pp(cls) else "no SupportsPP"))
+    assert not wrong, wrong
+    assert checked >= NO_PIPELINE_ARCHITECTURES and len(checked) >= 80
+
+
+MAMBA2 = json.loads((SHAPED / "mamba-codestral-7b.json").read_text())
+
+
+def test_a_model_vllm_serves_without_pipeline_parallelism_plans_without_it(tmp_path):
+    from planner.layout import candidate_layouts
+
+    arch = parse_hf_config(MAMBA2, "m", "model.configFile")
+    assert {layout.pp for layout in candidate_layouts(arch, 8)} == {1}
+    with pytest.raises(ConfigError, match=r"parallelism\.pipeline.*Mamba2ForCausalLM without pipeline") as refused:
+        plan(MAMBA2, tmp_path, parallelism={"tensor": 1, "pipeline": 2})
+    assert "\n" not in str(refused.value)
+    assert plan(MAMBA2, tmp_path, parallelism={"tensor": 4}).tensor_parallel_size == 4
+
+
+def test_a_tensor_size_the_mamba_mixer_cannot_split_is_refused_naming_it(tmp_path):
+    """MambaMixer2 asserts TP divides its heads and its groups (or there is one group); MambaMixer splits its width
+    with divide()."""
+    with pytest.raises(ConfigError, match=r"parallelism\.tensor.*Mamba-2 mixers of 128 heads in 8 groups, which 3 "
+                                          r"does not divide; use 1, 2, 4 or 8"):
+        plan(MAMBA2, tmp_path, parallelism={"tensor": 3})
+    falcon = json.loads((SHAPED / "falcon-mamba-7b.json").read_text())
+    with pytest.raises(ConfigError, match=r"Mamba mixers 8192 wide, which 3 does not divide"):
+        plan(falcon, tmp_path, parallelism={"tensor": 3})
+    jamba = json.loads((SHAPED / "jamba-1.5-mini.json").read_text())
+    assert 8 in [plan(jamba, tmp_path, parallelism={"tensor": 8}).tensor_parallel_size]

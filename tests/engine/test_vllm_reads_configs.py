@@ -94,11 +94,14 @@ def test_the_comparison_sees_a_wrong_reading(model_type, wrong, tmp_path, monkey
 @pytest.mark.parametrize("name", sorted(HYBRIDS))
 def test_mamba2_hybrids_are_read_as_vllm_reads_them(name, tmp_path):
     """NemotronH's config keeps no num_hidden_layers once transformers reads it (the block list's length is the
-    count) and Granite 4.0-H's layer_types name mamba / attention: depth, widths and heads as vLLM derives them."""
+    count) and Granite 4.0-H's layer_types name mamba / attention: depth, widths and heads as vLLM derives them.
+    Mamba, Falcon-Mamba and Mamba-2 models are attention-free to vLLM: no heads, no head size."""
     arch, hf_config = hybrid_config(name)
     config = {**hf_config.to_dict(), "architectures": hf_config.architectures}
     model, layers = vllm_reading(config, tmp_path)
     assert (arch.num_layers, arch.hidden_size, arch.vocab_size) == (layers, model.get_hidden_size(),
                                                                      model.get_vocab_size())
-    assert (arch.head_dim, arch.num_kv_heads) == (model.get_head_size(), model.get_total_num_kv_heads())
-    assert model.is_hybrid and not arch.unsized
+    if arch.num_attention_heads:  # an attention-free model's head size (Mamba-2's head_dim) sizes no KV cache
+        assert (arch.head_dim, arch.num_kv_heads) == (model.get_head_size(), model.get_total_num_kv_heads())
+    assert (model.is_attention_free if arch.num_attention_heads == 0 else model.is_hybrid) and not arch.unsized
+    assert arch.num_attention_heads == model.model_arch_config.total_num_attention_heads
