@@ -71,6 +71,9 @@ class ModelArchitecture:
     empty for every other family (num_kv_heads in every attention layer)."""
     layer_mlp_widths: tuple[int, ...] = ()
     """Per decoder layer of a NAS decoder: its MLP width, 0 where the MLP is a no-op."""
+    expert_routers: int = 1
+    """Routers per MoE layer: 2 for ERNIE 4.5 VL, a text and a vision one over its per-modality experts
+    (vllm/model_executor/models/ernie45_vl_moe.py)."""
     router_scales: bool = False
     """Gemma 4's router: a per-dimension input scale (hidden_size) and a per-expert output scale beside its
     projection (vllm/model_executor/models/gemma4.py Gemma4Router)."""
@@ -263,7 +266,8 @@ class ModelArchitecture:
             "per_layer_input": per_layer,
             "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,
-            "router": moe_layers * (h * self.num_experts + (h + self.num_experts) * self.router_scales),
+            "router": moe_layers * (self.expert_routers * h * self.num_experts
+                                    + (h + self.num_experts) * self.router_scales),
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
             "norms": norms,

@@ -88,6 +88,9 @@ MambaDecoderLayer: MambaMixer, Falcon-Mamba's with weightless RMS norms on dt, B
 MambaMixer2): model_type -> the layer kind. vLLM serves them without attention heads (IsAttentionFree), without
 prefix caching by default (ModelConfig.is_prefix_caching_supported), and their state from the model class's
 get_mamba_state_shape_from_config."""
+OWN_LAYER_NAMES = GLM5_NEXT_TYPES | LFM2_TYPES
+"""Families whose layer_types layer_kinds reads with the model class's own rule (every name but one is the other
+kind), so no name in it marks a structure unsized_reason would need to flag."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -134,7 +137,7 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
                 gemma4 and key == "num_kv_shared_layers"):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
-    if isinstance(types, list) and str(cfg.get("model_type")) not in GLM5_NEXT_TYPES | LFM2_TYPES:  # layer_kinds
+    if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:
         known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else dict(KIND_NAMES)
         if cfg.get("index_topk") is None or not cfg.get("kv_lora_rank"):
             known.pop("indexed_attention")  # an indexer the planner sizes sits beside latent attention

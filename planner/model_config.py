@@ -300,6 +300,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
     unsized = unsized or unsized_reason(cfg)
+    per_modality = isinstance(cfg.get("moe_intermediate_size"), list)
     cfg = _per_modality_experts(cfg)
     blocks = cfg.get("layers_block_type")  # NemotronHConfig 5.x keeps no num_hidden_layers: it is this list's length
     layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"),
@@ -417,6 +418,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         counts["shared_expert_intermediate_size"] = (counts["n_shared_experts"] * _count(
             cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0)) if moe else 0
         counts["n_shared_experts"] = 0
+    if per_modality:  # ernie45_vl_moe.py: a router per modality, the shared experts without a gate
+        hybrid.update(expert_routers=2, shared_expert_gate=False)
     if str(cfg.get("model_type")) == "granitemoehybrid":  # vllm granitemoehybrid.py: GraniteMoeSharedMLP
         shared_inter = _count(cfg, source, ("shared_intermediate_size",), minimum=0, default=0)
         if experts:
