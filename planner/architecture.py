@@ -71,6 +71,9 @@ class ModelArchitecture:
     empty for every other family (num_kv_heads in every attention layer)."""
     layer_mlp_widths: tuple[int, ...] = ()
     """Per decoder layer of a NAS decoder: its MLP width, 0 where the MLP is a no-op."""
+    engine_counts_experts: bool = True
+    """Whether vLLM's ModelConfig counts the experts (is_moe), which decides 0.25.1's model runner: False for DBRX,
+    whose experts sit in ffn_config where ModelConfig does not look (planner/model_config.py ENGINE_UNSEEN_EXPERTS)."""
     expert_routers: int = 1
     """Routers per MoE layer: 2 for ERNIE 4.5 VL, a text and a vision one over its per-modality experts
     (vllm/model_executor/models/ernie45_vl_moe.py)."""

@@ -60,7 +60,8 @@ def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE) -> EngineSe
 
 def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:
     """Whether the engine serves this model on Model Runner V2 (planner/engine.py, EngineProfile.runner_v2)."""
-    return engine.profile.runner_v2(arch.architecture, bool(arch.num_experts), arch.has_state_layers)
+    return engine.profile.runner_v2(arch.architecture, bool(arch.num_experts) and arch.engine_counts_experts,
+                                    arch.has_state_layers)
 
 
 def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,

@@ -214,7 +214,14 @@ def _own_names(cfg: dict[str, Any]) -> dict[str, Any]:
         return cfg
     return {**cfg, "num_key_value_heads": attn.get("kv_n_heads"), "num_local_experts": ffn.get("moe_num_experts"),
             "num_experts_per_tok": ffn.get("moe_top_k"), "moe_intermediate_size": ffn.get("ffn_hidden_size"),
-            "intermediate_size": ffn.get("ffn_hidden_size")}
+            "intermediate_size": ffn.get("ffn_hidden_size"), ENGINE_UNSEEN_EXPERTS: True}
+
+
+ENGINE_UNSEEN_EXPERTS = "vllm-gke:experts-renamed"
+"""Marks a config whose experts _own_names brought to the top level: vLLM's ModelConfig does not count them
+(vllm/transformers_utils/model_arch_config_convertor.py get_num_experts reads num_experts, moe_num_experts,
+n_routed_experts or num_local_experts at the top, or block_configs), so it treats the model as dense where that
+decides (vLLM 0.25.1 chose Model Runner V2 for DBRX, docs/benchmarks.md validation 14 and 15)."""
 
 
 def _architecture_type(architectures: Any, classes: Mapping[str, Any]) -> str | None:
@@ -451,6 +458,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
         unsized=unsized[1] if unsized else "",
+        engine_counts_experts=not cfg.get(ENGINE_UNSEEN_EXPERTS),
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
         **hybrid, **nas,
     )

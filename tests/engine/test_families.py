@@ -85,13 +85,8 @@ UNDER_COUNTED = {
     ("nemotron-nano-9b", "all"): (-0.013, "batch 12 (H200, held out): the planner keeps 1.3 GiB more outside the KV "
                                          "cache than vLLM profiled for a Mamba-2 hybrid (2.17 GiB beyond the weights); "
                                          "the 8B shape is at -0.92% by the same"),
-    ("dbrx-instruct", 4): (-0.044, "batch 15 (H100, held out): the same 1.84 GiB over-reserve as its 6-layer cut "
-                                   "(batch 14), on a 41.8 GiB pool"),
     ("lfm2-8b-a1b", "all"): (-0.012, "batch 15 (H100, held out): the MoE peak terms keep 0.59 GiB more than vLLM's "
                                      "profile for 32 experts of 1,792 at top 4, on a 53.8 GiB pool"),
-    ("dbrx-instruct", 6): (-0.062, "batch 14 (H100, held out): vLLM kept 3.32 GiB beyond the weights and the KV "
-                                   "cache, the planner 5.11: its MoE peak terms, fitted on experts 1,024-14,336 wide "
-                                   "at top 2-8, over-reserve for 16 experts of 10,752 at top 4 on a 29.6 GiB pool"),
     ("Qwen2-57B-A14B-Instruct", 14): (-0.024, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
                                               "load overhead are 2.8%"),
 }

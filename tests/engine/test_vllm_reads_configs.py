@@ -51,6 +51,8 @@ def assert_read_as_vllm(config: dict, name: str, tmp_path: Path) -> None:
     assert mla == model.use_mla
     assert (ours.num_layers, ours.hidden_size, ours.vocab_size) == (layers, model.get_hidden_size(),
                                                                      model.get_vocab_size())
+    # whether vLLM sees experts decides 0.25.1's model runner (planner/memory.py runner_v2)
+    assert (bool(ours.num_experts) and ours.engine_counts_experts) == model.is_moe
     assert (ours.kv_lora_rank + ours.qk_rope_head_dim if mla else ours.head_dim) == model.get_head_size()
     if not mla:  # vLLM reports an MLA model's attention heads here; its cache holds one latent per token and layer
         assert ours.num_kv_heads == model.get_total_num_kv_heads()
@@ -105,3 +107,17 @@ def test_mamba2_hybrids_are_read_as_vllm_reads_them(name, tmp_path):
         assert (arch.head_dim, arch.num_kv_heads) == (model.get_head_size(), model.get_total_num_kv_heads())
     assert (model.is_attention_free if arch.num_attention_heads == 0 else model.is_hybrid) and not arch.unsized
     assert arch.num_attention_heads == model.model_arch_config.total_num_attention_heads
+
+
+def test_dbrx_experts_are_unseen_by_vllms_model_config_as_the_planner_reads_them(tmp_path):
+    """DBRX keeps its experts in ffn_config, where ModelConfig.is_moe does not look: vLLM 0.25.1 then ran it on Model
+    Runner V2 as a dense model (docs/benchmarks.md validation 14), and the planner sizes its peak so."""
+    from planner.catalog import ACCELERATORS
+    from planner.engine import PROFILES, engine_settings
+    from planner.memory import runner_v2
+
+    config = json.loads((ROOT / "bench" / "configs" / "dbrx-instruct.json").read_text())
+    model, _ = vllm_reading(config, tmp_path)
+    ours = parse_hf_config(config, "dbrx", "model.configFile")
+    assert ours.num_experts == 16 and not ours.engine_counts_experts and not model.is_moe
+    assert runner_v2(ours, engine_settings(PROFILES["0.25.1"], ACCELERATORS["nvidia-h100-80gb"]))
