@@ -199,6 +199,13 @@ def _aliased(cls: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     return _own_names(cfg)
 
 
+ENGINE_UNSEEN_EXPERTS = "vllm-gke:experts-renamed"
+"""Marks a config whose experts _own_names brought to the top level: vLLM's ModelConfig does not count them
+(vllm/transformers_utils/model_arch_config_convertor.py get_num_experts reads num_experts, moe_num_experts,
+n_routed_experts or num_local_experts at the top, or block_configs), so it treats the model as dense where that
+decides (vLLM 0.25.1 chose Model Runner V2 for DBRX, docs/benchmarks.md validation 14 and 15)."""
+
+
 def _own_names(cfg: dict[str, Any]) -> dict[str, Any]:
     """Families whose config names its KV heads or experts its own way, named here as the others name them.
     DBRX keeps its KV heads in attn_config and its experts in ffn_config, where vllm/model_executor/models/dbrx.py
@@ -216,12 +223,6 @@ def _own_names(cfg: dict[str, Any]) -> dict[str, Any]:
             "num_experts_per_tok": ffn.get("moe_top_k"), "moe_intermediate_size": ffn.get("ffn_hidden_size"),
             "intermediate_size": ffn.get("ffn_hidden_size"), ENGINE_UNSEEN_EXPERTS: True}
 
-
-ENGINE_UNSEEN_EXPERTS = "vllm-gke:experts-renamed"
-"""Marks a config whose experts _own_names brought to the top level: vLLM's ModelConfig does not count them
-(vllm/transformers_utils/model_arch_config_convertor.py get_num_experts reads num_experts, moe_num_experts,
-n_routed_experts or num_local_experts at the top, or block_configs), so it treats the model as dense where that
-decides (vLLM 0.25.1 chose Model Runner V2 for DBRX, docs/benchmarks.md validation 14 and 15)."""
 
 
 def _architecture_type(architectures: Any, classes: Mapping[str, Any]) -> str | None:
@@ -393,14 +394,12 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds and not pure_mamba else {}
     if pure_mamba:
-        hybrid.update(_pure_mamba_fields(cfg, hidden, int(inter), source))
+        hybrid.update(_pure_mamba_fields(cfg, layers, hidden, int(inter), source))
     if str(cfg.get("model_type")) in GEMMA4_TYPES and not unsized:
         hybrid.update(_gemma4_fields(cfg, kinds, head_dim, kv_heads, source))
     if "mamba1" in kinds and not pure_mamba:  # vllm/model_executor/models/jamba.py JambaMambaDecoderLayer
-        dt_rank = cfg.get("mamba_dt_rank")
-        dt_rank = -(-hidden // 16) if dt_rank == "auto" else _count(cfg, source, ("mamba_dt_rank",))
         hybrid["mamba1"] = (_count(cfg, source, ("mamba_expand",)) * hidden, _count(cfg, source, ("mamba_d_state",)),
-                            _count(cfg, source, ("mamba_d_conv",)), dt_rank,
+                            _count(cfg, source, ("mamba_d_conv",)), _dt_rank(cfg, "mamba_dt_rank", hidden, source),
                             int(cfg.get("mamba_conv_bias", True) is not False), int(bool(cfg.get("mamba_proj_bias"))),
                             1)  # MambaMixer(use_rms_norm=True): dt, B and C norms with weights
     if "kda" in kinds:
@@ -519,23 +518,30 @@ def _pure_mamba_inner(cfg: Mapping[str, Any], hidden: int, source: str) -> int:
     return _count(cfg, source, ("intermediate_size",))
 
 
-def _pure_mamba_fields(cfg: Mapping[str, Any], hidden: int, inner: int, source: str) -> dict[str, Any]:
+def _pure_mamba_fields(cfg: Mapping[str, Any], layers: int, hidden: int, inner: int,
+                       source: str) -> dict[str, Any]:
     """An attention-free model's mixer as vLLM builds it (PURE_MAMBA_TYPES): Mamba-1's MambaMixer (time_step_rank,
-    "auto" as transformers reads it: ceil(hidden_size / 16); the dt / B / C norms Falcon-Mamba's has carry no weight)
+    _dt_rank; the dt / B / C norms Falcon-Mamba's has carry no weight)
     or Mamba-2's MambaMixer2 (n_groups, num_heads, head_dim, its gated norm weighted); each layer one norm and no
     MLP."""
     def count(*names: str) -> int:
         return _count(cfg, source, names)
 
     conv_bias, bias = int(cfg.get("use_conv_bias", True) is not False), int(bool(cfg.get("use_bias")))
-    fields: dict[str, Any] = {"ffn_free_layers": count("num_hidden_layers", "n_layer"), "norms_per_layer": 1}
+    fields: dict[str, Any] = {"ffn_free_layers": layers, "norms_per_layer": 1}
     if str(cfg.get("model_type")) == "mamba2":
         fields["mamba"] = (inner, count("n_groups"), count("num_heads"), count("head_dim"), count("state_size"),
                            count("conv_kernel"), conv_bias, bias)
         return fields
-    dt_rank = -(-hidden // 16) if cfg.get("time_step_rank") == "auto" else count("time_step_rank")
-    fields["mamba1"] = (inner, count("state_size"), count("conv_kernel"), dt_rank, conv_bias, bias, 0)
+    fields["mamba1"] = (inner, count("state_size"), count("conv_kernel"),
+                        _dt_rank(cfg, "time_step_rank", hidden, source), conv_bias, bias, 0)
     return fields
+
+
+def _dt_rank(cfg: Mapping[str, Any], key: str, hidden: int, source: str) -> int:
+    """A Mamba-1 mixer's dt rank: the config's `key`, or ceil(hidden_size / 16) where it says "auto" (transformers'
+    JambaConfig and MambaConfig)."""
+    return -(-hidden // 16) if cfg.get(key) == "auto" else _count(cfg, source, (key,))
 
 
 def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:

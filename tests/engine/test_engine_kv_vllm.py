@@ -25,7 +25,7 @@ from planner.layers import PURE_MAMBA_TYPES
 from planner.layout import Layout, fit
 from planner.memory import model_weight_bytes
 from planner.model_config import parse_hf_config
-from tests.helpers import HYBRIDS, KIMI_LINEAR, hybrid_config
+from tests.helpers import HYBRIDS, KIMI_LINEAR, hybrid_config, vllm_model_config
 
 torch = pytest.importorskip("torch")
 vllm_config_mod = pytest.importorskip("vllm.config")
@@ -393,8 +393,6 @@ def test_attention_free_models_count_the_kv_tokens_vllm_0_32_counts_by_default(n
     """vLLM 0.32.0 serves a model without attention (Mamba, Falcon-Mamba, Mamba-2) without prefix caching unless
     --enable-prefix-caching asks (ModelConfig.is_prefix_caching_supported), so MambaModelConfig keeps its states in
     mamba_cache_mode 'none', one block a request: the stack's engine, flags unset, counts what vLLM counts."""
-    from tests.helpers import vllm_model_config
-
     arch, hf_config = hybrid_config(name)
     model = vllm_model_config({**hf_config.to_dict(), "architectures": hf_config.architectures}, tmp_path)
     assert model.is_attention_free and not model.is_prefix_caching_supported
@@ -409,8 +407,6 @@ def test_attention_free_models_count_the_kv_tokens_vllm_0_32_counts_by_default(n
 
 def test_a_hybrid_caches_prefixes_by_default_as_vllm_does(tmp_path):
     """The other half of the default: a model with attention beside its states keeps prefix caching on."""
-    from tests.helpers import vllm_model_config
-
     arch, hf_config = hybrid_config("jamba-1.5-mini")
     model = vllm_model_config({**hf_config.to_dict(), "architectures": hf_config.architectures}, tmp_path)
     assert model.is_hybrid and model.is_prefix_caching_supported
