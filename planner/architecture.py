@@ -19,6 +19,29 @@ DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "h
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
 
+FIRST_STAGE, LAST_STAGE, EVERY_STAGE, TIED_HEAD = -1, -2, -3, -4
+"""TensorGroup positions other than a decoder layer's index: the first pipeline stage (input embeddings), the last
+(final norm, lm_head), every stage (multimodal encoders), and the last stage only where it is not also the first
+(the copy of tied input embeddings lm_head uses)."""
+TENSOR_RULES = ("split", "replicated", "kv", "vocab", "routed")
+"""How tensor parallelism divides a TensorGroup: evenly over the tensor ranks ("split"), not at all ("replicated"),
+as KV heads ("kv": whole heads on each rank where there are fewer heads than ranks), as a vocabulary table padded to
+64 rows ("vocab"), or as routed experts (planner/memory.py expert_shard)."""
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """Bytes of a checkpoint's tensors that sit in one place of a layout (planner/checkpoint.py tensor_groups)."""
+
+    position: int
+    """The decoder layer they belong to, or FIRST_STAGE / LAST_STAGE / EVERY_STAGE / TIED_HEAD."""
+    rule: str
+    """One of TENSOR_RULES."""
+    bytes: float
+    rows: int = 0
+    """A vocabulary table's rows (rule "vocab")."""
+
+
 DEFAULT_CONTEXT = 2048
 """vLLM's max_model_len for a config with none of CONTEXT_KEYS (BLOOM's ALiBi, Falcon's RefinedWeb): it warns,
 assumes this length, and takes any --max-model-len it is given instead (vllm/config/model.py,
@@ -156,9 +179,9 @@ class ModelArchitecture:
     """Gemma 4's per-layer input embeddings: (vocab_size_per_layer_input, hidden_size_per_layer_input)."""
     double_wide_mlp: bool = False
     """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
-    checkpoint_routed_share: float = 0.0
-    """The fraction of the loaded bytes the checkpoint's tensors keep in routed experts (planner/checkpoint.py
-    routed_tensor_bytes; model.tensorsFile); 0: not read, the count decides."""
+    checkpoint_groups: tuple[TensorGroup, ...] = ()
+    """The checkpoint's tensors as vLLM places them (planner/checkpoint.py tensor_groups) where they were read (the
+    Hub's headers or model.tensorsFile); (): not read, the count decides."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention
@@ -300,10 +323,7 @@ class ModelArchitecture:
                    for part, count in self.parameter_parts().items())
 
     def routed_share(self, unquantized_bytes: float = 2.0) -> float:
-        """The fraction of the weights in routed experts: as the checkpoint's tensors store them where they were read
-        (checkpoint_routed_share), else as counted."""
-        if self.checkpoint_routed_share > 0:
-            return self.checkpoint_routed_share
+        """The fraction of the weights in routed experts, as counted."""
         total = self.weight_bytes(unquantized_bytes)
         return self.routed_expert_bytes(unquantized_bytes) / total if self.num_experts and total else 0.0
 

@@ -6,9 +6,9 @@ shape and byte range (huggingface/safetensors, docs "Format"); reading it never 
 tools.checkpoint_tensors` writes the headers of a checkpoint (a local directory, or the Hub through
 huggingface_hub's range reads) into one JSON file, which `model.tensorsFile` names, so a plan offline weighs the
 weights from the tensors, not from a count of the config's parameters. Where the plan reads config.json from the Hub
-(no model.configFile), it reads the headers from there too (hub_tensors). The planner divides them over the GPUs of
-a replica by the share the tensors put in routed experts (routed_tensor_bytes): expert parallelism splits those
-whole over the data x tensor GPUs, the rest is divided by tensor x pipeline (planner/memory.py weights_split).
+(no model.configFile), it reads the headers from there too (hub_tensors). Each tensor is placed as vLLM 0.32.0 places
+the parameter it loads into (tensor_groups): the pipeline stage that holds it and how tensor parallelism divides it;
+planner/memory.py weights_split sums the groups of the most loaded GPU of a layout.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from planner.architecture import EVERY_STAGE, FIRST_STAGE, LAST_STAGE, TIED_HEAD, ModelArchitecture, TensorGroup
 from planner.errors import ConfigError
 
 DTYPE_BYTES = {"F64": 8.0, "I64": 8.0, "U64": 8.0, "F32": 4.0, "I32": 4.0, "U32": 4.0, "F16": 2.0, "BF16": 2.0,
@@ -75,31 +78,153 @@ def tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, 
         if skipped_by_vllm(name, decoder_layers, mtp_layers):
             skipped += 1
             continue
-        dtype = entry.get("dtype") if isinstance(entry, Mapping) else None
-        if dtype not in DTYPE_BYTES:
-            raise ConfigError(source, dtype, f"tensor {name} has dtype {dtype!r}; accepted: "
-                                             f"{', '.join(sorted(DTYPE_BYTES))}")
-        shape = entry.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ConfigError(source, shape, f"tensor {name} has no shape of non-negative integers")
-        total += math.prod(shape) * DTYPE_BYTES[dtype]
+        total += _entry_bytes(name, entry, source)
     return total, skipped
+
+
+def _entry_bytes(name: str, entry: Any, source: str) -> float:
+    dtype = entry.get("dtype") if isinstance(entry, Mapping) else None
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(source, dtype, f"tensor {name} has dtype {dtype!r}; accepted: "
+                                         f"{', '.join(sorted(DTYPE_BYTES))}")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ConfigError(source, shape, f"tensor {name} has no shape of non-negative integers")
+    return math.prod(shape) * DTYPE_BYTES[dtype]
+
+
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
+"""A decoder layer's tensor: `model.layers.<i>.`, GPT-2 / BLOOM / Falcon `transformer.h.<i>.`, DBRX
+`transformer.blocks.<i>.`; vLLM's make_layers builds layer i on the pipeline stage get_pp_indices gives it."""
+ENCODER_MODULES = ("visual", "vision_tower", "vision_model", "vision_encoder", "multi_modal_projector",
+                   "mm_projector", "audio_tower", "embed_vision", "embed_audio", "image_newline", "vision_embed_tokens")
+"""Module names of the encoders and projectors of multimodal checkpoints. vLLM builds them on every pipeline stage
+(the multimodal classes construct them outside make_layers) and shards them over tensor parallelism (the default
+mm_encoder_tp_mode "weights")."""
+VOCAB_MODULES = frozenset({"embed_tokens", "wte", "word_embeddings", "tok_embeddings", "embed_in", "embeddings",
+                           "embedding", "lm_head", "embed_out", "output", "embed_tokens_per_layer"})
+"""Vocabulary-parallel tables (VocabParallelEmbedding, ParallelLMHead): rows padded to a multiple of 64
+(vocab_parallel_embedding.py pad_vocab_size, DEFAULT_VOCAB_PADDING_SIZE), then divided over tensor ranks."""
+HEAD_MODULES = frozenset({"lm_head", "embed_out", "output"})
+"""The output projection, on the last pipeline stage."""
+INPUT_ON_EVERY_STAGE = frozenset({
+    "BloomForCausalLM", "ChatGLMForConditionalGeneration", "ChatGLMModel", "Cohere2ForCausalLM",
+    "Cohere2MoeForCausalLM", "CohereForCausalLM", "DbrxForCausalLM", "FalconForCausalLM", "FalconMambaForCausalLM",
+    "GPT2LMHeadModel", "GPTJForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3nForCausalLM",
+    "Gemma4ForCausalLM", "GemmaForCausalLM", "GptOssForCausalLM", "GraniteMoeForCausalLM",
+    "GraniteMoeHybridForCausalLM", "GraniteMoeSWAForCausalLM", "GraniteMoeSharedForCausalLM", "HYV3ForCausalLM",
+    "HrmTextForCausalLM", "IQuestLoopCoderForCausalLM", "InternLM2ForCausalLM", "JambaForCausalLM",
+    "K2HorizonForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Mamba2ForCausalLM", "MambaForCausalLM",
+    "MiniCPMForCausalLM", "MixtralForCausalLM", "MuseGlimmerForCausalLM", "NemotronHForCausalLM",
+    "NemotronHPuzzleForCausalLM", "OPTForCausalLM", "OlmoHybridForCausalLM", "OlmoeForCausalLM", "OrionForCausalLM",
+    "PhiMoEForCausalLM", "Plamo3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
+    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Rnj1ForCausalLM", "StableLmForCausalLM", "Zamba2ForCausalLM"})
+"""Architectures whose vLLM 0.32.0 class builds its input embeddings on every pipeline stage (the
+VocabParallelEmbedding assignment under no rank test; the others build it on the first stage and a PPMissingLayer
+elsewhere). tests/engine/test_checkpoint_shards_vllm.py derives both tables from vLLM's model files."""
+HEAD_ON_EVERY_STAGE = frozenset({
+    "BloomForCausalLM", "DbrxForCausalLM", "FalconForCausalLM", "FalconMambaForCausalLM", "GPT2LMHeadModel",
+    "GPTJForCausalLM", "Gemma3ForCausalLM", "Gemma4ForCausalLM", "GemmaForCausalLM", "GptOssForCausalLM",
+    "GraniteMoeForCausalLM", "GraniteMoeHybridForCausalLM", "GraniteMoeSWAForCausalLM",
+    "GraniteMoeSharedForCausalLM", "HYV3ForCausalLM", "HrmTextForCausalLM", "IQuestLoopCoderForCausalLM",
+    "InternLM2ForCausalLM", "JambaForCausalLM", "K2HorizonForCausalLM", "Mamba2ForCausalLM", "MambaForCausalLM",
+    "MiniCPMForCausalLM", "MixtralForCausalLM", "MuseGlimmerForCausalLM", "NemotronHForCausalLM",
+    "NemotronHPuzzleForCausalLM", "OPTForCausalLM", "OlmoHybridForCausalLM", "OlmoeForCausalLM", "OrionForCausalLM",
+    "PhiMoEForCausalLM", "Plamo3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
+    "Rnj1ForCausalLM", "StableLmForCausalLM", "Zamba2ForCausalLM"})
+"""The same for the output projection (ParallelLMHead), which the others build on the last stage only."""
+POSITION_MODULES = frozenset({"wpe", "embed_positions", "position_embeddings"})
+"""Learned position tables: plain nn.Embedding on the first stage, whole on every tensor rank."""
+REPLICATED_MODULES = frozenset({"gate", "router", "shared_expert_gate", "q_a_proj", "kv_a_proj_with_mqa",
+                                "fused_qkv_a_proj", "q_a_layernorm", "kv_a_layernorm"})
+"""Modules vLLM builds whole on every tensor rank (ReplicatedLinear or an unsharded parameter): the MoE router
+(fused_moe's `gate`, Qwen2-MoE's shared_expert_gate) and latent attention's low-rank down-projections and their
+norms (deepseek_v2.py: q_a_proj, kv_a_proj_with_mqa, fused_qkv_a_proj)."""
+ROW_MODULES = frozenset({"o_proj", "down_proj", "dense", "dense_4h_to_h", "c_proj", "fc2", "out_proj", "wo", "w2"})
+"""Row-parallel linear layers (RowParallelLinear): the weight is divided along its input, the bias is kept whole
+(added once, after the all-reduce)."""
+KV_MODULES = frozenset({"k_proj", "v_proj"})
+FUSED_QKV_MODULES = frozenset({"qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack"})
+"""Key and value projections (QKVParallelLinear): KV heads are divided over tensor ranks while there are as many,
+and each rank keeps a whole head where there are fewer (linear.py QKVParallelLinear: num_kv_head_replicas)."""
+
+
+def _module(name: str) -> tuple[str, str]:
+    """(module, attribute): `model.layers.0.self_attn.k_proj.weight` -> ("k_proj", "weight")."""
+    parts = name.split(".")
+    return (parts[-2] if len(parts) > 1 else parts[0]), parts[-1]
+
+
+def tensor_placement(name: str, shape: list[int], heads: int, kv_heads: int) -> list[tuple[int, str, float, int]]:
+    """Where vLLM 0.32.0 keeps the parameter a checkpoint tensor loads into: [(position, rule, share of the tensor,
+    rows)], position a decoder layer index or FIRST_STAGE / LAST_STAGE / EVERY_STAGE, rule one of TensorGroup's
+    rules; a fused query-key-value tensor splits into its query share and its key-value share."""
+    segments = name.split(".")
+    module, attribute = _module(name)
+    if any(s in ENCODER_MODULES for s in segments):
+        return [(EVERY_STAGE, "split", 1.0, 0)]
+    if routed_expert(name):
+        rule = "routed"
+    elif module in VOCAB_MODULES and len(shape) == 2:
+        position = LAST_STAGE if module in HEAD_MODULES else FIRST_STAGE
+        return [(position, "vocab", 1.0, shape[0])]
+    elif module in POSITION_MODULES:
+        return [(FIRST_STAGE, "replicated", 1.0, 0)]
+    elif module in REPLICATED_MODULES or (len(shape) <= 1 and ("norm" in module or module.startswith("ln"))) \
+            or (attribute == "bias" and module in ROW_MODULES):
+        rule = "replicated"
+    elif module in KV_MODULES:
+        rule = "kv"
+    else:
+        rule = "split"
+    found = LAYER_INDEX.search(name)
+    position = int(found.group(1)) if found else LAST_STAGE  # the final norm, after the last layer
+    if module in FUSED_QKV_MODULES and heads and kv_heads:
+        query = heads / (heads + 2 * kv_heads)
+        return [(position, "split", query, 0), (position, "kv", 1.0 - query, 0)]
+    return [(position, rule, 1.0, 0)]
+
+
+FLOAT32_TENSORS = ("e_score_correction_bias",)
+"""Tensors vLLM keeps in float32 whatever the checkpoint stores (deepseek_v2.py, glm4_moe.py, ernie45_moe.py:
+nn.Parameter(torch.empty(n_routed_experts, dtype=torch.float32)))."""
+
+
+def tensor_groups(tensors: Mapping[str, Mapping[str, Any]], arch: ModelArchitecture,
+                  source: str) -> tuple[TensorGroup, ...]:
+    """The bytes vLLM loads of a checkpoint's tensors, grouped by where they sit (tensor_placement): one group per
+    (position, rule, rows). The vocabulary tables of the architectures in INPUT_ON_EVERY_STAGE / HEAD_ON_EVERY_STAGE
+    sit on every stage; tied embeddings otherwise put a copy of the input table on the last stage of a pipeline (the
+    models build `embed_tokens` there too when tie_word_embeddings, and lm_head shares it)."""
+    sums: dict[tuple[int, str, int], float] = defaultdict(float)
+    every_input = arch.architecture in INPUT_ON_EVERY_STAGE
+    for name, entry in tensors.items():
+        if skipped_by_vllm(name, arch.num_layers, arch.mtp_layers):
+            continue
+        size = _entry_bytes(name, entry, source)
+        if name.endswith(FLOAT32_TENSORS):
+            size = math.prod(entry["shape"]) * DTYPE_BYTES["F32"]
+        placed = tensor_placement(name, list(entry["shape"]), arch.num_attention_heads, arch.num_kv_heads)
+        for position, rule, share, rows in placed:
+            if position >= arch.num_layers:
+                position = LAST_STAGE
+            if rule == "vocab" and (every_input if position == FIRST_STAGE
+                                    else arch.architecture in HEAD_ON_EVERY_STAGE):
+                position = EVERY_STAGE
+            sums[position, rule, rows] += size * share
+            if arch.tie_word_embeddings and rule == "vocab" and position == FIRST_STAGE:
+                sums[TIED_HEAD, rule, rows] += size * share
+    return tuple(TensorGroup(p, r, b, rows) for (p, r, rows), b in sorted(sums.items()))
 
 
 def routed_expert(name: str) -> bool:
     """A routed expert's tensor (weights, scales, biases), which expert parallelism splits whole over GPUs: under an
     `experts` module (`mlp.experts.<e>.*`, Mixtral's `block_sparse_moe.experts.<e>.*`, gpt-oss's fused
-    `mlp.experts.gate_up_proj_blocks`), not a shared expert's (`shared_expert.`, `shared_experts.`)."""
-    return ".experts." in name and "shared_expert" not in name
-
-
-def routed_tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, mtp_layers: int) -> float:
-    """The bytes vLLM loads of the routed experts' tensors, as stored (tensor_bytes of those alone; 0 when no tensor
-    is named as one: a fused layout such as Granite's `block_sparse_moe.input_linear`, then planned from the
-    count)."""
-    routed, _ = tensor_bytes({n: e for n, e in tensors.items() if routed_expert(n)}, decoder_layers, mtp_layers,
-                             "model.tensorsFile")
-    return routed
+    `mlp.experts.gate_up_proj_blocks`), not a shared expert's (`shared_expert.`, `shared_experts.`), or Granite's
+    fused `block_sparse_moe.input_linear` / `output_linear`."""
+    if ".experts." in name:
+        return "shared_expert" not in name
+    return ".block_sparse_moe.input_linear." in name or ".block_sparse_moe.output_linear." in name
 
 
 def hub_offline() -> bool:

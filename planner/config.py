@@ -21,7 +21,7 @@ from typing import Any
 from planner import routing
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, DISK_TYPES, MACHINE_SERIES, Accelerator, MachineType, machine_series
-from planner.checkpoint import hub_tensors, load_tensors_file, routed_tensor_bytes, tensor_bytes
+from planner.checkpoint import hub_tensors, load_tensors_file, tensor_bytes, tensor_groups
 from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
 from planner.model_config import load_architecture
@@ -339,11 +339,10 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
             note += (f"; the checkpoint's safetensors headers could not be read from the Hub ({reason}), so the "
                      "weights are counted from config.json")
     if tensors is not None:
-        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers,
-                                           "model.tensorsFile" if m.tensors_file is not None else "model.id")
-        if arch.num_experts and checkpoint:
-            routed = routed_tensor_bytes(tensors, arch.num_layers, arch.mtp_layers)
-            arch = replace(arch, checkpoint_routed_share=routed / checkpoint)
+        source = "model.tensorsFile" if m.tensors_file is not None else "model.id"
+        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, source)
+        if checkpoint:
+            arch = replace(arch, checkpoint_groups=tensor_groups(tensors, arch, source))
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
                          checkpoint, skipped, tensors_from), note
 

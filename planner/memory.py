@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planner.architecture import DTYPE_BYTES, ModelArchitecture
+from planner.architecture import (
+    DTYPE_BYTES,
+    EVERY_STAGE,
+    FIRST_STAGE,
+    LAST_STAGE,
+    TIED_HEAD,
+    ModelArchitecture,
+    TensorGroup,
+)
 from planner.catalog import (
     GIB,
     Accelerator,
@@ -24,6 +32,7 @@ from planner.engine import (
     EngineSettings,
     engine_settings,
 )
+from planner.kv_cache import pp_stages
 from planner.memory_fit import FITTED, MemoryFit
 
 if TYPE_CHECKING:
@@ -111,17 +120,71 @@ def expert_shard(arch: ModelArchitecture, layout: Layout) -> ExpertShard:
 
 
 def weights_split(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> tuple[float, float]:
-    """(other weights, routed experts) one GPU of `layout` holds: everything but the routed experts split over tensor
-    x pipeline (each data-parallel rank keeps its own copy), the routed experts as expert_shard places them.
-    `weights_bytes` (the counted, stated or read total) is split in the proportion the checkpoint's tensors keep in
-    routed experts where they were read, else the count's (ModelArchitecture.routed_share)."""
+    """(other weights, routed experts) the most loaded GPU of `layout` holds. Where the checkpoint's tensors were read
+    (arch.checkpoint_groups), each group as vLLM places it (checkpoint_split), scaled to `weights_bytes` where the
+    total came from elsewhere (model.weightsGib). Otherwise from the count: everything but the routed experts split
+    over tensor x pipeline (each data-parallel rank keeps its own copy), the routed experts as expert_shard places
+    them."""
+    if arch.checkpoint_groups:
+        other, routed = checkpoint_split(arch, layout)
+        scale = weights_bytes / sum(g.bytes for g in arch.checkpoint_groups)
+        return other * scale, routed * scale
     routed = weights_bytes * arch.routed_share()
     if not routed:
         return weights_bytes / layout.engine_gpus, 0.0
+    return (weights_bytes - routed) / layout.engine_gpus, routed * _routed_fraction(arch, layout) / layout.pp
+
+
+def _routed_fraction(arch: ModelArchitecture, layout: Layout) -> float:
+    """The share of each routed expert layer's bytes on the most loaded GPU (expert_shard)."""
     shard = expert_shard(arch, layout)
     full_width = arch.moe_intermediate_size or arch.intermediate_size
-    share = shard.experts / arch.num_experts * shard.width / full_width
-    return (weights_bytes - routed) / layout.engine_gpus, routed * share / layout.pp
+    return shard.experts / arch.num_experts * shard.width / full_width
+
+
+def group_bytes_per_rank(group: TensorGroup, tp: int, kv_heads: int) -> float:
+    """What one tensor rank holds of a group other than routed experts, as vLLM 0.32.0 divides it: "split" evenly;
+    "kv" by whole KV heads, one per rank where there are fewer heads than ranks (QKVParallelLinear
+    num_kv_head_replicas); "vocab" by rows padded to a multiple of 64 (VocabParallelEmbedding); "replicated" whole."""
+    if group.rule == "split":
+        return group.bytes / tp
+    if group.rule == "kv":
+        return group.bytes * max(kv_heads // tp, 1) / kv_heads if kv_heads else group.bytes / tp
+    if group.rule == "vocab":
+        return group.bytes / group.rows * (-(-group.rows // VOCAB_PADDING) * VOCAB_PADDING) / tp
+    return group.bytes
+
+
+VOCAB_PADDING = 64
+"""vLLM pads a vocabulary table to a multiple of this many rows (vocab_parallel_embedding.py
+DEFAULT_VOCAB_PADDING_SIZE)."""
+
+
+def checkpoint_stages(arch: ModelArchitecture, layout: Layout) -> list[tuple[float, float]]:
+    """(other weights, routed experts) of each pipeline stage (pp_stages: vLLM's get_pp_indices) on its first tensor
+    rank (the one that holds the extra expert where they do not divide evenly)."""
+    stages = pp_stages(arch.num_layers, layout.pp)
+    routed_fraction = _routed_fraction(arch, layout) if arch.num_experts else 1.0 / (layout.tp * layout.dp)
+    held = []
+    for index, (start, stop) in enumerate(stages):
+        first, last = index == 0, index == len(stages) - 1
+        other = routed = 0.0
+        for group in arch.checkpoint_groups:
+            p = group.position
+            if not (start <= p < stop or p == EVERY_STAGE or (p == FIRST_STAGE and first)
+                    or (p == LAST_STAGE and last) or (p == TIED_HEAD and last and not first)):
+                continue
+            if group.rule == "routed":
+                routed += group.bytes * routed_fraction
+            else:
+                other += group_bytes_per_rank(group, layout.tp, arch.num_kv_heads)
+        held.append((other, routed))
+    return held
+
+
+def checkpoint_split(arch: ModelArchitecture, layout: Layout) -> tuple[float, float]:
+    """checkpoint_stages of the stage that holds the most."""
+    return max(checkpoint_stages(arch, layout), key=sum)
 
 
 def weights_per_gpu_bytes(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> float:

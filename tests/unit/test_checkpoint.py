@@ -97,7 +97,8 @@ def test_expert_parallelism_splits_what_the_checkpoint_stores_in_routed_experts(
     """A Qwen3-30B-A3B-shaped checkpoint whose routed experts are stored in 8 bits (and scales) while attention,
     embeddings and the router stay in 16: the share DP + EP splits whole is the experts' share of the stored bytes,
     not the count's (every part at one rate)."""
-    from planner.checkpoint import routed_expert, routed_tensor_bytes
+    from planner.architecture import ModelArchitecture
+    from planner.checkpoint import routed_expert, tensor_groups
 
     layers, experts, hidden, width = 2, 8, 64, 32
     rng = np.random.default_rng(0)
@@ -116,7 +117,11 @@ def test_expert_parallelism_splits_what_the_checkpoint_stores_in_routed_experts(
     tensors = read_directory(tmp_path)
     routed = sum(a.nbytes for n, a in arrays.items() if ".experts." in n)
     share = routed / sum(a.nbytes for a in arrays.values())
-    assert routed_tensor_bytes(tensors, layers, 0) == routed
+    arch = ModelArchitecture(name="moe", model_type="qwen3_moe", num_layers=layers, hidden_size=hidden,
+                             num_attention_heads=4, num_kv_heads=4, head_dim=16, intermediate_size=width,
+                             vocab_size=128, max_position_embeddings=4096, num_experts=experts)
+    groups = tensor_groups(tensors, arch, "model.tensorsFile")
+    assert sum(g.bytes for g in groups if g.rule == "routed") == routed
     assert not routed_expert("model.layers.0.mlp.shared_experts.down_proj.weight")
     assert routed_expert("model.layers.0.mlp.experts.gate_up_proj_blocks")  # gpt-oss's fused experts
     assert routed_expert("model.layers.0.block_sparse_moe.experts.3.w1.weight")  # Mixtral

@@ -1,0 +1,233 @@
+"""The weights one GPU holds, planned from a checkpoint's safetensors headers, held to vLLM 0.32.0's own model classes.
+
+Each case is a small checkpoint transformers writes (random weights, bf16, `save_pretrained`): the planner reads its
+headers (planner/checkpoint.py read_directory, tensor_groups) and places every tensor as vLLM does
+(planner/memory.py checkpoint_split). vLLM's class for the same config.json is then built on torch's meta device
+once per pipeline stage, with the tensor- and pipeline-parallel groups standing for a rank of the layout (the
+parallel layers read their size and rank from those groups when they are built: linear.py, vocab_parallel_embedding.py,
+utils.py make_layers / get_pp_indices), and its parameters are weighed. The planner's bytes for each stage's tensor
+rank 0 must be what vLLM built there. The cases cover what divides differently: KV heads fewer than the
+tensor ranks (each keeps a whole head), fused query-key-value tensors (Phi-3, GPT-NeoX, Falcon's single KV head,
+GPT-2), vocabulary tables padded to 64 rows, tied embeddings copied to the last stage, row-parallel biases kept whole,
+a remainder of layers on the stages before the last, MoE routers kept whole, and latent attention's replicated
+down-projections (DeepSeek-V3)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("vllm")
+
+from planner.checkpoint import read_directory, tensor_groups  # noqa: E402
+from planner.layout import Layout  # noqa: E402
+from planner.memory import checkpoint_split, checkpoint_stages  # noqa: E402
+from planner.model_config import parse_hf_config  # noqa: E402
+
+SMALL = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "num_hidden_layers": 5, "vocab_size": 1000, "max_position_embeddings": 512}
+CASES = {
+    "llama": {},
+    "llama_tied": {"tie_word_embeddings": True},
+    "qwen2": {},  # biases on q, k and v
+    "gemma": {"head_dim": 16},  # tied embeddings
+    "phi3": {"pad_token_id": 0},  # fused qkv_proj and gate_up_proj
+    "qwen3_moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 1,
+                  "mlp_only_layers": [], "head_dim": 16},
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "gpt_neox": {"num_key_value_heads": None, "use_parallel_residual": True},  # query_key_value, row biases
+    "falcon": {"num_key_value_heads": None, "multi_query": True, "new_decoder_architecture": False,
+               "num_kv_heads": 1},  # one KV head in a fused tensor
+    "deepseek_v3": {"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                    "n_shared_experts": 1, "first_k_dense_replace": 1, "kv_lora_rank": 32, "q_lora_rank": 48,
+                    "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16, "n_group": 1,
+                    "topk_group": 1, "num_key_value_heads": 8, "rope_scaling": None, "topk_method": "noaux_tc"},
+}
+LAYOUTS = [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (1, 3), (2, 2), (4, 3)]
+
+
+def _config(case: str):
+    model_type = case.removesuffix("_tied")
+    overrides = {k: v for k, v in {**SMALL, **CASES[case]}.items() if v is not None}
+    if model_type == "gpt_neox":
+        overrides.pop("num_key_value_heads", None)
+    if model_type == "falcon":
+        overrides.pop("intermediate_size", None)
+    return transformers.CONFIG_MAPPING[model_type](**overrides)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """model_type -> a directory transformers wrote: config.json and model.safetensors (bf16)."""
+    built = {}
+    for case in CASES:
+        out = tmp_path_factory.mktemp(case)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(_config(case), dtype=torch.bfloat16)
+        model.save_pretrained(out)
+        built[case] = out
+    return built
+
+
+class _Group:
+    """A rank of a parallel group as vLLM's layers read it when they are built (parallel_state.GroupCoordinator's
+    world_size, rank_in_group, is_first_rank, is_last_rank)."""
+
+    def __init__(self, size: int, rank: int):
+        self.world_size, self.rank_in_group, self.rank, self.local_rank = size, rank, rank, rank
+        self.ranks = list(range(size))
+        self.unique_name = "planner-test"
+        self.device_group = self  # DeepSeek's MoE asks its expert group's process group for .size()
+
+    def size(self) -> int:
+        return self.world_size
+
+    @property
+    def is_first_rank(self) -> bool:
+        return self.rank_in_group == 0
+
+    @property
+    def is_last_rank(self) -> bool:
+        return self.rank_in_group == self.world_size - 1
+
+
+def vllm_stage_bytes(directory: Path, tp: int, pp: int, monkeypatch) -> list[int]:
+    """Bytes of the parameters vLLM 0.32.0's class for this checkpoint builds on tensor rank 0 of each pipeline
+    stage."""
+    from vllm.config import ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = json.loads((directory / "config.json").read_text())
+    model_config = ModelConfig(model=str(directory), tokenizer=str(directory), skip_tokenizer_init=True,
+                               dtype="bfloat16", max_model_len=min(512, config.get("max_position_embeddings") or 512))
+    stages = []
+    for stage in range(pp):
+        for name, group in (("_TP", _Group(tp, 0)), ("_PP", _Group(pp, stage)), ("_DP", _Group(1, 0)),
+                            ("_EP", _Group(1, 0)), ("_PCP", _Group(1, 0)), ("_DCP", _Group(1, 0))):
+            monkeypatch.setattr(parallel_state, name, group, raising=False)
+        vllm_config = VllmConfig(model_config=model_config,
+                                 parallel_config=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp))
+        with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype), \
+                torch.device("meta"):
+            cls, _ = get_model_architecture(model_config)
+            model = cls(vllm_config=vllm_config, prefix="")
+        stages.append(sum(p.numel() * p.element_size() for p in model.parameters()))
+    return stages
+
+
+FINAL_NORM_BYTES = 2 * SMALL["hidden_size"] * 2
+"""The one place the planner and vLLM may differ: some of vLLM's classes (Gemma, Mixtral) build the final norm (a
+weight and at most a bias of hidden_size) on every stage, most on the last one only; the planner puts it on the
+last. 512 bytes here, 32 KiB at a hidden size of 8,192."""
+
+
+def planned_stages(directory: Path, tp: int, pp: int, kind: str = "", **changes) -> list[float]:
+    """The planner's bytes on tensor rank 0 of each stage, with `kind` groups divided evenly where a mutation asks."""
+    config = json.loads((directory / "config.json").read_text())
+    arch = replace(parse_hf_config(config, directory.name, "model.configFile"), **changes)
+    groups = tensor_groups(read_directory(directory), arch, "model.tensorsFile")
+    if kind:
+        groups = tuple(replace(g, rule="split") if g.rule == kind else g for g in groups)
+    arch = replace(arch, checkpoint_groups=groups)
+    stages = [sum(stage) for stage in checkpoint_stages(arch, Layout(tp, pp, 1))]
+    assert max(stages) == sum(checkpoint_split(arch, Layout(tp, pp, 1)))
+    return stages
+
+
+@pytest.mark.parametrize(("tp", "pp"), LAYOUTS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_most_loaded_gpu_holds_what_vllm_builds(checkpoints, monkeypatch, case, tp, pp):
+    directory = checkpoints[case]
+    heads = json.loads((directory / "config.json").read_text())
+    if heads.get("num_attention_heads", 8) % tp:
+        pytest.skip("vLLM refuses a TP that does not divide the heads")
+    built = vllm_stage_bytes(directory, tp, pp, monkeypatch)
+    planned = planned_stages(directory, tp, pp)
+    for stage, (mine, theirs) in enumerate(zip(planned, built, strict=True)):
+        assert mine == pytest.approx(theirs, abs=FINAL_NORM_BYTES), \
+            f"stage {stage}: planned {mine:,.0f} bytes, vLLM built {theirs:,.0f}"
+
+
+MUTATIONS = {
+    # one rule treated as an even split over the tensor ranks, and a case where vLLM's build tells it apart
+    "kv": ("llama", 8, 1),
+    "vocab": ("llama", 8, 1),
+    "replicated": ("deepseek_v3", 4, 1),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(MUTATIONS))
+def test_each_rule_is_needed(checkpoints, monkeypatch, rule):
+    model_type, tp, pp = MUTATIONS[rule]
+    directory = checkpoints[model_type]
+    built = max(vllm_stage_bytes(directory, tp, pp, monkeypatch))
+    assert max(planned_stages(directory, tp, pp)) == pytest.approx(built, abs=FINAL_NORM_BYTES)
+    assert abs(max(planned_stages(directory, tp, pp, kind=rule)) - built) > FINAL_NORM_BYTES
+
+
+def test_tied_embeddings_put_a_copy_on_the_last_stage(checkpoints, monkeypatch):
+    """GPT-NeoX-style classes build the input table on the first stage only; tied, the last stage builds it again
+    for lm_head. Llama's class with tied embeddings: without the copy the plan is lighter than vLLM's last stage."""
+    directory = checkpoints["llama_tied"]
+    last = vllm_stage_bytes(directory, 1, 2, monkeypatch)[-1]
+    assert planned_stages(directory, 1, 2)[-1] == pytest.approx(last, abs=FINAL_NORM_BYTES)
+    assert planned_stages(directory, 1, 2, tie_word_embeddings=False)[-1] < last - 4 * FINAL_NORM_BYTES
+
+
+def vocabulary_on_every_stage() -> tuple[set[str], set[str]]:
+    """(input, output) table architectures whose vLLM 0.32.0 model file assigns VocabParallelEmbedding /
+    ParallelLMHead under no test of the pipeline rank (get_pp_group().is_first_rank / is_last_rank)."""
+    import ast
+
+    import vllm
+    from vllm.model_executor.models.registry import _TEXT_GENERATION_MODELS
+
+    from planner.checkpoint import HEAD_MODULES, VOCAB_MODULES
+
+    root = Path(vllm.__file__).parent / "model_executor" / "models"
+
+    def unguarded(tree: ast.AST, attrs: frozenset[str], constructor: str) -> list[bool]:
+        found: list[bool] = []
+
+        def walk(node: ast.AST, guarded: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = guarded or (isinstance(child, ast.If) and "rank" in ast.unparse(child.test))
+                if isinstance(child, ast.Assign) and isinstance(child.value, ast.Call) \
+                        and ast.unparse(child.value.func).split(".")[-1] == constructor \
+                        and any(isinstance(t, ast.Attribute) and t.attr in attrs for t in child.targets):
+                    found.append(not guarded)
+                walk(child, inner)
+
+        walk(tree, False)
+        return found
+
+    inputs, heads = set(), set()
+    for architecture, (module, _) in _TEXT_GENERATION_MODELS.items():
+        path = root / f"{module}.py"
+        if not path.exists():
+            continue
+        tree = ast.parse(path.read_text())
+        made = unguarded(tree, VOCAB_MODULES - HEAD_MODULES, "VocabParallelEmbedding")
+        if made and all(made):
+            inputs.add(architecture)
+        made = unguarded(tree, HEAD_MODULES, "ParallelLMHead")
+        if made and all(made):
+            heads.add(architecture)
+    return inputs, heads
+
+
+def test_the_tables_of_classes_with_vocabulary_on_every_stage_are_vllms():
+    from planner.checkpoint import HEAD_ON_EVERY_STAGE, INPUT_ON_EVERY_STAGE
+
+    inputs, heads = vocabulary_on_every_stage()
+    assert set(INPUT_ON_EVERY_STAGE) == inputs
+    assert set(HEAD_ON_EVERY_STAGE) == heads
