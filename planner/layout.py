@@ -399,6 +399,23 @@ def auto_layout(settings: Settings, engine: EngineSettings, weights_bytes: float
     return _across_nodes(settings, engine, weights_bytes, kv_bytes), []
 
 
+def unsized_layout(settings: Settings, engine: EngineSettings, weights_bytes: float,
+                   kv_bytes: float) -> tuple[Layout, list[Compared]]:
+    """The automatic layout of a model with a layer structure the planner does not size yet (arch.unsized): as
+    auto_layout chooses it with every layer's KV cache counted as full attention, or, where no layout holds a
+    full-length sequence that way, the smallest one the weights fit with room for any KV cache: vLLM serves the model,
+    and its own profile sizes the cache these layers keep; the plan warns what it could not verify."""
+    try:
+        return auto_layout(settings, engine, weights_bytes, kv_bytes)
+    except ConfigError:
+        arch, accs = settings.model.architecture, settings.accelerator
+        layout = smallest_working(arch, accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization,
+                                  weights_bytes, kv_bytes, 1, settings.vllm.max_model_len, engine)
+        if layout is None:
+            raise
+        return layout, []
+
+
 def _across_nodes(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float) -> Layout:
     arch, accs = settings.model.architecture, settings.accelerator
     acc, gpn, util = accs.catalog, accs.gpus_per_node, settings.vllm.gpu_memory_utilization

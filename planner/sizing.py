@@ -45,6 +45,7 @@ from planner.layout import (
     fit,
     gib_text,
     stack_engine,
+    unsized_layout,
 )
 from planner.memory import cudagraph_bytes, default_engine, kv_dtype_bytes, model_weight_bytes
 from planner.memory_fit import FITTED, MemoryFit
@@ -309,13 +310,8 @@ def plan(settings: Settings) -> Sizing:
 
     compared: list[Compared] = []
     if par.tensor is None and par.pipeline is None and par.data is None and par.expert is None:
-        if arch.unsized:
-            raise ConfigError("parallelism.tensor", None,
-                              f"{arch.name}: {arch.unsized}, a layer structure the planner does not size yet, so it "
-                              "cannot choose the layout; vLLM serves it: state parallelism.tensor (and "
-                              "parallelism.pipeline across nodes), and model.weightsGib if the weights are not "
-                              f"{gib_text(weights_bytes)} ({weighed})")
-        (layout, compared), source = auto_layout(settings, engine, weights_bytes, kv_bytes), "auto"
+        chooser = unsized_layout if arch.unsized else auto_layout
+        (layout, compared), source = chooser(settings, engine, weights_bytes, kv_bytes), "auto"
     else:
         expert = bool(par.expert) if par.expert is not None else bool(arch.num_experts and (par.data or 1) > 1)
         layout = check_explicit_layout(settings, engine, par.tensor or 1, par.pipeline or 1, weights_bytes, kv_bytes,
@@ -336,8 +332,9 @@ def plan(settings: Settings) -> Sizing:
                         f"them, the count from config.json {gib_text(counted_bytes)} "
                         f"({counted_bytes / weights_bytes - 1:+.1%}); the plan uses the tensors")
     if arch.unsized:
+        taken = "as stated" if source == "config" else "chosen with every layer's KV cache counted as full attention"
         warnings.append(f"{arch.name}: {arch.unsized}, which the planner does not size yet; the plan takes "
-                        f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) as stated and {weighed}, and "
+                        f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) {taken} and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
                         "full attention), that one sequence fits, or an HPA target derived from them")
     concurrency = result.full_sequences(settings.vllm.max_model_len)
