@@ -181,6 +181,8 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
                    extra_args=("--load-format", "dummy", *args.extra))
     env = bench.env(layout, [0] if args.gpus else [], f"calibrate-{name}")
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
+    if args.runner == "v2":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     group = Group(args.work, f"calibrate-{name}")
     proc = group.start("leader-r0", leader_cmd(spec), env)
     t0 = time.monotonic()
@@ -223,8 +225,9 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
 
 
 def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_model_len: int = 8192,
-                dtype: str = "auto", kv_cache_dtype: str = "auto") -> dict[str, Any]:
-    """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1)."""
+                dtype: str = "auto", kv_cache_dtype: str = "auto", runner: str = "default") -> dict[str, Any]:
+    """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1;
+    runner "v2": every model on Model Runner V2, as --runner v2 starts it)."""
     from planner.layout import Layout
     from planner.memory import cudagraph_bytes, default_engine
     from planner.model_config import parse_hf_config
@@ -232,7 +235,8 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
 
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
-    fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype)
+    fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype,
+                         v2_everywhere=runner == "v2")
     return {"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
             "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
             "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
@@ -245,12 +249,12 @@ def predict(args: argparse.Namespace) -> int:
     rows = []
     for entry in args.entries:
         rows.append(predict_row(entry, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
-                                args.kv_cache_dtype))
+                                args.kv_cache_dtype, args.runner))
         log(f"predict {entry}: {rows[-1]}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "predictions.json"
     path.write_text(json.dumps({"settings": {k: getattr(args, k) for k in (
-        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype")},
+        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner")},
         "profile": "0.25.1", "rows": rows}, indent=2) + "\n")
     return 0
 
@@ -266,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--start-timeout", type=float, default=420)
     parser.add_argument("--extra", nargs="*", default=[], help="more vLLM flags for every model")
+    parser.add_argument("--runner", choices=("default", "v2"), default="default",
+                        help="v2: start every model on Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1), the runner vLLM "
+                             "0.32.0 serves every model on, and predict for it")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vllm-gke-calibrate"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument("--predict-only", action="store_true",
@@ -281,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "calibration.json"
     results = json.loads(path.read_text()) if path.exists() else {"rows": []}
     results.update(host=host_info(), settings={k: getattr(args, k) for k in (
-        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype")})
+        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner")})
     bench = Bench(args, args.work, "calibrate", args.work)
     for entry in args.entries:
         row = measure(args, bench, entry)

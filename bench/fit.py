@@ -63,6 +63,8 @@ V1_GRAPHS = re.compile(r"^CUDA graph memory: ([\d.]+) GiB")
 
 ACCELERATOR = "nvidia-h200-141gb"
 ENGINE = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1")
+ENGINE_V2 = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2_everywhere=True)
+"""The rows run with VLLM_USE_V2_MODEL_RUNNER=1 (bench/calibrate.py --runner v2)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class Row:
 
     @property
     def features(self) -> PeakFeatures:
-        return peak_features(self.arch, Layout(1, 1, 1), ENGINE)
+        return peak_features(self.arch, Layout(1, 1, 1), ENGINE_V2 if self.v2 else ENGINE)
 
     @property
     def family(self) -> str:
@@ -123,7 +125,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
         arch = parse_hf_config(row["config"], row["model"], "results.json")
         lines = row.get("cudagraph_lines") or []
         estimate = next((float(m.group(1)) for line in lines if (m := V1_GRAPHS.match(line))), None)
-        v2 = runner_v2(arch, ENGINE)
+        v2 = row.get("runner_v2", runner_v2(arch, ENGINE))  # as logged; the planner's rule for the earliest rows
         if estimate is None and not v2:
             estimate = row.get("cudagraph_gib")  # the first rows kept the V1 estimate under this key
         seen[row["model"]] = Row(

@@ -11,7 +11,7 @@ and the memory it keeps outside the KV cache differ between releases. Two profil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.architecture import ATTENTION_KINDS
 from planner.catalog import GIB, Accelerator
@@ -98,6 +98,13 @@ PROFILES = {
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
 }
+
+def forced_v2(profile: EngineProfile) -> EngineProfile:
+    """`profile` under VLLM_USE_V2_MODEL_RUNNER=1, which makes vLLM 0.25.1 serve every model on Model Runner V2
+    (VllmConfig.use_v2_model_runner returns the variable before any default): how bench/calibrate.py --runner v2
+    measures MoE models on the runner vLLM 0.32.0 serves them on."""
+    return replace(profile, v2_moe_architectures=None)
+
 
 @dataclass(frozen=True)
 class EngineChoice:
