@@ -11,6 +11,8 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
 - the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
   the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the dense peak and the MoE
   workspace (taken from vLLM's source, not fitted);
+- V2's attention excess for MoE models (V2_MOE_PER_QUERY_EXCESS): through the origin over the MoE rows profiled on
+  Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2 started there);
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
   dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
   ratio).
@@ -111,7 +113,8 @@ def batches_in_fit(results: dict[str, Any]) -> list[dict[str, Any]]:
 def rows(results: dict[str, Any]) -> list[Row]:
     """Every started checkpoint of the calibration and of the finished validation batches (none with entries still
     pending, none held out), once per model (the 32k rows repeat the 8k profile), less the rows marked `excluded` (a
-    harness artifact, not vLLM's behaviour on the checkpoint), and the ablation rows."""
+    harness artifact, not vLLM's behaviour on the checkpoint), and the ablation rows. A row run on Model Runner V2
+    where 0.25.1 would pick V1 (bench/calibrate.py --runner v2) is its model's other row, named "<model> [V2]"."""
     raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
     for batch in batches_in_fit(results):
         raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
@@ -119,22 +122,30 @@ def rows(results: dict[str, Any]) -> list[Row]:
     seen: dict[str, Row] = {}
     for row, source, accelerator in raw:
         text = _profile(row)
-        if not row.get("kv_cache_tokens_measured") or not PEAK.search(text) or row["model"] in seen \
-                or row.get("excluded"):
+        if not row.get("kv_cache_tokens_measured") or not PEAK.search(text) or row.get("excluded"):
             continue
         arch = parse_hf_config(row["config"], row["model"], "results.json")
         lines = row.get("cudagraph_lines") or []
         estimate = next((float(m.group(1)) for line in lines if (m := V1_GRAPHS.match(line))), None)
         v2 = row.get("runner_v2", runner_v2(arch, ENGINE))  # as logged; the planner's rule for the earliest rows
+        model = row["model"] + (FORCED_V2 if v2 and not runner_v2(arch, ENGINE) else "")
+        if model in seen:
+            continue
         if estimate is None and not v2:
             estimate = row.get("cudagraph_gib")  # the first rows kept the V1 estimate under this key
-        seen[row["model"]] = Row(
-            model=row["model"], arch=arch, peak=float(PEAK.search(text).group(1)),
+        seen[model] = Row(
+            model=model, arch=arch, peak=float(PEAK.search(text).group(1)),
             non_torch=float(NON_TORCH.search(text).group(1)), non_kv=float(NON_KV.search(text).group(1)),
             available=row.get("available_kv_gib_measured"), graphs_estimate=None if v2 else estimate,
             graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source,
             accelerator=accelerator)
     return list(seen.values())
+
+
+FORCED_V2 = " [V2]"
+"""The name suffix of a row run on Model Runner V2 where vLLM 0.25.1 picks V1 (VLLM_USE_V2_MODEL_RUNNER=1). Such
+rows fit the V2 MoE term only: the graph line, the non-torch mean and the baselines keep the rows the held-out batches
+checked them with."""
 
 
 def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
@@ -160,7 +171,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     dense = [r for r in data if r.family == "dense"]
     sampling, forward = _two_phases(dense)
     mla = [r for r in data if r.family == "mla" and not r.v2]
-    on_v2 = [r for r in data if r.v2 and r.available is not None and r.non_kv is not None]
+    by_default = [r for r in data if not r.model.endswith(FORCED_V2)]
+    on_v2 = [r for r in by_default if r.v2 and r.available is not None and r.non_kv is not None]
     graphs = [r for r in on_v2 if r.graphs_captured]
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
                                              [float(r.graphs_captured or 0) for r in graphs])
@@ -169,8 +181,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     dense_only = MemoryFit(
         peak_base_gib=sampling[0], peak_per_logits=sampling[1], peak_per_hidden=sampling[2],
         forward_base_gib=forward[0], forward_per_hidden=forward[1], forward_per_mlp=forward[2],
-        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
-        non_torch_gib=sum(r.non_torch for r in data) / len(data),
+        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0, v2_moe_per_query_excess=0.0,
+        non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
         graphs_dense_base_gib=graphs_base, graphs_dense_per_khidden_gib=graphs_per_khidden,
@@ -180,8 +192,11 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     sampler, attention, reuse = _lstsq(
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
+    moe_v2 = [r for r in data if r.v2 and r.arch.num_experts and r.source != "ablation"]
+    [query_excess] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
+                            [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse)
+                   v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess)
 
 
 def literal(fitted: MemoryFit) -> str:

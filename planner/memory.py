@@ -232,6 +232,8 @@ class PeakFeatures:
     put them 0.07-0.28 GiB under the fit and the forward line's hidden term below zero."""
     v1: bool
     """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
+    moe: bool = False
+    """A mixture-of-experts model (routed experts)."""
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
@@ -244,7 +246,7 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
-        v1=not runner_v2(arch, engine))
+        v1=not runner_v2(arch, engine), moe=bool(arch.num_experts))
 
 
 def dense_mlp_width(arch: ModelArchitecture) -> int:
@@ -260,13 +262,16 @@ def dense_mlp_width(arch: ModelArchitecture) -> int:
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the dense peak (Model Runner V2's
     profile: the forward without attention, then a sampler without top-k/top-p), the MoE workspace (from vLLM's
-    source, not fitted), and the V1 runner's own terms where it serves the model (its profile runs attention and sorts
+    source, not fitted), the attention block's excess on V2 where an MoE model's query is wider than its hidden
+    state, and the V1 runner's own terms where it serves the model (its profile runs attention and sorts
     the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent attention needs no
     term of its own: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four MLA rows after
     these came out at -0.002 GiB per head)."""
     sampling = c.peak_base_gib + c.peak_per_logits * f.logits + c.peak_per_hidden * f.hidden
     forward = c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
     peak = max(sampling, forward) + f.workspace
+    if f.moe and not f.v1:
+        peak += c.v2_moe_per_query_excess * max(f.query - f.hidden, 0.0)
     if f.v1:
         peak += (c.v1_sampler_per_logits * f.logits + c.v1_attention_per_query * f.query
                  + c.v1_workspace_reuse * f.workspace)

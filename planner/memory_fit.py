@@ -48,6 +48,16 @@ class MemoryFit:
     forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of
     workspace, shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served
     (MoE, MLA and hybrid)."""
+    v2_moe_per_query_excess: float
+    """Model Runner V2's profile of a mixture-of-experts model, per GiB by which one bf16 query tensor of the batch on
+    this GPU (heads x query head width) is wider than the hidden-state tensor, on top of the dense peak and the
+    workspace. In an MoE layer the routed experts' intermediates live in the preallocated workspace, so the forward's
+    largest transient is the attention block's (the query, key and value projections and the attention output); the
+    dense lines are fitted where the MLP's intermediates set the forward's peak and heads x head width is about the
+    hidden size, so they miss it where the query is wider. Fitted through the origin on the MoE rows V2 profiled
+    (validation 18 ran five with VLLM_USE_V2_MODEL_RUNNER=1: GLM-4.5-Air's 96 query heads of 128 on a 4,096 hidden
+    size profiled 3.40 GiB where the dense lines and the workspace give 2.23); dense rows with a wider query (Qwen3-4B,
+    Qwen3-32B: +0.12, +0.10 GiB) show no such excess, so it applies to MoE models only."""
     non_torch_gib: float
     """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
     baseline_gib_by_gpu: tuple[tuple[str, float], ...]
@@ -96,6 +106,7 @@ FITTED = MemoryFit(
     v1_sampler_per_logits=1.5046,
     v1_attention_per_query=10.7812,
     v1_workspace_reuse=-0.7156,
+    v2_moe_per_query_excess=9.1328,
     non_torch_gib=0.2231,
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,

@@ -171,7 +171,7 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed):
     s = committed["settings"]
     for row in committed["rows"]:
         assert predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
-                           s["dtype"], s["kv_cache_dtype"]) == row, row["entry"]
+                           s["dtype"], s["kv_cache_dtype"], s.get("runner", "default")) == row, row["entry"]
 
 
 def test_a_held_out_batch_stays_out_of_the_fit():
@@ -196,3 +196,18 @@ def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_ove
               for extra in ({}, {"fitted": FITTED},
                             {"fitted": replace(FITTED, peak_margin_gib=FITTED.peak_margin_gib + 1)})]
     assert tokens[0] == tokens[1] > tokens[2]
+
+
+def test_v2_keeps_the_attention_excess_of_moe_models_only():
+    """GLM-4.5-Air cut to 8 layers on Model Runner V2 (validation 18): 96 query heads of 128 on a 4,096 hidden size
+    profiled 3.40 GiB, which the dense lines and the workspace put at 2.23; the V2 MoE term closes that, and it moves
+    neither the same model on V1 nor a dense model whose query is as wide."""
+    by_model = {r.model: r for r in DATA}
+    wide = by_model["GLM-4.5-Air [V2]"]
+    assert wide.v2 and not by_model["GLM-4.5-Air"].v2
+    without = replace(FITTED, v2_moe_per_query_excess=0.0)
+    assert wide.peak - fitted_peak_gib(wide.features, without) > 1.0
+    assert abs(wide.peak - fitted_peak_gib(wide.features, FITTED)) < 0.1
+    for model in ("GLM-4.5-Air", "Qwen3-32B"):
+        f = by_model[model].features
+        assert f.query > f.hidden and fitted_peak_gib(f, FITTED) == fitted_peak_gib(f, without), model
