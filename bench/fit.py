@@ -128,7 +128,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
         lines = row.get("cudagraph_lines") or []
         estimate = next((float(m.group(1)) for line in lines if (m := V1_GRAPHS.match(line))), None)
         v2 = row.get("runner_v2", runner_v2(arch, ENGINE))  # as logged; the planner's rule for the earliest rows
-        model = row["model"] + (FORCED_V2 if v2 and not runner_v2(arch, ENGINE) else "")
+        model = fit_name(row, arch)
         if model in seen:
             continue
         if estimate is None and not v2:
@@ -140,6 +140,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
             graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source,
             accelerator=accelerator)
     return list(seen.values())
+
+
+def fit_name(row: dict[str, Any], arch: ModelArchitecture | None = None) -> str:
+    """A measured row's name in the fit: its model, with FORCED_V2 where it ran on Model Runner V2 and vLLM 0.25.1
+    would have picked V1."""
+    arch = arch or parse_hf_config(row["config"], row["model"], "results.json")
+    forced = row.get("runner_v2", False) and not runner_v2(arch, ENGINE)
+    return row["model"] + (FORCED_V2 if forced else "")
 
 
 FORCED_V2 = " [V2]"
