@@ -200,7 +200,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     sampler, attention, reuse = _lstsq(
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
-    moe_v2 = [r for r in data if r.v2 and r.arch.num_experts and r.source != "ablation"]
+    moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
     [query_excess] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
                             [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,

@@ -23,10 +23,6 @@ FIRST_STAGE, LAST_STAGE, EVERY_STAGE, TIED_HEAD = -1, -2, -3, -4
 """TensorGroup positions other than a decoder layer's index: the first pipeline stage (input embeddings), the last
 (final norm, lm_head), every stage (multimodal encoders), and the last stage only where it is not also the first
 (the copy of tied input embeddings lm_head uses)."""
-TENSOR_RULES = ("split", "replicated", "kv", "vocab", "routed")
-"""How tensor parallelism divides a TensorGroup: evenly over the tensor ranks ("split"), not at all ("replicated"),
-as KV heads ("kv": whole heads on each rank where there are fewer heads than ranks), as a vocabulary table padded to
-64 rows ("vocab"), or as routed experts (planner/memory.py expert_shard)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +32,9 @@ class TensorGroup:
     position: int
     """The decoder layer they belong to, or FIRST_STAGE / LAST_STAGE / EVERY_STAGE / TIED_HEAD."""
     rule: str
-    """One of TENSOR_RULES."""
+    """How tensor parallelism divides it (planner/memory.py group_bytes_per_rank): evenly over the tensor ranks
+    ("split"), not at all ("replicated"), as KV heads ("kv": a whole head on each rank where there are fewer heads
+    than ranks), as a vocabulary table padded to 64 rows ("vocab"), or as routed experts ("routed", expert_shard)."""
     bytes: float
     rows: int = 0
     """A vocabulary table's rows (rule "vocab")."""
@@ -184,7 +182,7 @@ class ModelArchitecture:
     Hub's headers or model.tensorsFile); (): not read, the count decides."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
-    "" for a model it sizes. Such a model plans only with stated parallelism, its KV cache counted as full attention
+    "" for a model it sizes. Such a model plans with its KV cache counted as full attention
     and reported as unverified."""
 
     @property
