@@ -306,6 +306,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
 
     lines += families_section(results.get("calibration_families") or {})
     lines += validation_section(results.get("calibration_validation") or {})
+    lines += weights_per_gpu_section(results.get("weights_per_gpu") or {})
     lines += declared_section(results)
     launcher = results.get("launcher") or {}
     lines += ["", "## Launcher on real GPUs", ""]
@@ -409,6 +410,33 @@ def families_section(found: dict) -> list[str]:
     if found.get("failed_first"):
         lines += ["", f"Seen on the way: {found['failed_first']}."]
     return lines
+
+
+def weights_per_gpu_section(found: dict) -> list[str]:
+    """bench/shards.py: each GPU's loaded weights under TP / PP against the planner's per-tensor placement (predicted
+    and committed before the run) and the even split it used before."""
+    if not found:
+        return []
+    lines = ["", "### Weights per GPU under tensor and pipeline parallelism", "",
+             f"`bench/shards.py` on {found.get('gpus', '?')} (vLLM {found.get('vllm', '?')}, predicted at commit "
+             f"`{found.get('predicted_at_commit', '?')}`): {found.get('method', '')}", ""]
+    rows = []
+    for p, m in zip(found["predictions"], found["measured"], strict=True):
+        for stage, measured in enumerate(m["stages_gib_measured"]):
+            planned = p["stages_gib_predicted"][stage]
+            rows.append([p["entry"], f"TP={p['tp']} PP={p['pp']}", str(stage),
+                         _fmt(measured, 2) if measured is not None else "not logged",
+                         f"{planned:.2f}", _pct(measured, planned), f"{p['even_split_gib']:.2f}",
+                         _pct(measured, p["even_split_gib"])])
+    lines += _table(["entry", "layout", "stage", "vLLM GiB", "planned GiB", "error %", "even split GiB",
+                     "even split error %"], rows)
+    for note in found.get("notes", []):
+        lines += ["", note]
+    return lines
+
+
+def _pct(measured: float | None, planned: float) -> str:
+    return "-" if measured is None else f"{(planned / measured - 1) * 100:+.2f}"
 
 
 def validation_section(found: dict) -> list[str]:
