@@ -23,7 +23,7 @@ def _ok(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in results.get("runs", []) if "error" not in r and r.get("output_tokens_per_s")]
 
 
-def error_pct(measured: int | None, predicted: int | None) -> float | None:
+def error_pct(measured: float | None, predicted: float | None) -> float | None:
     if not measured or predicted is None:
         return None
     return round(100 * (predicted - measured) / measured, 2)
@@ -420,23 +420,22 @@ def weights_per_gpu_section(found: dict) -> list[str]:
     lines = ["", "### Weights per GPU under tensor and pipeline parallelism", "",
              f"`bench/shards.py` on {found.get('gpus', '?')} (vLLM {found.get('vllm', '?')}, predicted at commit "
              f"`{found.get('predicted_at_commit', '?')}`): {found.get('method', '')}", ""]
+    def signed(error: float | None) -> str:
+        return "-" if error is None else f"{error:+.2f}"
+
     rows = []
     for p, m in zip(found["predictions"], found["measured"], strict=True):
         for stage, measured in enumerate(m["stages_gib_measured"]):
             planned = p["stages_gib_predicted"][stage]
             rows.append([p["entry"], f"TP={p['tp']} PP={p['pp']}", str(stage),
                          _fmt(measured, 2) if measured is not None else "not logged",
-                         f"{planned:.2f}", _pct(measured, planned), f"{p['even_split_gib']:.2f}",
-                         _pct(measured, p["even_split_gib"])])
+                         f"{planned:.2f}", signed(error_pct(measured, planned)), f"{p['even_split_gib']:.2f}",
+                         signed(error_pct(measured, p["even_split_gib"]))])
     lines += _table(["entry", "layout", "stage", "vLLM GiB", "planned GiB", "error %", "even split GiB",
                      "even split error %"], rows)
     for note in found.get("notes", []):
         lines += ["", note]
     return lines
-
-
-def _pct(measured: float | None, planned: float) -> str:
-    return "-" if measured is None else f"{(planned / measured - 1) * 100:+.2f}"
 
 
 def validation_section(found: dict) -> list[str]:
