@@ -14,8 +14,10 @@ down-projections (DeepSeek-V3)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,6 +99,25 @@ class _Group:
         return self.rank_in_group == self.world_size - 1
 
 
+@contextlib.contextmanager
+def _transformers_classes_kept():
+    """vLLM 0.32.0 serves some classes (GPT-NeoX) through its Transformers backend, which decorates transformers' own
+    model classes in place (compilation/decorators.py support_torch_compile); their attributes are put back after,
+    so later tests build transformers' models as transformers defines them."""
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("transformers.models.") and m]
+    saved = {c: dict(vars(c)) for m in modules for c in vars(m).values()
+             if isinstance(c, type) and c.__module__.startswith("transformers.")}
+    try:
+        yield
+    finally:
+        for cls, attrs in saved.items():
+            for key in set(vars(cls)) - set(attrs):
+                delattr(cls, key)
+            for key, value in attrs.items():
+                if key not in ("__dict__", "__weakref__") and vars(cls).get(key) is not value:
+                    setattr(cls, key, value)
+
+
 def vllm_stage_bytes(directory: Path, tp: int, pp: int, monkeypatch) -> list[int]:
     """Bytes of the parameters vLLM 0.32.0's class for this checkpoint builds on tensor rank 0 of each pipeline
     stage."""
@@ -116,8 +137,8 @@ def vllm_stage_bytes(directory: Path, tp: int, pp: int, monkeypatch) -> list[int
             monkeypatch.setattr(parallel_state, name, group, raising=False)
         vllm_config = VllmConfig(model_config=model_config,
                                  parallel_config=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp))
-        with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype), \
-                torch.device("meta"):
+        with _transformers_classes_kept(), set_current_vllm_config(vllm_config), \
+                set_default_torch_dtype(model_config.dtype), torch.device("meta"):
             cls, _ = get_model_architecture(model_config)
             model = cls(vllm_config=vllm_config, prefix="")
         stages.append(sum(p.numel() * p.element_size() for p in model.parameters()))
