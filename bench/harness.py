@@ -240,6 +240,16 @@ def kv_tokens(path: Path) -> int | None:
     return int(match.group(1).replace(",", "")) if match else None
 
 
+def logged_kv_tokens(path: Path, seconds: float = 30.0) -> int | None:
+    """kv_tokens once the engine's line is in the log: the server answers health checks after its engine logged the
+    KV cache size, but the engine process's own output can reach the file later (a loaded CI runner showed the
+    server healthy before the line)."""
+    deadline = time.monotonic() + seconds
+    while (found := kv_tokens(path)) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return found
+
+
 # ----------------------------------------------------------------------------------------------- commands
 
 @dataclass(frozen=True)

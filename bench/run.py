@@ -51,6 +51,7 @@ from bench.harness import (  # noqa: E402
     leader_cmd,
     local,
     log,
+    logged_kv_tokens,
     planner_layout,
     predicted_kv,
     ray_stop,
@@ -154,7 +155,7 @@ def run_layout(bench: Bench, layout: BenchLayout, results: dict[str, Any], save)
             row["pods"] = {pod.name: declared_checks(pod) for pod in group.declared.pods}
             log(f"{layout.name}: pods {row['pods']}")
         leader_logs = [p.log for p in group.procs if p.name.startswith("leader")]
-        row["kv_cache_tokens_measured"] = kv_tokens(leader_logs[0])
+        row["kv_cache_tokens_measured"] = logged_kv_tokens(leader_logs[0])
         row["kv_cache_tokens_predicted"] = predicted_kv(bench.args.config, bench.args, layout.tp, layout.pp,
                                                         layout.nodes)
         if bench.args.warmup_prompts:
