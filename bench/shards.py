@@ -20,8 +20,6 @@ import json
 import math
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -32,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.calibrate import entry_config, model_dir, parse_entry  # noqa: E402
+from bench.harness import Group  # noqa: E402
 from planner.catalog import GIB  # noqa: E402
 from planner.checkpoint import tensor_groups  # noqa: E402
 from planner.layout import Layout  # noqa: E402
@@ -80,21 +79,20 @@ def predict(entry: str, tp: int, pp: int) -> dict[str, Any]:
 def measure(entry: str, tp: int, pp: int, work: Path, port: int, timeout: float) -> dict[str, Any]:
     config, layers, text_mode = parse_entry(entry)
     directory, _ = model_dir(work, config, layers, text_mode)
-    log_path = work / f"{directory.name}-{tp}x{pp}.log"
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(directory), "--load-format", "dummy",
            "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp), "--max-model-len", "2048",
            "--enforce-eager", "--gpu-memory-utilization", "0.85", "--port", str(port)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(tp * pp))}
-    with log_path.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    group = Group(work, f"shards-{directory.name}-{tp}x{pp}")
+    proc = group.start("server", cmd, env)
+    log_path = proc.log
     start = time.monotonic()
     try:
-        while proc.poll() is None and time.monotonic() - start < timeout \
+        while proc.popen.poll() is None and time.monotonic() - start < timeout \
                 and len(LOADED.findall(log_path.read_text(errors="replace"))) < tp * pp:
             time.sleep(1)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        group.stop(grace=5)  # the whole session, then the GPUs checked free for the next run
     text = log_path.read_text(errors="replace")
     workers = {name: float(gib) for name, gib in LOADED.findall(text)}
     stages: dict[int, float] = {}

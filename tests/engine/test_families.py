@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.fit import FORCED_V2
 from planner.errors import ConfigError
 from planner.kv_cache import Admission, layer_specs, pool_first_stage
 from planner.layers import MXFP4_BYTES_PER_PARAM, cut_layers
@@ -256,7 +257,7 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     forced = row["runner"] == "v2"
     f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], v2_everywhere=forced)
     kv_error = (f.kv_tokens - row["kv_cache_tokens_measured"]) / row["kv_cache_tokens_measured"]
-    key = (row["model"] + (" [V2]" if forced else ""), row["layers"])
+    key = (row["model"] + (FORCED_V2 if forced else ""), row["layers"])
     lowest = UNDER_COUNTED.get(key, (-0.01, ""))[0]
     highest = OVER_COUNTED.get(key, (0.005, ""))[0]
     assert lowest <= kv_error <= highest, f"KV tokens {kv_error:+.2%} against vLLM"
