@@ -44,7 +44,11 @@ def read_header(path: Path) -> dict[str, dict[str, Any]]:
         (length,) = struct.unpack("<Q", raw)
         if length > MAX_HEADER_BYTES:
             raise ValueError(f"{path.name}: header of {length} bytes, over the format's limit")
-        header = json.loads(f.read(length))
+        return header_tensors(json.loads(f.read(length)))
+
+
+def header_tensors(header: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """{tensor name: {"dtype", "shape"}} of a parsed safetensors header (its `__metadata__` left out)."""
     return {name: {"dtype": entry["dtype"], "shape": list(entry["shape"])}
             for name, entry in header.items() if name != "__metadata__"}
 

@@ -24,7 +24,8 @@ from planner.catalog import ACCELERATORS, DISK_TYPES, MACHINE_SERIES, Accelerato
 from planner.checkpoint import hub_tensors, load_tensors_file, tensor_bytes, tensor_groups
 from planner.config_errors import section
 from planner.errors import NAMESPACE, ConfigError, fmt_value
-from planner.model_config import load_architecture
+from planner.gcs import GcsError, NotServableError, gcs_config, gcs_tensors
+from planner.model_config import load_architecture, parse_hf_config
 from planner.stack_schema import (
     SECRETS,
     SECTIONS,
@@ -121,7 +122,10 @@ class ModelSettings:
     skipped_tensors: int = 0
     """Tensors of model.tensorsFile vLLM does not load (multi-token-prediction layers)."""
     tensors_from: str = ""
-    """Where the checkpoint's tensors were read: "model.tensorsFile", or the Hub's headers at preview."""
+    """Where the checkpoint's tensors were read: "model.tensorsFile", or the headers on the Hub or under
+    model.gcsUri at preview."""
+    tensors_key: str = ""
+    """The stack key that names where they were read: model.tensorsFile, model.gcsUri or model.id."""
 
 
 @dataclass(frozen=True)
@@ -321,30 +325,51 @@ def _weights_disk_types(accelerator: AcceleratorSettings, disk_type: str | None)
     return tuple(attachable)
 
 
+def _gcs_architecture(m: ModelConfig) -> tuple[ModelArchitecture, str]:
+    """config.json under model.gcsUri: the checkpoint the download Job stages is the prefix's, not the Hub's."""
+    assert m.gcs_uri is not None
+    try:
+        data = gcs_config(m.gcs_uri)
+    except GcsError as exc:
+        raise ConfigError("model.gcsUri", m.gcs_uri,
+                          f"could not read config.json there ({exc}); when offline or without Google credentials, "
+                          "set model.configFile (a local config.json) or model.architecture") from None
+    return (parse_hf_config(data, m.id.rsplit("/", 1)[-1], "model.gcsUri"),
+            f"model architecture read from {m.gcs_uri.rstrip('/')}/config.json; commit it as model.configFile for "
+            "reproducible offline plans")
+
+
 def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None]:
     if m.source == "gcs" and m.gcs_uri is None:
         raise ConfigError("model.gcsUri", m.gcs_uri, "a gs://bucket/path URI is required when model.source is gcs")
     if m.source == "huggingface" and m.gcs_uri is not None:
         raise ConfigError("model.gcsUri", m.gcs_uri, "only used with model.source: gcs")
-    arch, note = load_architecture(m.id, m.revision, m.config_file, m.architecture, project_dir)
+    on_gcs = m.source == "gcs" and not m.config_file and m.architecture is None
+    if on_gcs:
+        arch, note = _gcs_architecture(m)
+    else:
+        arch, note = load_architecture(m.id, m.revision, m.config_file, m.architecture, project_dir)
     checkpoint, skipped, tensors, tensors_from = None, 0, None, ""
+    key = "model.tensorsFile" if m.tensors_file is not None else "model.gcsUri" if on_gcs else "model.id"
     if m.tensors_file is not None:
         tensors, tensors_from = load_tensors_file(m.tensors_file, project_dir), "model.tensorsFile"
-    elif note is not None and m.weights_gib is None:  # config.json came from the Hub: the headers can too
+    elif note is not None and m.weights_gib is None:  # config.json was read remotely: the headers can be too
+        place = f"at {m.gcs_uri}" if on_gcs else f"on the Hub, {m.id}@{m.revision}"
         try:
-            tensors = hub_tensors(m.id, m.revision)[0]
-            tensors_from = f"the safetensors headers on the Hub, {m.id}@{m.revision}"
-        except Exception as exc:  # network, auth, not a safetensors repository: the count stands, and says so
+            tensors = (gcs_tensors(str(m.gcs_uri)) if on_gcs else hub_tensors(m.id, m.revision))[0]
+            tensors_from = f"the safetensors headers {place}"
+        except NotServableError as exc:
+            raise ConfigError("model.gcsUri", m.gcs_uri, str(exc)) from None
+        except Exception as exc:  # network, auth, not a safetensors checkpoint: the count stands, and says so
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            note += (f"; the checkpoint's safetensors headers could not be read from the Hub ({reason}), so the "
+            note += (f"; the checkpoint's safetensors headers could not be read {place} ({reason}), so the "
                      "weights are counted from config.json")
     if tensors is not None:
-        source = "model.tensorsFile" if m.tensors_file is not None else "model.id"
-        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, source)
+        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, key)
         if checkpoint:
-            arch = replace(arch, checkpoint_groups=tensor_groups(tensors, arch, source))
+            arch = replace(arch, checkpoint_groups=tensor_groups(tensors, arch, key))
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
-                         checkpoint, skipped, tensors_from), note
+                         checkpoint, skipped, tensors_from, key if tensors is not None else ""), note
 
 
 def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> Settings:

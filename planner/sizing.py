@@ -327,9 +327,8 @@ def plan(settings: Settings) -> Sizing:
     if choice.warning:
         warnings.append(choice.warning)
     if counted_bytes is not None and abs(counted_bytes / weights_bytes - 1) > CHECKPOINT_COUNT_TOLERANCE:
-        key = "model.tensorsFile" if settings.model.tensors_from == "model.tensorsFile" else "model.id"
-        warnings.append(f"{key}: the checkpoint's tensors weigh {gib_text(weights_bytes)} as vLLM loads "
-                        f"them, the count from config.json {gib_text(counted_bytes)} "
+        warnings.append(f"{settings.model.tensors_key}: the checkpoint's tensors weigh {gib_text(weights_bytes)} "
+                        f"as vLLM loads them, the count from config.json {gib_text(counted_bytes)} "
                         f"({counted_bytes / weights_bytes - 1:+.1%}); the plan uses the tensors")
     if arch.unsized:
         taken = "as stated" if source == "config" else "chosen with every layer's KV cache counted as full attention"

@@ -236,10 +236,13 @@ class ModelConfig(Section):
     id: Text = Field(description="Hugging Face repo id, e.g. meta-llama/Llama-3.1-8B-Instruct.")
     revision: Text = Field("main", description="Branch, tag or commit of the weights.")
     source: Literal["huggingface", "gcs"] = Field("huggingface", description="Where the download Job reads from.")
-    gcs_uri: Text | None = Field(None, description="gs://bucket/prefix of the weights, with source: gcs.")
+    gcs_uri: Text | None = Field(None, description="gs://bucket/prefix of the weights, with source: gcs. Without "
+                                                   "configFile or architecture, the plan reads config.json and the "
+                                                   "safetensors headers there (Application Default Credentials).")
     config_file: Text | None = Field(None, description="Local config.json (relative to the project) for offline "
-                                                       "plans; without it or architecture, the Hub is asked for "
-                                                       "config.json and the safetensors headers.")
+                                                       "plans; without it or architecture, config.json and the "
+                                                       "safetensors headers are read from the Hub (or from gcsUri "
+                                                       "with source: gcs).")
     architecture: dict[str, Any] | None = Field(None, description="The config.json fields inline.")
     tensors_file: Text | None = Field(None, description="The checkpoint's tensors (names, dtypes, shapes from its "
                                                         "safetensors headers; python -m tools.checkpoint_tensors "

@@ -2,9 +2,11 @@
 
     python -m tools.checkpoint_tensors meta-llama/Llama-3.1-8B-Instruct --out models/Llama-3.1-8B-Instruct.tensors.json
     python -m tools.checkpoint_tensors /path/to/checkpoint-dir --out my-model.tensors.json
+    python -m tools.checkpoint_tensors gs://my-models/llama-3.1-8b --out my-model.tensors.json
 
 A Hub repository is read through huggingface_hub's safetensors metadata functions (HTTP range reads of each file's
-header; HF_TOKEN for gated models); a local directory from its .safetensors files' headers. No weight is read.
+header; HF_TOKEN for gated models); a gs:// prefix through the Cloud Storage JSON API's range reads (planner/gcs.py,
+Application Default Credentials); a local directory from its .safetensors files' headers. No weight is read.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from planner.checkpoint import hub_tensors, read_directory, write_tensors_file  # noqa: E402
+from planner.gcs import gcs_tensors  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", help="a Hugging Face repo id, or a local checkpoint directory")
+    parser.add_argument("source", help="a Hugging Face repo id, a gs://bucket/prefix, or a local checkpoint directory")
     parser.add_argument("--revision", default="main", help="branch, tag or commit on the Hub (default: main)")
     parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
@@ -34,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: source {args.source}: no .safetensors files in this directory", file=sys.stderr)
                 return 2
             tensors, where = read_directory(local), str(local)
+        elif args.source.startswith("gs://"):
+            tensors, files = gcs_tensors(args.source)
+            where = args.source
         else:
             tensors, files = hub_tensors(args.source, args.revision)
             where = f"{args.source}@{args.revision}"
