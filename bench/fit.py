@@ -50,6 +50,7 @@ from planner.memory import (  # noqa: E402
     default_engine,
     fitted_peak_gib,
     peak_features,
+    query_excess,
     runner_v2,
 )
 from planner.memory_fit import FITTED, MemoryFit  # noqa: E402
@@ -194,6 +195,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
         graphs_dense_base_gib=graphs_base, graphs_dense_per_khidden_gib=graphs_per_khidden,
+        graphs_moe_v2_per_kquery_excess=0.0,
         graphs_moe_gib=statistics.median(estimates),
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
         peak_margin_gib=margin_gib)
@@ -201,10 +203,15 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
     moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
-    [query_excess] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
+    [query_excess_gib] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
                             [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
+    wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
+    [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
+                             [float(r.graphs_captured or 0) - graphs_base - graphs_per_khidden * r.arch.hidden_size
+                              / 1000 for r in wide])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess)
+                   v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess_gib,
+                   graphs_moe_v2_per_kquery_excess=graphs_excess)
 
 
 def literal(fitted: MemoryFit) -> str:

@@ -93,7 +93,20 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
         return fitted.graphs_moe_gib * GIB
     if not engine.profile.cudagraph_reserved:
         return 0.0
-    return (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000) * GIB
+    moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.num_experts else 0.0
+    return (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000 + moe) * GIB
+
+
+def query_width(arch: ModelArchitecture) -> int:
+    """One query head's width: head_dim, or with MLA the no-position and rotary parts (qk_nope + qk_rope)."""
+    if arch.kv_lora_rank:
+        return (arch.qk_nope_head_dim or arch.head_dim - arch.qk_rope_head_dim) + arch.qk_rope_head_dim
+    return arch.head_dim
+
+
+def query_excess(arch: ModelArchitecture, layout: Layout) -> float:
+    """How much wider one token's query on one GPU (heads / TP x query_width) is than its hidden state, or 0."""
+    return max(arch.num_attention_heads / layout.tp * query_width(arch) - arch.hidden_size, 0.0)
 
 
 @dataclass(frozen=True)
@@ -237,9 +250,7 @@ class PeakFeatures:
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
-    heads = arch.num_attention_heads / layout.tp
-    width = (arch.qk_nope_head_dim or arch.head_dim - arch.qk_rope_head_dim) + arch.qk_rope_head_dim \
-        if arch.kv_lora_rank else arch.head_dim
+    heads, width = arch.num_attention_heads / layout.tp, query_width(arch)
     return PeakFeatures(
         logits=engine.max_num_seqs * arch.vocab_size * 4 / GIB,
         hidden=engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB,

@@ -70,6 +70,13 @@ class MemoryFit:
     """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.48-2.56
     GiB on 36 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its
     estimate a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
+    graphs_moe_v2_per_kquery_excess: float
+    """On top of that line for a mixture-of-experts model on Model Runner V2, per 1,000 by which one token's query on
+    a GPU (heads / TP x query head width) is wider than its hidden size (planner/memory.py query_excess). The
+    captured graphs of the MoE rows run on V2 grow with it (GLM-4.5-Air, 96 query heads of 128 on 4,096: 1.93 GiB
+    where the line gives 0.96), while the line, fitted on V2's default rows, where the few wide queries are dense,
+    leaves them under; fitted through the origin on the non-MLA MoE rows on V2 (validation 18's forced-V2 rows carry
+    it), checked on validation 19's (tests/unit/test_fit.py). MLA keeps graphs_mla_per_khidden_gib."""
     graphs_moe_gib: float
     """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
     runs, 2.07 on GLM-4.5; the median). It is the largest FULL graph's first capture plus the second capture's delta
@@ -111,6 +118,7 @@ FITTED = MemoryFit(
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,
     graphs_dense_per_khidden_gib=0.1288,
+    graphs_moe_v2_per_kquery_excess=0.1174,
     graphs_moe_gib=0.6000,
     graphs_mla_per_khidden_gib=0.5971,
     peak_margin_gib=0.35,

@@ -156,12 +156,22 @@ def _counted(batch: dict) -> list[dict]:
             if p["entry"].split(":")[0].rsplit("/", 1)[-1].removesuffix(".json") not in excluded]
 
 
-COMMITTED = [(p.name, json.loads(p.read_text())) for p in PENDING] + [
-    (b["name"], {"settings": b["settings"], "rows": _counted(b)}) for b in HELD_OUT]
+UNCHECKED_BY_A_RUN = "graphs_gib_predicted_0_32"
+"""What vLLM 0.32.0 would keep out of the KV cache for CUDA graphs: recorded with each prediction, but no run checks
+it there (0.32.0 cannot start on the GPU hosts, and 0.25.1's V2 keeps nothing out for graphs), so a ran batch stays a
+check of today's planner when only this moves; test_moe_graphs_on_v2_... checks it against the captured graphs."""
 
 
-@pytest.mark.parametrize("committed", [c for _, c in COMMITTED], ids=[n for n, _ in COMMITTED])
-def test_committed_predictions_are_what_todays_planner_predicts(committed):
+def _checked(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k != UNCHECKED_BY_A_RUN}
+
+
+COMMITTED = [(p.name, json.loads(p.read_text()), False) for p in PENDING] + [
+    (b["name"], {"settings": b["settings"], "rows": _counted(b)}, True) for b in HELD_OUT]
+
+
+@pytest.mark.parametrize("committed, ran", [(c, ran) for _, c, ran in COMMITTED], ids=[n for n, _, _ in COMMITTED])
+def test_committed_predictions_are_what_todays_planner_predicts(committed, ran):
     """A batch predicted and committed before its run validates the planner only while that planner still predicts
     the same numbers: a change that moves them must re-predict (bench/calibrate.py --predict-only) and commit again
     before the run, and once it has run as a held-out batch, a change that moves them makes it no longer a check of
@@ -170,8 +180,9 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed):
 
     s = committed["settings"]
     for row in committed["rows"]:
-        assert predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
-                           s["dtype"], s["kv_cache_dtype"], s.get("runner", "default")) == row, row["entry"]
+        today = predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
+                            s["dtype"], s["kv_cache_dtype"], s.get("runner", "default"))
+        assert (_checked(today) == _checked(row)) if ran else today == row, row["entry"]
 
 
 def test_a_held_out_batch_stays_out_of_the_fit():
@@ -211,3 +222,34 @@ def test_v2_keeps_the_attention_excess_of_moe_models_only():
     for model in ("GLM-4.5-Air", "Qwen3-32B"):
         f = by_model[model].features
         assert f.query > f.hidden and fitted_peak_gib(f, FITTED) == fitted_peak_gib(f, without), model
+
+
+def _graphs_planned(row: dict, fitted: MemoryFit) -> float:
+    """The CUDA-graph memory vLLM 0.32.0's plan keeps out of the KV cache for this row's model at TP=1, GiB."""
+    from planner.memory import cudagraph_bytes
+
+    a = parse_hf_config(row["config"], row["model"], "x")
+    return cudagraph_bytes(a, Layout(1, 1, 1), default_engine(H200), fitted) / GIB
+
+
+V2_MOE_GRAPHS_HELD_OUT = [r for b in HELD_OUT if b["name"] == "validation 19" for r in b["measured"]
+                          if r.get("runner_v2") and r.get("graphs_gib_measured")
+                          and not parse_hf_config(r["config"], r["model"], "x").kv_lora_rank]
+
+
+@pytest.mark.parametrize("row", V2_MOE_GRAPHS_HELD_OUT, ids=lambda r: r["model"])
+def test_moe_graphs_on_v2_are_planned_within_0_3_gib_of_the_held_out_captures(row):
+    """Validation 19 (held out; its captures were not in the fit): the CUDA graphs Model Runner V2 captured for each
+    non-MLA MoE model, against what the 0.32.0 plan keeps out of the KV cache for them. The dense line alone left
+    GLM-4.5 (96 query heads of 128 on 5,120) 0.82 GiB short; with the query-excess term every row is within 0.3 GiB,
+    and none short by more than 0.25."""
+    measured = row["graphs_gib_measured"]
+    planned = _graphs_planned(row, FITTED)
+    assert -0.25 <= planned - measured <= 0.3, (planned, measured)
+
+
+def test_the_moe_graph_term_is_what_closes_glm_4_5s_gap():
+    [glm] = [r for r in V2_MOE_GRAPHS_HELD_OUT if r["model"] == "GLM-4.5"]
+    without = replace(FITTED, graphs_moe_v2_per_kquery_excess=0.0)
+    assert glm["graphs_gib_measured"] - _graphs_planned(glm, without) > 0.75
+    assert abs(glm["graphs_gib_measured"] - _graphs_planned(glm, FITTED)) < 0.1
