@@ -190,7 +190,9 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     dense_only = MemoryFit(
         peak_base_gib=sampling[0], peak_per_logits=sampling[1], peak_per_hidden=sampling[2],
         forward_base_gib=forward[0], forward_per_hidden=forward[1], forward_per_mlp=forward[2],
-        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0, v2_moe_per_query_excess=0.0,
+        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
+        v2_moe_partial_rotary_per_query=0.0,
+        v2_moe_fp8_mla_per_query=0.0,
         non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
@@ -203,14 +205,16 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
     moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
-    [query_excess_gib] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
-                            [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
+    rotary, fp8_mla = _lstsq([[r.features.query * r.features.partial_rotary, r.features.query * r.features.fp8_mla]
+                              for r in moe_v2],
+                             [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
                              [float(r.graphs_captured or 0) - graphs_base - graphs_per_khidden * r.arch.hidden_size
                               / 1000 for r in wide])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess_gib,
+                   v1_workspace_reuse=reuse, v2_moe_partial_rotary_per_query=rotary,
+                   v2_moe_fp8_mla_per_query=fp8_mla,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)
 
 
@@ -274,25 +278,27 @@ OVER_BOUND = 0.005
 """The KV bound's over side: the planner may promise at most 0.5% more tokens than vLLM allocated."""
 
 
-def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-    """(row, GPU) of every KV measurement the margin is set on: the calibration rows (8k and 32k) and the rows of the
-    validation batches that joined the fit (finished, not held out)."""
-    out = [(r, ACCELERATOR) for r in results["calibration_families"]["rows"]]
+def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str, bool]]:
+    """(row, GPU, run with VLLM_USE_V2_MODEL_RUNNER=1) of every KV measurement the margin is set on: the calibration
+    rows (8k and 32k) and the rows of the validation batches that joined the fit (finished, not held out)."""
+    out = [(r, ACCELERATOR, False) for r in results["calibration_families"]["rows"]]
     for batch in batches_in_fit(results):
-        out += [(r, batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
-    return [(r, gpu) for r, gpu in out if r.get("kv_cache_tokens_measured")]
+        forced = batch.get("settings", {}).get("runner") == "v2"
+        out += [(r, batch.get("accelerator", ACCELERATOR), forced) for r in batch["measured"]]
+    return [(r, gpu, forced) for r, gpu, forced in out if r.get("kv_cache_tokens_measured")]
 
 
 def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: float = 0.01) -> tuple[float, str]:
     """peak_margin_gib: the smallest multiple of `step` under which no row of kv_rows is more than OVER_BOUND over
     with the other constants of `fitted`, and the row that is over at one step less (the one that sets it)."""
     rows = [(parse_hf_config(r["config"], r["model"], "results.json"), gpu, r["max_model_len"],
-             r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}") for r, gpu in kv_rows(results)]
+             r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}", forced)
+            for r, gpu, forced in kv_rows(results)]
     setter = ""
     for i in range(round(2.0 / step) + 1):
         candidate = replace(fitted, peak_margin_gib=round(i * step, 6))
-        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate).kv_tokens - measured) / measured,
-                           name) for a, gpu, length, measured, name in rows)
+        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate, v2_everywhere=forced).kv_tokens
+                            - measured) / measured, name) for a, gpu, length, measured, name, forced in rows)
         if error <= OVER_BOUND:
             return candidate.peak_margin_gib, setter
         setter = f"{name} at {error:+.2%} with {candidate.peak_margin_gib:.2f} GiB"
