@@ -190,9 +190,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     dense_only = MemoryFit(
         peak_base_gib=sampling[0], peak_per_logits=sampling[1], peak_per_hidden=sampling[2],
         forward_base_gib=forward[0], forward_per_hidden=forward[1], forward_per_mlp=forward[2],
-        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
-        v2_moe_partial_rotary_per_query=0.0,
-        v2_moe_fp8_mla_per_query=0.0,
+        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0, v2_moe_per_query_excess=0.0,
         non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
@@ -205,16 +203,14 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
     moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
-    rotary, fp8_mla = _lstsq([[r.features.query * r.features.partial_rotary, r.features.query * r.features.fp8_mla]
-                              for r in moe_v2],
-                             [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
+    [query_excess_gib] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
+                            [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
                              [float(r.graphs_captured or 0) - graphs_base - graphs_per_khidden * r.arch.hidden_size
                               / 1000 for r in wide])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse, v2_moe_partial_rotary_per_query=rotary,
-                   v2_moe_fp8_mla_per_query=fp8_mla,
+                   v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess_gib,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)
 
 

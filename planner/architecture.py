@@ -130,9 +130,6 @@ class ModelArchitecture:
     (NON_GATED_MLP)."""
     rotary_cache_elements: int = 0
     """Elements of the rotary cos/sin caches vLLM builds at load, in the model dtype (rotary_cache_elements)."""
-    partial_rotary: bool = False
-    """Standard attention that rotates fewer channels than a head has (partial_rotary_factor below 1, or rotary_dim
-    below head_dim: GLM-4.5, MiniMax-M2, Phi-4-mini); latent attention's rope part is kept apart and not counted."""
     mtp_layers: int = 0
     """Multi-token-prediction layers the checkpoint stores after the decoder (num_nextn_predict_layers), which vLLM
     does not load without speculative decoding (planner/checkpoint.py)."""

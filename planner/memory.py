@@ -247,10 +247,6 @@ class PeakFeatures:
     """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
     moe: bool = False
     """A mixture-of-experts model (routed experts)."""
-    partial_rotary: bool = False
-    """Standard attention rotating part of each head (ModelArchitecture.partial_rotary)."""
-    fp8_mla: bool = False
-    """Latent attention in an FP8-quantized checkpoint (quant_method fp8)."""
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
@@ -261,8 +257,7 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
-        v1=not runner_v2(arch, engine), moe=bool(arch.num_experts), partial_rotary=arch.partial_rotary,
-        fp8_mla=bool(arch.kv_lora_rank) and arch.quant_method == "fp8")
+        v1=not runner_v2(arch, engine), moe=bool(arch.num_experts))
 
 
 def dense_mlp_width(arch: ModelArchitecture) -> int:
@@ -278,8 +273,8 @@ def dense_mlp_width(arch: ModelArchitecture) -> int:
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the dense peak (Model Runner V2's
     profile: the forward without attention, then a sampler without top-k/top-p), the MoE workspace (from vLLM's
-    source, not fitted), the attention block's excess of an MoE model on V2 where it rotates part of each head or is
-    FP8 latent attention, and the V1 runner's own terms where it serves the model (its profile runs attention and sorts
+    source, not fitted), the attention block's excess on V2 where an MoE model's query is wider than its hidden
+    state, and the V1 runner's own terms where it serves the model (its profile runs attention and sorts
     the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent attention needs no
     term of its own: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four MLA rows after
     these came out at -0.002 GiB per head)."""
@@ -287,8 +282,7 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     forward = c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
     peak = max(sampling, forward) + f.workspace
     if f.moe and not f.v1:
-        peak += (c.v2_moe_partial_rotary_per_query * f.partial_rotary
-                 + c.v2_moe_fp8_mla_per_query * f.fp8_mla) * f.query
+        peak += c.v2_moe_per_query_excess * max(f.query - f.hidden, 0.0)
     if f.v1:
         peak += (c.v1_sampler_per_logits * f.logits + c.v1_attention_per_query * f.query
                  + c.v1_workspace_reuse * f.workspace)

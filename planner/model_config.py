@@ -84,21 +84,6 @@ def context_length(cfg: Mapping[str, Any], source: str) -> int:
     return int(length)
 
 
-def partial_rotary(cfg: Mapping[str, Any], head_dim: int) -> bool:
-    """Whether rotary embedding turns fewer channels than a head has: partial_rotary_factor below 1 at the top level
-    or in rope_parameters / rope_scaling, or a rotary_dim below head_dim (how vLLM's get_rope is called by GLM-4.5's,
-    MiniMax-M2's and Phi-3's model files)."""
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    nested = isinstance(params, Mapping) and bool(params) and all(isinstance(v, Mapping) for v in params.values())
-    sets = list(params.values()) if nested else [params] if isinstance(params, Mapping) else [{}]
-    for p in sets:
-        factor = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
-        if isinstance(factor, (int, float)) and 0 < factor < 1:
-            return True
-    rotary_dim = cfg.get("rotary_dim")
-    return positive_int(rotary_dim) and head_dim > 0 and int(rotary_dim) < head_dim
-
-
 def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int) -> int:
     """Elements of the cos/sin caches vLLM 0.32.0 keeps on each GPU from the load on
     (vllm/model_executor/layers/rotary_embedding/__init__.py get_rope: one cache per distinct set of parameters,
@@ -471,7 +456,6 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
-        partial_rotary=partial_rotary(cfg, int(head_dim)) and not counts["kv_lora_rank"],
         unsized=unsized[1] if unsized else "",
         engine_counts_experts=not cfg.get(ENGINE_UNSEEN_EXPERTS),
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
