@@ -13,6 +13,8 @@ planner/memory.py weights_split sums the groups of the most loaded GPU of a layo
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import os
@@ -241,9 +243,16 @@ def hub_tensors(repo: str, revision: str) -> tuple[dict[str, dict[str, Any]], li
     """({tensor name: {"dtype", "shape"}}, file names) of a Hub repository's safetensors files, from their headers:
     huggingface_hub's get_safetensors_metadata (HEAD of model.safetensors or its index, the index, then a range read
     of each shard's first bytes; HF_TOKEN for gated repositories). No weight is read. Raises what huggingface_hub
-    raises (network, auth, not found, not a safetensors repository); HF_HUB_OFFLINE fails at once."""
+    raises (network, auth, not found, not a safetensors repository); HF_HUB_OFFLINE fails at once. Read once per
+    process (tools.plan builds the settings, then the program it runs under Pulumi's mocks builds them again), a copy
+    returned each time."""
     if hub_offline():
         raise OSError("HF_HUB_OFFLINE is set")
+    return copy.deepcopy(_hub_tensors(repo, revision))
+
+
+@functools.cache
+def _hub_tensors(repo: str, revision: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
     from huggingface_hub import get_safetensors_metadata
 
     meta = get_safetensors_metadata(repo, revision=revision)

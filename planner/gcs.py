@@ -16,6 +16,8 @@ client libraries and gcloud do for an emulator.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import struct
@@ -68,12 +70,11 @@ def _access_token() -> str:
 class Prefix:
     """The objects directly under gs://bucket/prefix."""
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, root: str):
         self.uri = uri.rstrip("/")
         self.bucket, self.prefix = split_uri(uri)
-        emulator = os.environ.get(EMULATOR_ENV, "").strip().rstrip("/")
-        self.root = (emulator if "://" in emulator else f"http://{emulator}") if emulator else API
-        self._headers = {} if emulator else {"Authorization": f"Bearer {_access_token()}"}
+        self.root = root
+        self._headers = {} if root != API else {"Authorization": f"Bearer {_access_token()}"}
 
     def _get(self, path: str, query: dict[str, str], byte_range: tuple[int, int] | None = None) -> bytes:
         url = f"{self.root}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}{path}?" \
@@ -131,26 +132,44 @@ class Prefix:
             raise GcsError(f"{self.uri}/{name}: not a safetensors header ({exc})") from None
 
 
+def api_root() -> str:
+    """The JSON API's root: STORAGE_EMULATOR_HOST (a scheme added where it has none) when set, else Google's."""
+    emulator = os.environ.get(EMULATOR_ENV, "").strip().rstrip("/")
+    return (emulator if "://" in emulator else f"http://{emulator}") if emulator else API
+
+
 def gcs_config(uri: str) -> dict[str, Any]:
-    """config.json under the prefix."""
-    prefix = Prefix(uri)
+    """config.json under the prefix; read once per process and API root (tools.plan builds the settings, then the
+    program it runs under Pulumi's mocks builds them again), a copy returned each time."""
+    return copy.deepcopy(_gcs_config(uri, api_root()))
+
+
+def gcs_tensors(uri: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """({tensor name: {"dtype", "shape"}}, file names) of the safetensors files vLLM loads from the prefix; read once
+    per process and API root, as gcs_config."""
+    return copy.deepcopy(_gcs_tensors(uri, api_root()))
+
+
+@functools.cache
+def _gcs_config(uri: str, root: str) -> dict[str, Any]:
+    prefix = Prefix(uri, root)
     data = prefix.json("config.json")
     if not isinstance(data, dict):
         raise GcsError(f"{prefix.uri}/config.json holds a JSON {type(data).__name__}, not a config.json object")
     return data
 
 
-def gcs_tensors(uri: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """({tensor name: {"dtype", "shape"}}, file names) of the safetensors files vLLM loads from the prefix."""
-    prefix = Prefix(uri)
+@functools.cache
+def _gcs_tensors(uri: str, root: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    prefix = Prefix(uri, root)
     names = prefix.names()
     files = [n for n in names if n.endswith(".safetensors")]
     if INDEX in names:
         index = prefix.json(INDEX)
         listed = set((index.get("weight_map") or {}).values()) if isinstance(index, dict) else set()
         if missing := listed - set(files):
-            raise NotServableError(f"{INDEX} names {', '.join(sorted(missing))}, which is not under {prefix.uri}; vLLM "
-                              "stops loading on that (weight_utils.py filter_duplicate_safetensors_files)")
+            raise NotServableError(f"{INDEX} names {', '.join(sorted(missing))}, which is not under {prefix.uri}; "
+                                   "vLLM stops loading on that (weight_utils.py filter_duplicate_safetensors_files)")
         files = sorted(listed)
     if not files:
         raise GcsError(f"no .safetensors files directly under {prefix.uri}")

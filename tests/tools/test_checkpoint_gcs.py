@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import GIB
-from planner.checkpoint import read_directory, read_header, tensor_bytes
+from planner.checkpoint import read_header, tensor_bytes
 from planner.config import PROJECT_DIR
 from planner.gcs import FIRST_READ, INDEX, gcs_tensors
 from tests.tools.test_checkpoint_hub import hub_repo
@@ -142,6 +142,15 @@ def staged_repo(tmp_path: Path) -> Path:
     return repo
 
 
+SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+"""The files the staged repository's index names (hub_repo's generated checkpoint)."""
+
+
+def indexed_tensors(repo: Path) -> dict:
+    """The tensors of the shards the index names: what vLLM loads, the consolidated copy and the subfolder left out."""
+    return {name: entry for shard in SHARDS for name, entry in read_header(repo / shard).items()}
+
+
 PLAN = ["-m", "tools.plan", "--stack", "dev", "--set", "model.configFile=null", "--set", "model.source=gcs"]
 
 
@@ -153,12 +162,10 @@ def test_checkpoint_tensors_reads_a_gcs_prefix_by_header_ranges_only(gcs, tmp_pa
     done = run(["-m", "tools.checkpoint_tensors", f"gs://{BUCKET}/org/tiny/", "--out", str(out)], proxy, tmp_path)
     assert done.returncode == 0, done.stderr
     written = json.loads(out.read_text())
-    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-    assert written["files"] == shards and written["source"] == f"gs://{BUCKET}/org/tiny/"
-    indexed = {name: entry for name, entry in read_directory(repo).items()}
-    assert written["tensors"] == indexed
+    assert written["files"] == SHARDS and written["source"] == f"gs://{BUCKET}/org/tiny/"
+    assert written["tensors"] == indexed_tensors(repo)
     reads = proxy.media_reads()
-    assert sorted(name for name, _ in reads if name.endswith(".safetensors")) == [f"org/tiny/{s}" for s in shards]
+    assert sorted(name for name, _ in reads if name.endswith(".safetensors")) == [f"org/tiny/{s}" for s in SHARDS]
     assert all(rng and rng.startswith("bytes=0-") for name, rng in reads if name.endswith(".safetensors")), reads
     assert (f"org/tiny/{INDEX}", None) in reads
 
@@ -169,9 +176,11 @@ def test_a_gcs_stack_plans_from_the_prefixs_config_and_headers(gcs, tmp_path):
     upload_dir(upload, repo, "org/tiny")
     bare = hub_repo(tmp_path / "bare", "no-safetensors", safetensors=False)
     upload_dir(upload, bare, "org/bare")
-    loaded, _ = tensor_bytes({k: v for p in ("model-00001-of-00002", "model-00002-of-00002")
-                              for k, v in read_header(repo / f"{p}.safetensors").items()}, 32, 0, "x")
+    loaded, _ = tensor_bytes(indexed_tensors(repo), 32, 0, "x")
     headers = run([*PLAN, "--set", f"model.gcsUri=gs://{BUCKET}/org/tiny"], proxy, tmp_path)
+    # tools.plan builds the settings, then the program under Pulumi's mocks builds them again: one read of each.
+    assert sorted(name for name, _ in proxy.media_reads()) == sorted(
+        [f"org/tiny/{f}" for f in ("config.json", INDEX, *SHARDS)]), proxy.media_reads()
     counted = run([*PLAN, "--set", f"model.gcsUri=gs://{BUCKET}/org/bare"], proxy, tmp_path)
     missing = run([*PLAN, "--set", f"model.gcsUri=gs://{BUCKET}/org/nothing-here"], proxy, tmp_path)
     assert headers.returncode == 0, headers.stderr

@@ -63,8 +63,11 @@ def test_a_stack_whose_config_comes_from_the_hub_plans_the_weights_from_its_head
     plan = ["-m", "tools.plan", "--stack", "dev", "--set", "model.configFile=null", "--set", "model.id=org/tiny"]
     with HubStandIn(tmp_path / "hub") as hub:
         headers = run(plan, hub, tmp_path)
+        shard_reads = [path for method, path, _ in hub.requests if method == "GET" and path.endswith(".safetensors")]
         counted = run([*plan[:-1], "model.id=org/no-safetensors"], hub, tmp_path)
     assert headers.returncode == 0, headers.stderr
+    # tools.plan builds the settings, then the program under Pulumi's mocks builds them again: one read of each shard.
+    assert len(shard_reads) == len(set(shard_reads)) == 2, shard_reads
     assert (f"weights: {loaded / GIB:,.2f} GiB, the checkpoint's tensors (the safetensors headers on the Hub, "
             "org/tiny@main)") in headers.stdout
     assert "model architecture fetched from Hugging Face (org/tiny@main)" in headers.stdout
