@@ -15,7 +15,10 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
   Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2 started there);
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
   dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
-  ratio).
+  ratio);
+- the V2 CUDA graphs of MoE models beyond that line (GRAPHS_MOE_V2_PER_KQUERY_EXCESS): through the origin over the
+  non-MLA MoE rows V2 captured, per 1,000 of query width beyond the hidden size, the line taken from the planner's
+  own cudagraph_bytes for the deployed engine.
 
 The rows are every started checkpoint up to the last finished validation batch, and the ablations (a checkpoint's
 config with one field changed, run to separate two terms); a new batch is predicted with these constants before it
@@ -43,10 +46,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from planner.architecture import ModelArchitecture  # noqa: E402
-from planner.catalog import ACCELERATORS  # noqa: E402
+from planner.catalog import ACCELERATORS, GIB  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
     PeakFeatures,
+    cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
     peak_features,
@@ -67,6 +71,8 @@ V1_GRAPHS = re.compile(r"^CUDA graph memory: ([\d.]+) GiB")
 ACCELERATOR = "nvidia-h200-141gb"
 ENGINE = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1")
 ENGINE_V2 = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2_everywhere=True)
+DEPLOYED = default_engine(ACCELERATORS[ACCELERATOR])
+"""The deployed image's engine (planner/engine.py DEFAULT_PROFILE), which keeps the V2 graphs out of the KV cache."""
 """The rows run with VLLM_USE_V2_MODEL_RUNNER=1 (bench/calibrate.py --runner v2)."""
 
 
@@ -207,8 +213,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
                             [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
-                             [float(r.graphs_captured or 0) - graphs_base - graphs_per_khidden * r.arch.hidden_size
-                              / 1000 for r in wide])
+                             [float(r.graphs_captured or 0) - cudagraph_bytes(r.arch, Layout(1, 1, 1), DEPLOYED,
+                                                                              dense_only) / GIB for r in wide])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
                    v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess_gib,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)

@@ -81,7 +81,8 @@ class MemoryFit:
     captured graphs of the MoE rows run on V2 grow with it (GLM-4.5-Air, 96 query heads of 128 on 4,096: 1.93 GiB
     where the line gives 0.96), while the line, fitted on V2's default rows, where the few wide queries are dense,
     leaves them under; fitted through the origin on the non-MLA MoE rows on V2 (validation 18's forced-V2 rows carry
-    it), checked on validation 19's (tests/unit/test_fit.py). MLA keeps graphs_mla_per_khidden_gib."""
+    it), checked on the 9 of validations 19-21, held out: -0.21..+0.20 GiB of the capture (tests/unit/test_fit.py).
+    MLA keeps graphs_mla_per_khidden_gib."""
     graphs_moe_gib: float
     """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
     runs, 2.07 on GLM-4.5; the median). It is the largest FULL graph's first capture plus the second capture's delta
