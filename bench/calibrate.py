@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+PEAK_TRACE = ROOT / "bench" / "peaktrace"
+"""The site hook --trace-peak puts first on the servers' PYTHONPATH (bench/peaktrace/sitecustomize.py)."""
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import (  # noqa: E402
@@ -183,6 +186,10 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
     if args.runner == "v2":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    if args.trace_peak or args.trace_capture:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PEAK_TRACE), env.get("PYTHONPATH")]))
+        env["VLLM_GKE_PEAK_TRACE"] = str(args.out / "peak-trace")
+        env["VLLM_GKE_PEAK_TRACE_CAPTURE"] = "1" if args.trace_capture else "0"
     group = Group(args.work, f"calibrate-{name}")
     proc = group.start("leader-r0", leader_cmd(spec), env)
     t0 = time.monotonic()
@@ -193,6 +200,10 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
                 and not healthy(local(API_PORT + 20)) and time.monotonic() - t0 < args.start_timeout:
             time.sleep(0.5)
         time.sleep(1)
+        capture = args.out / "peak-trace" / f"{name}.capture.json"
+        while args.trace_capture and not capture.exists() and proc.popen.poll() is None \
+                and time.monotonic() - t0 < args.start_timeout:
+            time.sleep(0.5)  # the capture's summary is written once compile_or_warm_up_model returns
     finally:
         group.stop(grace=15)
     text = proc.log.read_text(errors="replace")
@@ -273,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runner", choices=("default", "v2"), default="default",
                         help="v2: start every model on Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1), the runner vLLM "
                              "0.32.0 serves every model on, and predict for it")
+    parser.add_argument("--trace-peak", action="store_true",
+                        help="record every CUDA allocation of the profile run and write the blocks live at its peak, "
+                             "with the code that allocated them, to OUT/peak-trace/<model>.json (bench/peaktrace)")
+    parser.add_argument("--trace-capture", action="store_true",
+                        help="also record the CUDA-graph capture's allocations and write the segments it reserved, "
+                             "with the code that reserved them, to OUT/peak-trace/<model>.capture.json")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vllm-gke-calibrate"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument("--predict-only", action="store_true",

@@ -1,0 +1,263 @@
+"""Where vLLM's profiled peak comes from: a record of every CUDA allocation while the worker profiles.
+
+`bench/calibrate.py --trace-peak` puts this directory first on PYTHONPATH and sets VLLM_GKE_PEAK_TRACE to a folder.
+Every Python process then imports this module at start (the site hook); in the one that imports vLLM's GPU worker,
+`Worker.determine_available_memory` (the profile run whose `torch peak memory increase` the planner fits) runs under
+torch's allocator history (torch.cuda.memory._record_memory_history). After it, the history is replayed: the
+moment of the largest allocated total, and the blocks live then, each with the vLLM / generated-code frames that
+allocated it, are written to VLLM_GKE_PEAK_TRACE/<model>.json. Nothing else changes; without the variable this
+module does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import linecache
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+TARGET = "vllm.v1.worker.gpu_worker"
+GIB = 1024**3
+
+
+def _kept(frame: dict) -> bool:
+    name = frame.get("filename", "")
+    return ("/vllm/" in name or "inductor" in name) and "/torch/" not in name
+
+
+def _frames(frames: list[dict], depth: int = 8) -> list[str]:
+    kept = [f for f in frames if _kept(f)][:depth]
+    out = []
+    for f in kept:
+        line = linecache.getline(f["filename"], f["line"]).strip()
+        out.append(f"{f['filename'].split('/vllm/')[-1]}:{f['line']} {f['name']} | {line[:160]}")
+    return out
+
+
+def _context(frames: list[dict]) -> list[str]:
+    """Generated (inductor) code around the allocating line: its comments name the source nodes."""
+    for f in frames:
+        if "inductor" in f.get("filename", "") and "/torch/" not in f["filename"]:
+            lines = [linecache.getline(f["filename"], n).rstrip() for n in range(f["line"] - 3, f["line"] + 8)]
+            return [line[:200] for line in lines if line]
+    return []
+
+
+def summarize(snapshot: dict, device: int) -> dict:
+    trace = snapshot["device_traces"][device]
+    live: dict[int, tuple[int, int]] = {}
+    current = peak = 0
+    peak_at = -1
+    for i, event in enumerate(trace):
+        action = event["action"]
+        if action == "alloc":
+            live[event["addr"]] = (event["size"], i)
+            current += event["size"]
+        elif action == "free_completed":
+            current -= event["size"]
+            live.pop(event["addr"], None)
+        if current > peak:
+            peak, peak_at = current, i
+    at_peak: dict[int, tuple[int, int]] = {}
+    requested: set[int] = set()
+    for i, event in enumerate(trace[:peak_at + 1]):
+        if event["action"] == "alloc":
+            at_peak[event["addr"]] = (event["size"], i)
+            requested.discard(event["addr"])
+        elif event["action"] == "free_completed":
+            at_peak.pop(event["addr"], None)
+        elif event["action"] == "free_requested":
+            requested.add(event["addr"])
+    freed_after = {}
+    for i, event in enumerate(trace[peak_at + 1:], peak_at + 1):
+        if event["action"] == "free_completed" and event["addr"] in at_peak and event["addr"] not in freed_after:
+            freed_after[event["addr"]] = i
+    by_site: dict[str, int] = defaultdict(int)
+    for size, i in at_peak.values():
+        frames = _frames(trace[i].get("frames", []), 2)
+        by_site[" <- ".join(frames) or "(no vllm frame)"] += size
+    blocks = sorted(at_peak.values(), reverse=True)[:30]
+    recent = [i for i in range(peak_at, -1, -1) if trace[i]["action"] == "alloc"][:12]
+    return {
+        "events": len(trace),
+        "peak_gib": round(peak / GIB, 4),
+        "peak_event": peak_at,
+        "live_blocks": len(at_peak),
+        "live_gib": round(sum(s for s, _ in at_peak.values()) / GIB, 4),
+        "by_site_gib": {k: round(v / GIB, 4) for k, v in sorted(by_site.items(), key=lambda kv: -kv[1])[:25]},
+        "free_requested_before_peak_gib": round(sum(at_peak[a][0] for a in requested if a in at_peak) / GIB, 4),
+        "largest": [{"gib": round(s / GIB, 4), "event": i, "freed_at": freed_after.get(trace[i]["addr"]),
+                     "frames": _frames(trace[i].get("frames", [])),
+                     "context": _context(trace[i].get("frames", []))} for s, i in blocks],
+        "last_allocs_before_peak": [{"gib": round(trace[i]["size"] / GIB, 4), "event": i,
+                                     "frames": _frames(trace[i].get("frames", []), 3)} for i in recent],
+    }
+
+
+class _Collections:
+    """Python's cyclic garbage collections while the profile runs, each with the CUDA memory it gave back: torch frees
+    a tensor held only by a reference cycle (a frame kept by an exception's traceback, say) at the collection, not
+    when its last use ends. With VLLM_GKE_PEAK_TRACE_SAVEALL=1 the collected objects are kept (gc.DEBUG_SAVEALL) and
+    the frames among them are named, with the CUDA tensors their locals held; that changes the peak, so it is a
+    separate run."""
+
+    def __init__(self, torch) -> None:
+        self.torch = torch
+        self.events: list[dict] = []
+        self.saveall = os.environ.get("VLLM_GKE_PEAK_TRACE_SAVEALL") == "1"
+        self.kept: list = []
+        self.frames: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self.types: dict[str, int] = defaultdict(int)
+        self._before = 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        allocated = self.torch.cuda.memory_allocated()
+        if phase == "start":
+            self._before = allocated
+            return
+        self.events.append({"generation": info.get("generation"), "collected": info.get("collected"),
+                            "freed_gib": round((self._before - allocated) / GIB, 4)})
+        if self.saveall:
+            import gc
+            for obj in gc.garbage:
+                self.types[type(obj).__name__] += 1
+                if type(obj).__name__ == "frame":
+                    code = obj.f_code
+                    key = f"{code.co_filename.split('/vllm/')[-1]}:{obj.f_lineno} {code.co_name}"
+                    held = sum(v.numel() * v.element_size() for v in obj.f_locals.values()
+                               if isinstance(v, self.torch.Tensor) and v.is_cuda)
+                    self.frames[key][0] += 1
+                    self.frames[key][1] += held
+            self.kept.extend(gc.garbage)
+            gc.garbage.clear()
+
+    def start(self) -> None:
+        import gc
+        gc.callbacks.append(self)
+        if self.saveall:
+            gc.set_debug(gc.DEBUG_SAVEALL)
+
+    def stop(self) -> dict:
+        import gc
+        gc.callbacks.remove(self)
+        if self.saveall:
+            gc.set_debug(0)
+        self.kept.clear()
+        freeing = [e for e in self.events if e["freed_gib"]]
+        out = {"collections": len(self.events), "freeing": freeing[:40],
+               "freed_gib": round(sum(e["freed_gib"] for e in self.events), 4)}
+        if self.saveall:
+            out["garbage_types"] = dict(sorted(self.types.items(), key=lambda kv: -kv[1])[:25])
+            out["garbage_frames"] = {k: {"count": c, "cuda_gib": round(b / GIB, 4)} for k, (c, b) in
+                                     sorted(self.frames.items(), key=lambda kv: -kv[1][1])[:40]}
+        return out
+
+
+def summarize_capture(snapshot: dict, device: int) -> dict:
+    """What the CUDA-graph capture kept: the segments it reserved (the pool vLLM's `Graph capturing finished ...
+    took N GiB` measures), the sites that reserved them, and the graph pools' segments as the capture left them."""
+    trace = snapshot["device_traces"][device]
+    reserved = 0
+    by_site: dict[str, int] = defaultdict(int)
+    for event in trace:
+        if event["action"] == "segment_alloc":
+            reserved += event["size"]
+            by_site[" <- ".join(_frames(event.get("frames", []), 3)) or "(no vllm frame)"] += event["size"]
+        elif event["action"] == "segment_free":
+            reserved -= event["size"]
+    allocs = sorted(((e["size"], i) for i, e in enumerate(trace) if e["action"] == "alloc"), reverse=True)[:20]
+    pools = [seg for seg in snapshot["segments"] if seg.get("device") == device and tuple(seg.get("segment_pool_id",
+                                                                                                 (0, 0))) != (0, 0)]
+    return {
+        "events": len(trace),
+        "segments_reserved_gib": round(reserved / GIB, 4),
+        "segment_sites_gib": {k: round(v / GIB, 4) for k, v in sorted(by_site.items(), key=lambda kv: -kv[1])[:20]},
+        "largest_allocs": [{"gib": round(size / GIB, 4), "event": i, "frames": _frames(trace[i].get("frames", []), 5)}
+                           for size, i in allocs],
+        "pool_segments": len(pools),
+        "pool_total_gib": round(sum(seg["total_size"] for seg in pools) / GIB, 4),
+        "pool_allocated_gib": round(sum(seg["allocated_size"] for seg in pools) / GIB, 4),
+        "pool_largest_segments_gib": sorted((round(seg["total_size"] / GIB, 4) for seg in pools), reverse=True)[:20],
+    }
+
+
+def _wrap_capture(worker, torch) -> None:
+    original = worker.compile_or_warm_up_model
+
+    def compile_or_warm_up_model(self):
+        torch.cuda.memory._record_memory_history(max_entries=3_000_000, context="alloc", stacks="python")
+        try:
+            return original(self)
+        finally:
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            name = Path(str(self.model_config.model)).name
+            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.capture.json"
+            try:
+                summary = summarize_capture(snapshot, torch.cuda.current_device())
+            except Exception as exc:  # a diagnosis: never stop the server
+                summary = {"error": repr(exc)}
+            out.write_text(json.dumps(summary, indent=1))
+
+    worker.compile_or_warm_up_model = compile_or_warm_up_model
+
+
+def _wrap(module) -> None:
+    import torch
+
+    worker = module.Worker
+    if os.environ.get("VLLM_GKE_PEAK_TRACE_CAPTURE") == "1":
+        _wrap_capture(worker, torch)
+    original = worker.determine_available_memory
+
+    def determine_available_memory(self):
+        torch.cuda.memory._record_memory_history(max_entries=3_000_000, context="alloc", stacks="python")
+        before = torch.cuda.memory_allocated()
+        collections = _Collections(torch)
+        collections.start()
+        try:
+            return original(self)
+        finally:
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            gc_summary = collections.stop()
+            name = Path(str(self.model_config.model)).name
+            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.json"
+            try:
+                summary = summarize(snapshot, torch.cuda.current_device())
+                summary["allocated_before_gib"] = round(before / GIB, 4)
+                summary["max_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 4)
+                summary["gc"] = gc_summary
+            except Exception as exc:  # the trace is a diagnosis: a failure here must not stop the server
+                summary = {"error": repr(exc)}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(summary, indent=1))
+
+    worker.determine_available_memory = determine_available_memory
+
+
+class _Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != TARGET:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def run(module):
+            exec_module(module)
+            _wrap(module)
+
+        loader.exec_module = run
+        return spec
+
+
+if os.environ.get("VLLM_GKE_PEAK_TRACE"):
+    sys.meta_path.insert(0, _Hook())

@@ -1,0 +1,98 @@
+"""bench/peaktrace: the site hook that records where vLLM's profiled peak and CUDA-graph capture go.
+
+The replay functions run on allocator histories written here in torch's own snapshot format (device_traces of
+alloc / free_requested / free_completed / segment_alloc events, segments with their pool ids); the garbage-collection
+probe on real reference cycles; the hook in a fresh interpreter that imports vLLM 0.32.0's GPU worker.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = ROOT / "bench" / "peaktrace"
+_spec = importlib.util.spec_from_file_location("peaktrace_hook", HOOK / "sitecustomize.py")
+peaktrace = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peaktrace)
+GIB = 2**30
+
+
+def _alloc(addr, size, name="forward"):
+    return {"action": "alloc", "addr": addr, "size": size,
+            "frames": [{"filename": "/site/vllm/model_executor/models/x.py", "line": 1, "name": name}]}
+
+
+def _free(addr, size):
+    return [{"action": "free_requested", "addr": addr, "size": size},
+            {"action": "free_completed", "addr": addr, "size": size}]
+
+
+def test_the_peak_is_replayed_with_the_blocks_live_then_and_when_each_was_freed():
+    trace = [_alloc(1, GIB, "workspace"), _alloc(2, 2 * GIB, "transient"), *_free(2, 2 * GIB),
+             _alloc(3, GIB // 2, "held"), _alloc(4, 3 * GIB, "logits"), *_free(4, 3 * GIB), *_free(3, GIB // 2)]
+    summary = peaktrace.summarize({"device_traces": [trace]}, 0)
+    assert summary["peak_gib"] == 4.5 and summary["live_blocks"] == 3
+    assert trace[summary["peak_event"]]["addr"] == 4
+    by_size = {b["gib"]: b for b in summary["largest"]}
+    assert by_size[1.0]["freed_at"] is None and by_size[0.5]["freed_at"] == len(trace) - 1
+    assert by_size[3.0]["frames"][0].startswith("model_executor/models/x.py:1 logits")
+    assert summary["free_requested_before_peak_gib"] == 0.0
+
+
+def test_a_capture_summary_counts_the_segments_left_reserved_and_the_graph_pools():
+    trace = [{"action": "segment_alloc", "addr": 0, "size": 4 * GIB, "frames": []},
+             {"action": "segment_alloc", "addr": 8, "size": GIB, "frames": []},
+             {"action": "segment_free", "addr": 8, "size": GIB},
+             _alloc(0, 4 * GIB, "out_accum")]
+    segments = [{"device": 0, "segment_pool_id": (1, 0), "total_size": 4 * GIB, "allocated_size": 0},
+                {"device": 0, "segment_pool_id": (0, 0), "total_size": 2 * GIB, "allocated_size": GIB}]
+    summary = peaktrace.summarize_capture({"device_traces": [trace], "segments": segments}, 0)
+    assert summary["segments_reserved_gib"] == 4.0
+    assert (summary["pool_segments"], summary["pool_total_gib"], summary["pool_allocated_gib"]) == (1, 4.0, 0.0)
+    assert summary["largest_allocs"][0]["gib"] == 4.0
+
+
+def test_a_collection_that_frees_memory_held_by_a_cycle_is_reported():
+    allocated = [0]
+
+    class Held:
+        def __init__(self):
+            allocated[0] += GIB
+            self.me = self
+
+        def __del__(self):
+            allocated[0] -= GIB
+
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory_allocated=lambda: allocated[0]))
+    gc.collect()
+    probe = peaktrace._Collections(fake_torch)
+    probe.start()
+    try:
+        Held()
+        gc.collect()
+    finally:
+        out = probe.stop()
+    assert out["freed_gib"] == 1.0 and out["freeing"][0]["generation"] == 2
+    assert probe not in gc.callbacks
+
+
+def test_the_hook_wraps_vllms_worker_only_when_asked(tmp_path):
+    pytest.importorskip("vllm")
+    code = ("import vllm.v1.worker.gpu_worker as m; W = m.Worker; "
+            "print(W.determine_available_memory.__qualname__, W.compile_or_warm_up_model.__qualname__)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HOOK), str(ROOT)])}
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    traced = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**env, "VLLM_GKE_PEAK_TRACE": str(tmp_path), "VLLM_GKE_PEAK_TRACE_CAPTURE": "1"})
+    assert plain.returncode == traced.returncode == 0, plain.stderr[-2000:] + traced.stderr[-2000:]
+    assert plain.stdout.split() == ["Worker.determine_available_memory", "Worker.compile_or_warm_up_model"]
+    assert traced.stdout.split() == ["_wrap.<locals>.determine_available_memory",
+                                     "_wrap_capture.<locals>.compile_or_warm_up_model"]
