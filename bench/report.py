@@ -307,6 +307,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     lines += families_section(results.get("calibration_families") or {})
     lines += validation_section(results.get("calibration_validation") or {})
     lines += weights_per_gpu_section(results.get("weights_per_gpu") or {})
+    lines += peak_traces_section(results.get("calibration_peak_traces") or {})
     lines += declared_section(results)
     launcher = results.get("launcher") or {}
     lines += ["", "## Launcher on real GPUs", ""]
@@ -435,6 +436,30 @@ def weights_per_gpu_section(found: dict) -> list[str]:
                      "even split error %"], rows)
     for note in found.get("notes", []):
         lines += ["", note]
+    return lines
+
+
+def peak_traces_section(found: dict) -> list[str]:
+    """Where the profiled peak (and the CUDA-graph capture) went, from allocator traces (bench/peaktrace)."""
+    rows = found.get("rows") or []
+    if not rows:
+        return []
+    lines = ["", "### Peak traces", "", f"`{found['tool']}` on {found['host']} ({found['date']}). {found['note']}", ""]
+    table = []
+    for r in rows:
+        freed = r.get("freed_by_full_collection_gib")
+        graphs = (f"{r['graphs_took_gib']:.2f} / {r['graph_pool_gib']:.2f} "
+                  f"({', '.join(f'{g:.1f}' for g in r['graph_pool_largest_segments_gib'])})"
+                  if r.get("graphs_took_gib") is not None else "-")
+        table.append([r["entry"], r["run"], f"{r['peak_gib']:.2f}", f"{r['peak_logged_gib']:.2f}", r["phase"],
+                      f"{r['workspace_gib']:.2f}", f"{r['mla_context_gib']:.2f}", f"{r['logits_gib']:.2f}",
+                      f"{r['other_gib']:.2f}", "-" if freed is None else f"{freed:.2f}", graphs])
+    lines += _table(["entry", "run", "traced peak GiB", "vLLM peak GiB", "peak in", "MoE workspace", "MLA context",
+                     "logits", "other live", "freed by the full collection", "graphs took / pool GiB (largest)"],
+                    table)
+    for note in found.get("notes", []):
+        lines += ["", f"- {note}"]
+    lines.append("")
     return lines
 
 

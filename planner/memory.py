@@ -82,19 +82,86 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
     """CUDA-graph memory the engine keeps out of the KV cache on each GPU: Model Runner V2 measures the capture
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory; 0.25.1's V2 had a stub returning 0), the V1
     runner extrapolates from two captures (vllm/v1/worker/gpu_model_runner.py, profile_cudagraph_memory). MLA
-    models keep the V1 estimate on V2 too (0.32.0: not measured here, the larger of the two kept). None with
+    models on V2: the dense line plus the decode split buffers the capture keeps (mla_graph_buffers x
+    mla_split_buffer_bytes), or the V1 estimate where that is larger (tensor-parallel layouts, unmeasured). None with
     --enforce-eager."""
     if not engine.cudagraphs:
         return 0.0
     if arch.kv_lora_rank:
         mla = fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
-        return mla if engine.profile.cudagraph_reserved or not runner_v2(arch, engine) else 0.0
+        if not runner_v2(arch, engine):
+            return mla
+        if not engine.profile.cudagraph_reserved:
+            return 0.0
+        return max(mla, (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000)
+                   * GIB + mla_graph_buffers(arch, layout) * mla_split_buffer_bytes(arch, layout, engine))
     if not runner_v2(arch, engine):
         return fitted.graphs_moe_gib * GIB
     if not engine.profile.cudagraph_reserved:
         return 0.0
     moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.num_experts else 0.0
     return (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000 + moe) * GIB
+
+
+MLA_SPLITS_FOR_GRAPHS = 32
+"""vLLM's FlashAttention MLA decode under full CUDA graphs is captured with this many KV splits
+(config/attention.py flash_attn_max_num_splits_for_cuda_graph; v1/attention/backends/mla/flashattn_mla.py sets
+max_num_splits from it so that the split buffers are allocated inside the graph)."""
+MLA_CAPTURE_LIMIT = 512
+"""The largest batch vLLM 0.32.0 captures a graph for by default: min(2 x max_num_seqs, 512, max_num_batched_tokens),
+1,024 in place of 512 on data-center Blackwell (config/vllm.py _set_cudagraph_sizes, without speculative tokens)."""
+CAPTURE_LIMIT_BY_GPU = {"nvidia-b200": 1024}
+
+
+def mla_split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """One latent-attention decode's split-KV accumulator in the largest captured graph on one GPU: splits x batch x
+    heads x kv_lora_rank float32 (FlashAttention 3's out_accum; 4.0 GiB for 128 heads, the segments the capture's
+    graph pool kept in the traces of docs/benchmarks.md "Peak traces"). Measured on H200 (FlashAttention MLA); B200 runs
+    another MLA kernel, for which the same size is kept unmeasured."""
+    limit = CAPTURE_LIMIT_BY_GPU.get(engine.gpu, MLA_CAPTURE_LIMIT)
+    batch = min(2 * engine.max_num_seqs, limit, engine.max_num_batched_tokens)
+    heads = -(-arch.num_attention_heads // layout.tp)
+    return MLA_SPLITS_FOR_GRAPHS * batch * heads * arch.kv_lora_rank * 4.0
+
+
+def mla_graph_buffers(arch: ModelArchitecture, layout: Layout) -> int:
+    """How many split-buffer-sized blocks the CUDA-graph capture of a latent-attention model on Model Runner V2
+    keeps (vLLM 0.25.1 `Graph capturing finished ... took`, which 0.32.0's profile_cudagraph_memory measures the
+    same way): two (the graph pool held two segments of that size for DeepSeek-V2-shaped and Kimi-K2 BF16 in the
+    traces), three with FP8 block weights (DeepSeek-V2-shaped FP8 took 3.93 GiB more than BF16, outside the pool)."""
+    return 3 if arch.quant_method == "fp8" else 2
+
+
+MLA_PREFILL_ROWS = 64 * 1024
+"""vLLM's chunked-prefill workspace rows for latent attention (MLACommonMetadataBuilder.
+determine_chunked_prefill_workspace_size): min(max(8 x max_model_len, 4 x max_num_seqs x block_size), 65,536), the
+cap whenever max_model_len >= 8,192 or, at the fitted 1,024 sequences, for any KV block of 16 or more."""
+
+
+def attention_after_experts(arch: ModelArchitecture) -> bool:
+    """Whether an attention layer runs after the first MoE layer, i.e. while the fused-MoE workspace (allocated by
+    that layer, kept since) is held: every full model; not a cut whose last layer is its only MoE layer."""
+    return bool(arch.num_experts) and arch.moe_layers > 0 and arch.num_layers > arch.first_dense_layers + 1
+
+
+def mla_profile_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """What a latent-attention layer holds while Model Runner V2 profiles, on one GPU: with no attention metadata
+    (the profile skips attention) vLLM's MLA layer allocates the worst-case up-projected context,
+    MLA_PREFILL_ROWS x heads x (qk_nope + v) in bf16 (model_executor/layers/attention/mla_attention.py forward_impl,
+    `_ = torch.empty(...)`, in 0.25.1 and 0.32.0), beside the layer's own tensors for the batch (query, output,
+    hidden state, the fused q/kv down-projection) and the MoE workspace when an MoE layer came before
+    (attention_after_experts). 4.0 GiB for DeepSeek-V2's 128 heads: its traced peak was exactly this sum."""
+    if not arch.kv_lora_rank:
+        return 0.0
+    heads = -(-arch.num_attention_heads // layout.tp)
+    nope = arch.qk_nope_head_dim or arch.head_dim - arch.qk_rope_head_dim
+    v = arch.v_head_dim or arch.head_dim
+    tokens = engine.max_num_batched_tokens
+    transient = MLA_PREFILL_ROWS * heads * (nope + v) * 2.0
+    down = arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim
+    live = tokens * (heads * (query_width(arch) + v) + arch.hidden_size + down) * 2.0
+    workspace = moe_workspace_bytes(arch, layout, engine) if attention_after_experts(arch) else 0.0
+    return transient + live + workspace
 
 
 def query_width(arch: ModelArchitecture) -> int:
@@ -247,6 +314,9 @@ class PeakFeatures:
     """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
     moe: bool = False
     """A mixture-of-experts model (routed experts)."""
+    mla: float = 0.0
+    """Model Runner V2 only: a latent-attention layer's profile-time holdings (mla_profile_bytes), a floor under the
+    peak."""
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
@@ -257,7 +327,8 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
-        v1=not runner_v2(arch, engine), moe=bool(arch.num_experts))
+        v1=not runner_v2(arch, engine), moe=bool(arch.num_experts),
+        mla=mla_profile_bytes(arch, layout, engine) / GIB if runner_v2(arch, engine) else 0.0)
 
 
 def dense_mlp_width(arch: ModelArchitecture) -> int:
@@ -276,8 +347,9 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     source, not fitted), the attention block's excess on V2 where an MoE model's query is wider than its hidden
     state, and the V1 runner's own terms where it serves the model (its profile runs attention and sorts
     the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent attention needs no
-    term of its own: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four MLA rows after
-    these came out at -0.002 GiB per head)."""
+    term of its own in these lines: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four
+    MLA rows after these came out at -0.002 GiB per head); on V2 its profile context (PeakFeatures.mla, from vLLM's
+    source) is a floor under the whole."""
     sampling = c.peak_base_gib + c.peak_per_logits * f.logits + c.peak_per_hidden * f.hidden
     forward = c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
     peak = max(sampling, forward) + f.workspace
@@ -286,7 +358,7 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     if f.v1:
         peak += (c.v1_sampler_per_logits * f.logits + c.v1_attention_per_query * f.query
                  + c.v1_workspace_reuse * f.workspace)
-    return peak
+    return max(peak, f.mla)
 
 
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,

@@ -62,7 +62,10 @@ class MemoryFit:
     under: Qwen3-235B-A22B (BF16 and FP8, 64 full-rotary heads of 128) -1.6% / -1.25%, Qwen3-Coder-480B-shaped
     -2.65%, Kimi-K2 BF16 -1.76%. The query width is not the whole cause: GLM rows with the same width show the excess,
     Qwen3 rows do not; two terms tried in its place (partial rotary, FP8 latent attention) were refuted by validation
-    21's ablations and withdrawn."""
+    21's ablations and withdrawn. Allocator traces (docs/benchmarks.md "Peak traces") found the cause: the profile's
+    forward compiles, and GLM-4.5-Air left 1.50 GiB of its tensors in reference cycles until the full collection
+    after the sampler peaked on them (Kimi-K2 BF16:2 0.80), where Qwen3-235B left none; so this term reserves
+    compile-time garbage some models make, and over-reserves those that make none."""
     non_torch_gib: float
     """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
     baseline_gib_by_gpu: tuple[tuple[str, float], ...]
@@ -94,7 +97,8 @@ class MemoryFit:
     """The V1 runner's CUDA-graph estimate for MLA models, per 1,000 of hidden size (4.28, 4.18 and 2.24 GiB at
     hidden 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and
     Kimi-K2.5 are one shape and their estimates differ by 2 GiB, so the safe side is kept; a constant (4.28 GiB)
-    reserved 3.4 GiB too much for Moonlight."""
+    reserved 3.4 GiB too much for Moonlight. On Model Runner V2 (0.32.0) the plan keeps the larger of this and the
+    FlashAttention split buffers the capture keeps (planner/memory.py mla_graph_buffers)."""
     peak_margin_gib: float
     """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit
     is leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no
