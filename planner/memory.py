@@ -94,7 +94,7 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
         if not engine.profile.cudagraph_reserved:
             return 0.0
         return max(mla, (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000)
-                   * GIB + mla_graph_buffers(arch, layout) * mla_split_buffer_bytes(arch, layout, engine))
+                   * GIB + mla_graph_buffers(arch) * mla_split_buffer_bytes(arch, layout, engine))
     if not runner_v2(arch, engine):
         return fitted.graphs_moe_gib * GIB
     if not engine.profile.cudagraph_reserved:
@@ -124,7 +124,7 @@ def mla_split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: Engi
     return MLA_SPLITS_FOR_GRAPHS * batch * heads * arch.kv_lora_rank * 4.0
 
 
-def mla_graph_buffers(arch: ModelArchitecture, layout: Layout) -> int:
+def mla_graph_buffers(arch: ModelArchitecture) -> int:
     """How many split-buffer-sized blocks the CUDA-graph capture of a latent-attention model on Model Runner V2
     keeps (vLLM 0.25.1 `Graph capturing finished ... took`, which 0.32.0's profile_cudagraph_memory measures the
     same way): two (the graph pool held two segments of that size for DeepSeek-V2-shaped and Kimi-K2 BF16 in the

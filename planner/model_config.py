@@ -175,13 +175,24 @@ def _config_classes() -> Mapping[str, Any]:
     return CONFIG_MAPPING
 
 
-def _filled(cls: Any, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+ARCHITECTURE_VALIDATOR = "validate_architecture"
+"""transformers' class validator for a config's shape (e.g. DeepseekV2Config: the hidden size a multiple of the
+heads). vLLM loads config.json through the same class, so a config it refuses never starts (vLLM 0.25.1 on the GPU
+host: 'The hidden size (5120) is not a multiple of the number of attention heads (96)', validation 22)."""
+
+
+def _filled(cls: Any, cfg: Mapping[str, Any], source: str = "model.configFile") -> dict[str, Any] | None:
     """config.json through its transformers class: every default and derived field (vocab_size,
     tie_word_embeddings, layer_types, head_dim, rope_parameters) as vLLM's config object has it. None when the class
-    refuses the values; the planner's own checks then name the key."""
+    refuses the values; the planner's own checks then name the key. A refusal of the architecture's shape
+    (ARCHITECTURE_VALIDATOR), which no check of the planner's repeats, is refused here in one line."""
     try:
         return dict(cls(**{k: v for k, v in cfg.items() if k != "auto_map"}).to_dict())
-    except Exception:  # transformers raises many kinds on bad values; our checks below give the one line
+    except Exception as exc:  # transformers raises many kinds on bad values; our checks below give the one line
+        if ARCHITECTURE_VALIDATOR in str(exc):
+            reason = str(exc).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+            raise ConfigError(source, cfg.get("model_type"), f"transformers' {cls.__name__} refuses this config, "
+                                                             f"so vLLM cannot load it: {reason}") from None
         return None
 
 
@@ -245,13 +256,13 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     model_type = cfg.get("model_type")
     classes = _config_classes()
     if isinstance(model_type, str) and model_type in classes:
-        return _aliased(classes[model_type], _filled(classes[model_type], cfg) or dict(cfg))
+        return _aliased(classes[model_type], _filled(classes[model_type], cfg, source) or dict(cfg))
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
-        return {**cfg, "text_config": _filled(classes[text["model_type"]], text) or dict(text)}
+        return {**cfg, "text_config": _filled(classes[text["model_type"]], text, source) or dict(text)}
     known = _architecture_type(cfg.get("architectures"), classes)
     if known is not None:  # remote code whose architecture transformers implements (Kimi-K2: DeepseekV3ForCausalLM)
-        return _filled(classes[known], {**cfg, "model_type": known}) or dict(cfg)
+        return _filled(classes[known], {**cfg, "model_type": known}, source) or dict(cfg)
     if cfg.get("auto_map"):
         raise ConfigError(source, model_type, "this config needs remote code (auto_map) and transformers has no "
                                               f"config class for model_type {model_type!r}; set model.architecture "

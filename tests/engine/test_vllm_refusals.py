@@ -112,3 +112,23 @@ def test_fp8_e5m2_is_refused_exactly_where_vllm_refuses_it(tmp_path, name, confi
         assert str(err).startswith("vllm-gke:vllm.kvCacheDtype = fp8_e5m2"), str(err)
         refused = True
     assert refused == vllm_refuses_e5m2(config, mla), name
+
+
+def test_a_config_transformers_refuses_for_its_shape_is_refused_as_vllm_fails_to_load_it(tmp_path):
+    """Validation 22's 96-head DeepSeek-V2-shaped config did not start on the GPU host: vLLM reads config.json through
+    transformers' DeepseekV2Config, whose architecture validator refuses a hidden size (5,120) that is not a multiple
+    of the heads. The planner planned it; now the stack is refused in one line naming the source, and 80 heads (which
+    started) plans."""
+    from transformers import DeepseekV2Config
+
+    cfg = json.loads((ROOT / "bench" / "configs" / "deepseek-v2-heads96.json").read_text())
+    with pytest.raises(Exception, match="not a multiple of the number of attention heads"):
+        DeepseekV2Config(**{k: v for k, v in cfg.items() if k != "architectures"})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as err:
+        settings(model={"id": "org/ds-96", "configFile": str(path)})
+    assert err.value.key == "model.configFile" and "DeepseekV2Config" in str(err.value)
+    assert "5120" in str(err.value) and "\n" not in str(err.value)
+    path.write_text((ROOT / "bench" / "configs" / "deepseek-v2-heads80.json").read_text())
+    assert settings(model={"id": "org/ds-80", "configFile": str(path)}).model.architecture.num_attention_heads == 80
