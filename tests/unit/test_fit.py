@@ -306,3 +306,22 @@ def test_the_mla_profile_term_is_a_floor_under_vllms_peak(row):
         assert abs(f.mla - peak) <= 0.05 and fitted_peak_gib(f, FITTED) == f.mla
         without = fitted_peak_gib(replace(f, mla=0.0), FITTED)
         assert peak - without > 0.45
+
+
+@pytest.mark.parametrize("trace, entry", [("deepseek-v2-2.t1.json", "bench/configs/deepseek-v2.json:2"),
+                                          ("deepseek-v2-3.t1.json", "bench/configs/deepseek-v2.json:3")])
+def test_the_mla_profile_term_is_the_traced_peak_with_the_workspace_only_after_an_moe_layer(trace, entry):
+    """The allocator traces of DeepSeek-V2-shaped cut to 2 and 3 layers (docs/benchmarks/peak-traces): with its one
+    MoE layer last (:2) the MLA layers ran before the MoE workspace existed and the peak was the context and the
+    layer's tensors alone (4.74 GiB); with an MoE layer before the last attention (:3) the workspace was live too
+    (5.68). mla_profile_bytes gives both within 0.02 GiB."""
+    from bench.calibrate import entry_config, parse_entry
+    from planner.memory import attention_after_experts, mla_profile_bytes
+
+    traced = json.loads((ROOT / "docs" / "benchmarks" / "peak-traces" / trace).read_text())
+    config, layers, text = parse_entry(entry)
+    a = parse_hf_config(entry_config(config, layers, text), "deepseek-v2", "x")
+    engine = default_engine(H200, "0.25.1", v2_everywhere=True)
+    assert attention_after_experts(a) == (layers == 3)
+    assert abs(mla_profile_bytes(a, Layout(1, 1, 1), engine) / GIB - traced["peak_gib"]) <= 0.02
+    assert ("v1/worker/workspace.py" in " ".join(traced["by_site_gib"])) == (layers == 3)
