@@ -5,8 +5,10 @@ Every Python process then imports this module at start (the site hook); in the o
 `Worker.determine_available_memory` (the profile run whose `torch peak memory increase` the planner fits) runs under
 torch's allocator history (torch.cuda.memory._record_memory_history). After it, the history is replayed: the
 moment of the largest allocated total, and the blocks live then, each with the vLLM / generated-code frames that
-allocated it, are written to VLLM_GKE_PEAK_TRACE/<model>.json. Nothing else changes; without the variable this
-module does nothing.
+allocated it, are written to VLLM_GKE_PEAK_TRACE/<model>.json, with what each Python garbage collection gave back
+meanwhile (_Collections). With VLLM_GKE_PEAK_TRACE_CAPTURE=1 (`--trace-capture`) `compile_or_warm_up_model` is
+recorded too: the segments the CUDA-graph capture reserved and the graph pools it left, to <model>.capture.json.
+Nothing else changes; without VLLM_GKE_PEAK_TRACE this module does nothing.
 """
 
 from __future__ import annotations
@@ -49,17 +51,14 @@ def _context(frames: list[dict]) -> list[str]:
 
 def summarize(snapshot: dict, device: int) -> dict:
     trace = snapshot["device_traces"][device]
-    live: dict[int, tuple[int, int]] = {}
     current = peak = 0
     peak_at = -1
     for i, event in enumerate(trace):
         action = event["action"]
         if action == "alloc":
-            live[event["addr"]] = (event["size"], i)
             current += event["size"]
         elif action == "free_completed":
             current -= event["size"]
-            live.pop(event["addr"], None)
         if current > peak:
             peak, peak_at = current, i
     at_peak: dict[int, tuple[int, int]] = {}
