@@ -71,9 +71,9 @@ V1_GRAPHS = re.compile(r"^CUDA graph memory: ([\d.]+) GiB")
 ACCELERATOR = "nvidia-h200-141gb"
 ENGINE = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1")
 ENGINE_V2 = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2_everywhere=True)
+"""The rows run with VLLM_USE_V2_MODEL_RUNNER=1 (bench/calibrate.py --runner v2)."""
 DEPLOYED = default_engine(ACCELERATORS[ACCELERATOR])
 """The deployed image's engine (planner/engine.py DEFAULT_PROFILE), which keeps the V2 graphs out of the KV cache."""
-"""The rows run with VLLM_USE_V2_MODEL_RUNNER=1 (bench/calibrate.py --runner v2)."""
 
 
 @dataclass(frozen=True)
