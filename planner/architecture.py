@@ -194,6 +194,17 @@ class ModelArchitecture:
         return self.layer_kinds or ("full",) * self.num_layers
 
     @property
+    def mla_nope_dim(self) -> int:
+        """Latent attention's per-head query/key width without position (qk_nope_head_dim, else head_dim less the
+        rotary part)."""
+        return self.qk_nope_head_dim or self.head_dim - self.qk_rope_head_dim
+
+    @property
+    def mla_v_dim(self) -> int:
+        """Latent attention's per-head value width (v_head_dim, else head_dim)."""
+        return self.v_head_dim or self.head_dim
+
+    @property
     def context(self) -> int:
         """The max_model_len vLLM takes without --max-model-len."""
         return self.max_position_embeddings or DEFAULT_CONTEXT
@@ -223,8 +234,7 @@ class ModelArchitecture:
         kinds = self.kinds
         attention_layers = sum(kind in ATTENTION_KINDS for kind in kinds)
         if self.kv_lora_rank:
-            nope, rope = self.qk_nope_head_dim or self.head_dim - self.qk_rope_head_dim, self.qk_rope_head_dim
-            v_dim = self.v_head_dim or self.head_dim
+            nope, rope, v_dim = self.mla_nope_dim, self.qk_rope_head_dim, self.mla_v_dim
             heads = self.num_attention_heads
             q = (h * self.q_lora_rank + self.q_lora_rank * heads * (nope + rope) if self.q_lora_rank
                  else h * heads * (nope + rope))

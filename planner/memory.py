@@ -156,8 +156,7 @@ def mla_profile_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSet
     if not arch.kv_lora_rank:
         return 0.0
     heads = -(-arch.num_attention_heads // layout.tp)
-    nope = arch.qk_nope_head_dim or arch.head_dim - arch.qk_rope_head_dim
-    v = arch.v_head_dim or arch.head_dim
+    nope, v = arch.mla_nope_dim, arch.mla_v_dim
     tokens = engine.max_num_batched_tokens
     transient = MLA_PREFILL_ROWS * heads * (nope + v) * 2.0
     down = arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim
@@ -169,7 +168,7 @@ def mla_profile_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSet
 def query_width(arch: ModelArchitecture) -> int:
     """One query head's width: head_dim, or with MLA the no-position and rotary parts (qk_nope + qk_rope)."""
     if arch.kv_lora_rank:
-        return (arch.qk_nope_head_dim or arch.head_dim - arch.qk_rope_head_dim) + arch.qk_rope_head_dim
+        return arch.mla_nope_dim + arch.qk_rope_head_dim
     return arch.head_dim
 
 
