@@ -184,59 +184,46 @@ def summarize_capture(snapshot: dict, device: int) -> dict:
     }
 
 
-def _wrap_capture(worker, torch) -> None:
-    original = worker.compile_or_warm_up_model
+def _record(worker, method: str, suffix: str, summarize_snapshot, torch, collections: bool) -> None:
+    """Run Worker.<method> under torch's allocator history and write summarize_snapshot's reading of it to
+    VLLM_GKE_PEAK_TRACE/<model><suffix>; with `collections`, also what the allocated total was before, its maximum,
+    and the garbage collections meanwhile (_Collections)."""
+    original = getattr(worker, method)
 
-    def compile_or_warm_up_model(self):
-        torch.cuda.memory._record_memory_history(max_entries=3_000_000, context="alloc", stacks="python")
-        try:
-            return original(self)
-        finally:
-            snapshot = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
-            name = Path(str(self.model_config.model)).name
-            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.capture.json"
-            try:
-                summary = summarize_capture(snapshot, torch.cuda.current_device())
-            except Exception as exc:  # a diagnosis: never stop the server
-                summary = {"error": repr(exc)}
-            out.write_text(json.dumps(summary, indent=1))
-
-    worker.compile_or_warm_up_model = compile_or_warm_up_model
-
-
-def _wrap(module) -> None:
-    import torch
-
-    worker = module.Worker
-    if os.environ.get("VLLM_GKE_PEAK_TRACE_CAPTURE") == "1":
-        _wrap_capture(worker, torch)
-    original = worker.determine_available_memory
-
-    def determine_available_memory(self):
+    def recorded(self):
         torch.cuda.memory._record_memory_history(max_entries=3_000_000, context="alloc", stacks="python")
         before = torch.cuda.memory_allocated()
-        collections = _Collections(torch)
-        collections.start()
+        probe = _Collections(torch) if collections else None
+        if probe:
+            probe.start()
         try:
             return original(self)
         finally:
             snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
-            gc_summary = collections.stop()
-            name = Path(str(self.model_config.model)).name
-            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.json"
+            gc_summary = probe.stop() if probe else None
+            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{Path(str(self.model_config.model)).name}{suffix}"
             try:
-                summary = summarize(snapshot, torch.cuda.current_device())
-                summary["allocated_before_gib"] = round(before / GIB, 4)
-                summary["max_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 4)
-                summary["gc"] = gc_summary
+                summary = summarize_snapshot(snapshot, torch.cuda.current_device())
+                if probe:
+                    summary["allocated_before_gib"] = round(before / GIB, 4)
+                    summary["max_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 4)
+                    summary["gc"] = gc_summary
             except Exception as exc:  # the trace is a diagnosis: a failure here must not stop the server
                 summary = {"error": repr(exc)}
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(summary, indent=1))
 
-    worker.determine_available_memory = determine_available_memory
+    recorded.__qualname__ = f"peaktrace.{method}"
+    setattr(worker, method, recorded)
+
+
+def _wrap(module) -> None:
+    import torch
+
+    if os.environ.get("VLLM_GKE_PEAK_TRACE_CAPTURE") == "1":
+        _record(module.Worker, "compile_or_warm_up_model", ".capture.json", summarize_capture, torch, False)
+    _record(module.Worker, "determine_available_memory", ".json", summarize, torch, True)
 
 
 class _Hook(importlib.abc.MetaPathFinder):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -94,5 +95,41 @@ def test_the_hook_wraps_vllms_worker_only_when_asked(tmp_path):
                             env={**env, "VLLM_GKE_PEAK_TRACE": str(tmp_path), "VLLM_GKE_PEAK_TRACE_CAPTURE": "1"})
     assert plain.returncode == traced.returncode == 0, plain.stderr[-2000:] + traced.stderr[-2000:]
     assert plain.stdout.split() == ["Worker.determine_available_memory", "Worker.compile_or_warm_up_model"]
-    assert traced.stdout.split() == ["_wrap.<locals>.determine_available_memory",
-                                     "_wrap_capture.<locals>.compile_or_warm_up_model"]
+    assert traced.stdout.split() == ["peaktrace.determine_available_memory", "peaktrace.compile_or_warm_up_model"]
+
+
+def test_a_recorded_worker_method_returns_its_result_and_writes_its_summary(tmp_path, monkeypatch):
+    """_record around a worker method, with an allocator whose history the method's allocations fill: the method's
+    result comes back unchanged, recording is switched off after it, and <model><suffix> holds the replayed peak (with
+    the probe's fields for the profile, without them for the capture)."""
+    history: dict = {"on": False, "trace": []}
+
+    def record(enabled="all", **_):
+        history["on"] = enabled is not None
+
+    memory = types.SimpleNamespace(_record_memory_history=record,
+                                   _snapshot=lambda: {"device_traces": [history["trace"]], "segments": []})
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        memory=memory, memory_allocated=lambda: 0, max_memory_allocated=lambda: 3 * GIB, current_device=lambda: 0))
+
+    class Worker:
+        model_config = types.SimpleNamespace(model="/models/tiny-2")
+
+        def determine_available_memory(self):
+            assert history["on"]
+            history["trace"] += [_alloc(1, 2 * GIB), *_free(1, 2 * GIB)]
+            return 42
+
+        def compile_or_warm_up_model(self):
+            return "compiled"
+
+    monkeypatch.setenv("VLLM_GKE_PEAK_TRACE", str(tmp_path / "out"))
+    peaktrace._record(Worker, "determine_available_memory", ".json", peaktrace.summarize, fake_torch, True)
+    peaktrace._record(Worker, "compile_or_warm_up_model", ".capture.json", peaktrace.summarize_capture, fake_torch,
+                      False)
+    assert Worker().determine_available_memory() == 42 and not history["on"]
+    assert Worker().compile_or_warm_up_model() == "compiled"
+    profile = json.loads((tmp_path / "out" / "tiny-2.json").read_text())
+    assert profile["peak_gib"] == 2.0 and profile["max_allocated_gib"] == 3.0 and "gc" in profile
+    capture = json.loads((tmp_path / "out" / "tiny-2.capture.json").read_text())
+    assert capture["events"] == 3 and "gc" not in capture
