@@ -11,7 +11,9 @@ from typing import Any
 
 import yaml
 
+from planner.architecture import ModelArchitecture
 from planner.config import PROJECT_DIR, Settings, build_settings
+from planner.model_config import parse_hf_config
 from planner.sizing import Sizing, plan
 
 STACKS = Path(__file__).parent / "stacks"
@@ -114,6 +116,11 @@ def sizing(stack: str = "dev", **sections: dict[str, Any] | None) -> Sizing:
 def model(name: str) -> dict[str, str]:
     """model section for a config.json committed under models/."""
     return {"id": f"org/{name}", "configFile": f"models/{name}.json"}
+
+
+def arch(name: str) -> ModelArchitecture:
+    """The architecture the planner reads from a config.json committed under models/."""
+    return parse_hf_config(json.loads((PROJECT_DIR / "models" / f"{name}.json").read_text()), name, "model.configFile")
 
 
 def accel(acc_type: str, machine: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from planner.kv_cache import Admission, layer_specs, pool_first_stage
 from planner.layers import MXFP4_BYTES_PER_PARAM, cut_layers
 from planner.model_config import parse_hf_config
 from planner.sizing import families, single_gpu_fit
-from tests.helpers import accel, model, sizing
+from tests.helpers import accel, arch, model, sizing
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
@@ -39,10 +39,6 @@ PLANS = {
     "Qwen2.5-7B-Instruct-AWQ": ("nvidia-l4", "g2-standard-8", (1, 1, 1, 1)),
     "Qwen2.5-VL-7B-Instruct": ("nvidia-h100-80gb", "a3-highgpu-1g", (1, 1, 1, 1)),
 }
-
-
-def arch(name: str):
-    return parse_hf_config(json.loads((ROOT / "models" / f"{name}.json").read_text()), name, "model.configFile")
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -11,10 +11,8 @@ from the source of MLAAttention.forward_impl and VllmConfig._set_cudagraph_sizes
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import types
-from pathlib import Path
 
 import pytest
 
@@ -30,14 +28,12 @@ from planner.memory import (
     mla_profile_bytes,
     mla_split_buffer_bytes,
 )
-from planner.model_config import parse_hf_config
+from tests.helpers import arch
 
 pytest.importorskip("torch")
 mla = pytest.importorskip("vllm.model_executor.layers.attention.mla_attention")
 from vllm.config.attention import AttentionConfig  # noqa: E402
 from vllm.config.vllm import VllmConfig  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _vllm_rows(max_num_seqs: int, max_model_len: int, block_size: int) -> int:
@@ -80,14 +76,10 @@ def test_the_graphs_capture_flashattention_mla_with_the_split_count():
     assert MLA_CAPTURE_LIMIT == 512 and CAPTURE_LIMIT_BY_GPU == {"nvidia-b200": 1024}
 
 
-def _arch(name: str):
-    return parse_hf_config(json.loads((ROOT / "models" / f"{name}.json").read_text()), name, "test")
-
-
 def test_deepseek_v3s_terms_per_gpu():
     """128 heads of 128 + 128 (no-position + value) and 512 latent ranks: 4 GiB of profile context and a 4 GiB split
     buffer at TP=1, an eighth of each at TP=8; the split buffer doubles on B200's larger capture."""
-    v3 = _arch("DeepSeek-V3")
+    v3 = arch("DeepSeek-V3")
     h200 = default_engine(ACCELERATORS["nvidia-h200-141gb"])
     assert mla_split_buffer_bytes(v3, Layout(1, 1, 1), h200) == 4 * 2**30
     assert mla_split_buffer_bytes(v3, Layout(8, 1, 1), h200) == 2**29
@@ -98,4 +90,4 @@ def test_deepseek_v3s_terms_per_gpu():
     per_head = 65536 * 256 * 2 + 8192 * (192 + 128) * 2
     assert tp1 - tp8 == (128 - 16) * per_head
     assert tp8 == 16 * per_head + 8192 * (7168 + 1536 + 512 + 64) * 2 + 8192 * 8 * 2 * 7168 * 2
-    assert mla_profile_bytes(_arch("Llama-3.1-8B-Instruct"), Layout(1, 1, 1), h200) == 0.0
+    assert mla_profile_bytes(arch("Llama-3.1-8B-Instruct"), Layout(1, 1, 1), h200) == 0.0

@@ -15,15 +15,12 @@ from planner.memory import default_engine, fitted_peak_gib, moe_workspace_bytes,
 from planner.memory_fit import FITTED, MemoryFit
 from planner.model_config import parse_hf_config
 from planner.sizing import single_gpu_fit
+from tests.helpers import arch
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
 DATA = rows(RESULTS)
 H200 = ACCELERATORS["nvidia-h200-141gb"]
-
-
-def arch(name: str):
-    return parse_hf_config(json.loads((ROOT / "models" / f"{name}.json").read_text()), name, "x")
 
 
 FIT = fit(DATA)
