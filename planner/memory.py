@@ -321,15 +321,14 @@ class PeakFeatures:
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
-    heads, width = arch.num_attention_heads / layout.tp, query_width(arch)
+    heads, width, v2 = arch.num_attention_heads / layout.tp, query_width(arch), runner_v2(arch, engine)
     return PeakFeatures(
         logits=engine.max_num_seqs * arch.vocab_size * 4 / GIB,
         hidden=engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB,
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
-        v1=not runner_v2(arch, engine), moe=bool(arch.num_experts),
-        mla=mla_profile_bytes(arch, layout, engine) / GIB if runner_v2(arch, engine) else 0.0)
+        v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0)
 
 
 def dense_mlp_width(arch: ModelArchitecture) -> int:

@@ -181,7 +181,7 @@ heads). vLLM loads config.json through the same class, so a config it refuses ne
 host: 'The hidden size (5120) is not a multiple of the number of attention heads (96)', validation 22)."""
 
 
-def _filled(cls: Any, cfg: Mapping[str, Any], source: str = "model.configFile") -> dict[str, Any] | None:
+def _filled(cls: Any, cfg: Mapping[str, Any], source: str) -> dict[str, Any] | None:
     """config.json through its transformers class: every default and derived field (vocab_size,
     tie_word_embeddings, layer_types, head_dim, rope_parameters) as vLLM's config object has it. None when the class
     refuses the values; the planner's own checks then name the key. A refusal of the architecture's shape
