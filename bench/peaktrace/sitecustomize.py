@@ -8,6 +8,8 @@ moment of the largest allocated total, and the blocks live then, each with the v
 allocated it, are written to VLLM_GKE_PEAK_TRACE/<model>.json, with what each Python garbage collection gave back
 meanwhile (_Collections). With VLLM_GKE_PEAK_TRACE_CAPTURE=1 (`--trace-capture`) `compile_or_warm_up_model` is
 recorded too: the segments the CUDA-graph capture reserved and the graph pools it left, to <model>.capture.json.
+With VLLM_GKE_PEAK_TRACE_HOLDERS=1 each explicit gc.collect() of the profile also names what held the CUDA tensors
+it freed (_Holders).
 Nothing else changes; without VLLM_GKE_PEAK_TRACE this module does nothing.
 """
 
@@ -156,6 +158,124 @@ class _Collections:
         return out
 
 
+def _describe(obj, child) -> str:
+    """One step of a holding chain: what `obj` is and where in it `child` sits."""
+    kind = type(obj).__name__
+    if kind == "frame":
+        code = obj.f_code
+        names = [k for k, v in obj.f_locals.items() if v is child]
+        return f"frame {code.co_filename.split('/site-packages/')[-1]}:{obj.f_lineno} {code.co_name} {names}"
+    if kind == "traceback":
+        code = obj.tb_frame.f_code
+        return f"traceback {code.co_filename.split('/site-packages/')[-1]}:{obj.tb_lineno} {code.co_name}"
+    if isinstance(obj, dict):
+        return f"dict {[str(k)[:60] for k, v in obj.items() if v is child][:4]}"
+    if isinstance(obj, (list, tuple)):
+        return f"{kind}[{len(obj)}] at {[i for i, v in enumerate(obj) if v is child][:4]}"
+    if isinstance(obj, BaseException):
+        return f"exception {kind}: {str(obj)[:160]}"
+    if kind in ("function", "method"):
+        func = getattr(obj, "__func__", obj)
+        return f"{kind} {getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+class _Holders:
+    """Who holds the CUDA tensors that only a full collection frees: each explicit gc.collect() while the profile runs
+    is made with gc.DEBUG_SAVEALL, and for every CUDA tensor of 16 MiB or more among the collected objects the chain
+    of collected objects that referred to it is walked up (frames with the local names that held it, dicts with their
+    keys, exceptions with their text). VLLM_GKE_PEAK_TRACE_HOLDERS=1; a diagnosis run of its own (the tensors live
+    until the walk ends)."""
+
+    def __init__(self, torch, min_bytes: int = 16 * 2**20, depth: int = 14) -> None:
+        self.torch = torch
+        self.min_bytes = min_bytes
+        self.depth = depth
+        self.calls: list[dict] = []
+        self._collect = None
+
+    def start(self) -> None:
+        import gc
+        self._collect = gc.collect
+        gc.collect = self.collect
+
+    def stop(self) -> list[dict]:
+        import gc
+        gc.collect = self._collect
+        return self.calls
+
+    def collect(self, generation: int = 2) -> int:
+        import gc
+        torch = self.torch
+        before = torch.cuda.memory_allocated()
+        gc.garbage.clear()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            found = self._collect(generation)
+        finally:
+            gc.set_debug(0)
+        garbage = list(gc.garbage)
+        gc.garbage.clear()
+        try:
+            record = self.walk(garbage)
+        except Exception as exc:  # a diagnosis: never stop the profile
+            record = {"error": repr(exc)}
+        record["collected"] = found
+        del garbage
+        self._collect(generation)
+        record["freed_gib"] = round((before - torch.cuda.memory_allocated()) / GIB, 4)
+        self.calls.append(record)
+        return found
+
+    def walk(self, garbage: list) -> dict:
+        import gc
+        torch = self.torch
+        ids = {id(o) for o in garbage}
+        parents: dict[int, list] = defaultdict(list)
+        for obj in garbage:
+            for ref in gc.get_referents(obj):
+                if id(ref) in ids:
+                    parents[id(ref)].append(obj)
+        storages: dict[int, int] = {}
+        chains: dict[str, dict] = {}
+        for obj in garbage:
+            if not isinstance(obj, torch.Tensor) or not obj.is_cuda:
+                continue
+            storage = obj.untyped_storage()
+            size = storage.nbytes()
+            if size < self.min_bytes or storage.data_ptr() in storages:
+                continue
+            storages[storage.data_ptr()] = size
+            steps, current, seen = [], obj, {id(obj)}
+            for _ in range(self.depth):
+                up = [p for p in parents.get(id(current), []) if id(p) not in seen]
+                if not up:
+                    break
+                holder = next((p for p in up if type(p).__name__ in ("frame", "traceback")), up[0])
+                steps.append(_describe(holder, current) + (f" (+{len(up) - 1} more)" if len(up) > 1 else ""))
+                seen.add(id(holder))
+                current = holder
+            key = " <- ".join(steps)
+            entry = chains.setdefault(key, {"tensors": 0, "gib": 0.0, "shapes": []})
+            entry["tensors"] += 1
+            entry["gib"] = round(entry["gib"] + size / GIB, 4)
+            if len(entry["shapes"]) < 6:
+                entry["shapes"].append([list(obj.shape), str(obj.dtype)])
+        types_: dict[str, int] = defaultdict(int)
+        exceptions = []
+        for obj in garbage:
+            types_[type(obj).__name__] += 1
+            if isinstance(obj, BaseException) and len(exceptions) < 20:
+                tb, where = obj.__traceback__, []
+                while tb is not None:
+                    where.append(f"{tb.tb_frame.f_code.co_filename.split('/site-packages/')[-1]}:{tb.tb_lineno}")
+                    tb = tb.tb_next
+                exceptions.append({"type": type(obj).__name__, "text": str(obj)[:300], "where": where[-8:]})
+        return {"objects": len(garbage), "cuda_tensor_gib": round(sum(storages.values()) / GIB, 4),
+                "chains": dict(sorted(chains.items(), key=lambda kv: -kv[1]["gib"])[:25]),
+                "types": dict(sorted(types_.items(), key=lambda kv: -kv[1])[:25]), "exceptions": exceptions}
+
+
 def summarize_capture(snapshot: dict, device: int) -> dict:
     """What the CUDA-graph capture kept: the segments it reserved (the pool vLLM's `Graph capturing finished ...
     took N GiB` measures), the sites that reserved them, and the graph pools' segments as the capture left them."""
@@ -194,13 +314,17 @@ def _record(worker, method: str, suffix: str, summarize_snapshot, torch, collect
         torch.cuda.memory._record_memory_history(max_entries=3_000_000, context="alloc", stacks="python")
         before = torch.cuda.memory_allocated()
         probe = _Collections(torch) if collections else None
+        holders = _Holders(torch) if collections and os.environ.get("VLLM_GKE_PEAK_TRACE_HOLDERS") == "1" else None
         if probe:
             probe.start()
+        if holders:
+            holders.start()
         try:
             return original(self)
         finally:
             snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
+            holder_calls = holders.stop() if holders else None
             gc_summary = probe.stop() if probe else None
             out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{Path(str(self.model_config.model)).name}{suffix}"
             try:
@@ -209,6 +333,8 @@ def _record(worker, method: str, suffix: str, summarize_snapshot, torch, collect
                     summary["allocated_before_gib"] = round(before / GIB, 4)
                     summary["max_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 4)
                     summary["gc"] = gc_summary
+                if holders:
+                    summary["holders"] = holder_calls
             except Exception as exc:  # the trace is a diagnosis: a failure here must not stop the server
                 summary = {"error": repr(exc)}
             out.parent.mkdir(parents=True, exist_ok=True)

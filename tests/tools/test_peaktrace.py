@@ -85,6 +85,66 @@ def test_a_collection_that_frees_memory_held_by_a_cycle_is_reported():
     assert probe not in gc.callbacks
 
 
+def test_the_holders_of_tensors_in_a_cycle_are_named_down_to_the_frame_and_local():
+    """A tensor kept by a caught exception's traceback (frame -> locals -> tensor, the exception -> traceback ->
+    frame): the explicit gc.collect() made while the probe runs names that chain, the exception, and frees it."""
+    allocated = [0]
+
+    class Storage:
+        def __init__(self, size):
+            self.size = size
+
+        def nbytes(self):
+            return self.size
+
+        def data_ptr(self):
+            return id(self)
+
+    class Tensor:
+        is_cuda = True
+        shape = (8192, 4096)
+        dtype = "bfloat16"
+
+        def __init__(self, size):
+            allocated[0] += size
+            self.storage, self.size = Storage(size), size
+
+        def untyped_storage(self):
+            return self.storage
+
+        def __del__(self):
+            allocated[0] -= self.size
+
+    fake_torch = types.SimpleNamespace(Tensor=Tensor, cuda=types.SimpleNamespace(memory_allocated=lambda: allocated[0]))
+
+    def first_run():
+        hidden = Tensor(GIB)  # noqa: F841 - the local the traceback's frame keeps
+        raise RuntimeError("retry with the general shape")
+
+    def caller():
+        try:
+            first_run()
+        except RuntimeError as exc:
+            kept = exc  # noqa: F841 - exc -> traceback -> this frame -> kept: a cycle
+
+    gc.collect()
+    probe = peaktrace._Holders(fake_torch)
+    probe.start()
+    try:
+        caller()
+        assert allocated[0] == GIB
+        gc.collect()
+    finally:
+        calls = probe.stop()
+    assert gc.collect is not probe.collect and allocated[0] == 0
+    (call,) = calls
+    assert call["freed_gib"] == 1.0 and call["cuda_tensor_gib"] == 1.0
+    (chain,) = call["chains"]
+    assert chain.startswith("frame ") and "first_run ['hidden']" in chain, chain
+    assert call["exceptions"][0]["type"] == "RuntimeError"
+    assert call["exceptions"][0]["text"] == "retry with the general shape"
+
+
 def test_the_hook_wraps_vllms_worker_only_when_asked(tmp_path):
     pytest.importorskip("vllm")
     code = ("import vllm.v1.worker.gpu_worker as m; W = m.Worker; "
