@@ -161,6 +161,9 @@ class _Collections:
 def _describe(obj, child) -> str:
     """One step of a holding chain: what `obj` is and where in it `child` sits."""
     kind = type(obj).__name__
+    if not issubclass(type(obj), (dict, list, tuple, BaseException)) and kind not in ("frame", "traceback", "function",
+                                                                                       "method"):
+        return f"{type(obj).__module__}.{type(obj).__qualname__}"
     if kind == "frame":
         code = obj.f_code
         names = [k for k, v in obj.f_locals.items() if v is child]
@@ -239,13 +242,18 @@ class _Holders:
         storages: dict[int, int] = {}
         chains: dict[str, dict] = {}
         for obj in garbage:
-            if not isinstance(obj, torch.Tensor) or not obj.is_cuda:
+            if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: a dead weak proxy raises
                 continue
-            storage = obj.untyped_storage()
-            size = storage.nbytes()
-            if size < self.min_bytes or storage.data_ptr() in storages:
+            try:  # a fake or functional tensor has no storage to read
+                storage = obj.untyped_storage()
+                size, pointer = storage.nbytes(), storage.data_ptr()
+                if not obj.is_cuda:
+                    continue
+            except Exception:
                 continue
-            storages[storage.data_ptr()] = size
+            if size < self.min_bytes or pointer in storages:
+                continue
+            storages[pointer] = size
             steps, current, seen = [], obj, {id(obj)}
             for _ in range(self.depth):
                 up = [p for p in parents.get(id(current), []) if id(p) not in seen]
@@ -265,7 +273,7 @@ class _Holders:
         exceptions = []
         for obj in garbage:
             types_[type(obj).__name__] += 1
-            if isinstance(obj, BaseException) and len(exceptions) < 20:
+            if issubclass(type(obj), BaseException) and len(exceptions) < 20:
                 tb, where = obj.__traceback__, []
                 while tb is not None:
                     where.append(f"{tb.tb_frame.f_code.co_filename.split('/site-packages/')[-1]}:{tb.tb_lineno}")

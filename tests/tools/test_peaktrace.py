@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import types
+import weakref
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,16 @@ def test_the_holders_of_tensors_in_a_cycle_are_named_down_to_the_frame_and_local
         def __del__(self):
             allocated[0] -= self.size
 
+    class Traced(Tensor):  # a fake tensor: no storage behind it
+        def __init__(self):
+            super().__init__(0)
+
+        def untyped_storage(self):
+            raise RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor)")
+
+    class Gone:
+        pass
+
     fake_torch = types.SimpleNamespace(Tensor=Tensor, cuda=types.SimpleNamespace(memory_allocated=lambda: allocated[0]))
 
     def first_run():
@@ -126,6 +137,8 @@ def test_the_holders_of_tensors_in_a_cycle_are_named_down_to_the_frame_and_local
             first_run()
         except RuntimeError as exc:
             kept = exc  # noqa: F841 - exc -> traceback -> this frame -> kept: a cycle
+            traced = Traced()  # noqa: F841
+            proxy = weakref.proxy(Gone())  # noqa: F841 - dead at once: touching it raises ReferenceError
 
     gc.collect()
     probe = peaktrace._Holders(fake_torch)
