@@ -11,8 +11,10 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
 - the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
   the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the dense peak and the MoE
   workspace (taken from vLLM's source, not fitted);
-- V2's attention excess for MoE models (V2_MOE_PER_QUERY_EXCESS): through the origin over the MoE rows profiled on
-  Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2 started there);
+- MoE models on Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2
+  started there): the sampler's constant beside the logits and the workspace (MOE_V2_SAMPLER_BASE_GIB), the median
+  over the rows without 0.25.1's router compile hold, and that hold (V2_ROUTER_HOLD_PER_QUERY) through the origin over
+  the rows with it;
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
   dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
   ratio);
@@ -49,6 +51,7 @@ from planner.architecture import ModelArchitecture  # noqa: E402
 from planner.catalog import ACCELERATORS, GIB  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
+    MOE_V2_LOGITS_COPIES,
     PeakFeatures,
     cudagraph_bytes,
     default_engine,
@@ -196,7 +199,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     dense_only = MemoryFit(
         peak_base_gib=sampling[0], peak_per_logits=sampling[1], peak_per_hidden=sampling[2],
         forward_base_gib=forward[0], forward_per_hidden=forward[1], forward_per_mlp=forward[2],
-        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0, v2_moe_per_query_excess=0.0,
+        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0, moe_v2_sampler_base_gib=0.0,
+        v2_router_hold_per_query=0.0,
         non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
@@ -209,15 +213,27 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
         [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
     moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
-    [query_excess_gib] = _lstsq([[max(r.features.query - r.features.hidden, 0.0)] for r in moe_v2],
-                            [r.peak - fitted_peak_gib(r.features, dense_only) for r in moe_v2])
+    sampler_base = statistics.median(
+        r.peak - MOE_V2_LOGITS_COPIES * r.features.logits - r.features.workspace for r in moe_v2
+        if not r.features.router_hold and MOE_V2_LOGITS_COPIES * r.features.logits > _forward(r, dense_only)
+        and r.features.mla < r.peak - 0.5)
+    without_hold = replace(dense_only, moe_v2_sampler_base_gib=sampler_base)
+    held = [r for r in moe_v2 if r.features.router_hold]
+    [hold] = _lstsq([[r.features.query] for r in held],
+                    [r.peak - fitted_peak_gib(r.features, without_hold) for r in held])
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
                              [float(r.graphs_captured or 0) - cudagraph_bytes(r.arch, Layout(1, 1, 1), DEPLOYED,
                                                                               dense_only) / GIB for r in wide])
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse, v2_moe_per_query_excess=query_excess_gib,
+                   v1_workspace_reuse=reuse, moe_v2_sampler_base_gib=sampler_base, v2_router_hold_per_query=hold,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)
+
+
+def _forward(r: Row, c: MemoryFit) -> float:
+    """The forward line at this row (the other candidate for an MoE model's V2 peak, beside the sampler)."""
+    f = r.features
+    return c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
 
 
 def literal(fitted: MemoryFit) -> str:

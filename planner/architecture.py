@@ -98,6 +98,12 @@ class ModelArchitecture:
     expert_routers: int = 1
     """Routers per MoE layer: 2 for ERNIE 4.5 VL, a text and a vision one over its per-modality experts
     (vllm/model_executor/models/ernie45_vl_moe.py)."""
+    biased_grouped_router: bool = False
+    """vLLM routes this model's experts with grouped_topk and an e_score_correction_bias, through the fused
+    `_moe_C::grouped_topk` kernel (fused_moe/router/grouped_topk_router.py: GLM-4.5, DeepSeek-V3-style noaux_tc,
+    LFM2-MoE with use_expert_bias; groups that divide the experts, at most 32 groups and 32 experts a token).
+    grouped_topk is a function under its own torch.compile, compiled at its first call: the profile's first MoE
+    layer (planner/engine.py EngineProfile.router_compile_hold)."""
     router_scales: bool = False
     """Gemma 4's router: a per-dimension input scale (hidden_size) and a per-expert output scale beside its
     projection (vllm/model_executor/models/gemma4.py Gemma4Router)."""

@@ -56,6 +56,13 @@ class EngineProfile:
     (linear-attention layers) nor MoE, and the MoE architectures named here (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES);
     the rest run the V1 runner, whose profiling samples with top-k and top-p (a full sort of the logits) and whose
     CUDA-graph estimate is measured, not a stub."""
+    router_compile_hold: bool
+    """The profile's first MoE layer compiles grouped_topk (a function under its own torch.compile) and, where the
+    model's router takes the fused `_moe_C::grouped_topk` kernel (ModelArchitecture.biased_grouped_router), dynamo's
+    trace raises on that kernel: 0.25.1 registers no fake implementation for it. The caught exceptions' tracebacks
+    keep the frames of the call stack below the compile, with the tensors their locals held, until the full
+    collection at the end of profile_run, after the sampler peaked on top of them (traced on an H200:
+    docs/benchmarks.md "Peak traces", run h). 0.32.0 registers the fake (vllm/_custom_ops.py), so nothing is held."""
     large_gpu_max_num_seqs: int
     """--max-num-seqs on GPUs of 70 GiB or more (other than the A100): 1024 (vllm/engine/arg_utils.py,
     EngineArgs.get_batch_defaults)."""
@@ -92,10 +99,10 @@ V2_MOE_ARCHITECTURES_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCaus
 PROFILES = {
     "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, kv_pool="grouped",
                             cudagraph_reserved=True, checkpoint_kv_dtype=True, v2_moe_architectures=None,
-                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
+                            router_compile_hold=False, large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=16384),
     "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, kv_pool="first-stage",
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
-                            v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25,
+                            v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25, router_compile_hold=True,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
 }
 

@@ -318,6 +318,9 @@ class PeakFeatures:
     mla: float = 0.0
     """Model Runner V2 only: a latent-attention layer's profile-time holdings (mla_profile_bytes), a floor under the
     peak."""
+    router_hold: bool = False
+    """Model Runner V2 on an engine whose first router compile keeps the call stack's tensors
+    (EngineProfile.router_compile_hold) and a model whose router takes that path (biased_grouped_router)."""
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
@@ -328,7 +331,8 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
-        v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0)
+        v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
+        router_hold=v2 and engine.profile.router_compile_hold and arch.biased_grouped_router)
 
 
 def dense_mlp_width(arch: ModelArchitecture) -> int:
@@ -341,20 +345,29 @@ def dense_mlp_width(arch: ModelArchitecture) -> int:
     return max(arch.intermediate_size if dense_layers else 0, shared)
 
 
+MOE_V2_LOGITS_COPIES = 1.5
+"""The sampler's logits at Model Runner V2's profile peak, in PeakFeatures.logits (float32) units: the lm_head's bf16
+output (0.5) and apply_sampling_params' float32 copy of it (1.0; v1/worker/gpu/sample/sampler.py), both live."""
+
+
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the dense peak (Model Runner V2's
     profile: the forward without attention, then a sampler without top-k/top-p), the MoE workspace (from vLLM's
-    source, not fitted), the attention block's excess on V2 where an MoE model's query is wider than its hidden
-    state, and the V1 runner's own terms where it serves the model (its profile runs attention and sorts
+    source, not fitted), for a mixture-of-experts model on V2 the sampler's logits on top of the workspace
+    (moe_v2_sampler_base_gib) and 0.25.1's router compile hold (v2_router_hold_per_query), and the V1 runner's own
+    terms where it serves the model (its profile runs attention and sorts
     the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent attention needs no
     term of its own in these lines: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four
     MLA rows after these came out at -0.002 GiB per head); on V2 its profile context (PeakFeatures.mla, from vLLM's
     source) is a floor under the whole."""
-    sampling = c.peak_base_gib + c.peak_per_logits * f.logits + c.peak_per_hidden * f.hidden
     forward = c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
-    peak = max(sampling, forward) + f.workspace
     if f.moe and not f.v1:
-        peak += c.v2_moe_per_query_excess * max(f.query - f.hidden, 0.0)
+        peak = max(MOE_V2_LOGITS_COPIES * f.logits + c.moe_v2_sampler_base_gib, forward) + f.workspace
+        if f.router_hold:
+            peak += c.v2_router_hold_per_query * f.query
+        return max(peak, f.mla)
+    sampling = c.peak_base_gib + c.peak_per_logits * f.logits + c.peak_per_hidden * f.hidden
+    peak = max(sampling, forward) + f.workspace
     if f.v1:
         peak += (c.v1_sampler_per_logits * f.logits + c.v1_attention_per_query * f.query
                  + c.v1_workspace_reuse * f.workspace)

@@ -48,24 +48,21 @@ class MemoryFit:
     forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of
     workspace, shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served
     (MoE, MLA and hybrid)."""
-    v2_moe_per_query_excess: float
-    """Model Runner V2's profile of a mixture-of-experts model, per GiB by which one bf16 query tensor of the batch on
-    this GPU (heads x query head width) is wider than the hidden-state tensor, on top of the dense peak and the
-    workspace. In an MoE layer the routed experts' intermediates live in the preallocated workspace, so the forward's
-    largest transient is the attention block's (the query, key and value projections and the attention output); the
-    dense lines are fitted where the MLP's intermediates set the forward's peak and heads x head width is about the
-    hidden size, so they miss it where the query is wider. Fitted through the origin on the MoE rows V2 profiled
-    (validation 18 ran five with VLLM_USE_V2_MODEL_RUNNER=1: GLM-4.5-Air's 96 query heads of 128 on a 4,096 hidden
-    size profiled 3.40 GiB where the dense lines and the workspace give 2.23); dense rows with a wider query (Qwen3-4B,
-    Qwen3-32B: +0.12, +0.10 GiB) show no such excess, so it applies to MoE models only. Held out since (validation
-    19-21, 14 rows fitted on none): 8 within the KV bound; over: Kimi-K2 +0.72%, DeepSeek-V2-shaped +0.53% / +0.57%;
-    under: Qwen3-235B-A22B (BF16 and FP8, 64 full-rotary heads of 128) -1.6% / -1.25%, Qwen3-Coder-480B-shaped
-    -2.65%, Kimi-K2 BF16 -1.76%. The query width is not the whole cause: GLM rows with the same width show the excess,
-    Qwen3 rows do not; two terms tried in its place (partial rotary, FP8 latent attention) were refuted by validation
-    21's ablations and withdrawn. Allocator traces (docs/benchmarks.md "Peak traces") found the cause: the profile's
-    forward compiles, and GLM-4.5-Air left 1.50 GiB of its tensors in reference cycles until the full collection
-    after the sampler peaked on them (Kimi-K2 BF16:2 0.80), where Qwen3-235B left none; so this term reserves
-    compile-time garbage some models make, and over-reserves those that make none."""
+    moe_v2_sampler_base_gib: float
+    """Model Runner V2's profile of a mixture-of-experts model peaks in the sampler on top of the MoE workspace
+    (preallocated by the first MoE layer and kept): the lm_head's bf16 logits and their float32 copy
+    (v1/worker/gpu/sample/sampler.py apply_sampling_params), 1.5 x PeakFeatures.logits, and this much more (the
+    median over the MoE rows V2 profiled without a compile hold). Allocator traces showed exactly these blocks at the
+    peak (Qwen3-235B: workspace 1.00, logits 0.87, other 0.10 GiB); the dense sampling line, whose hidden-size slope is
+    fitted on dense models, put Qwen3-Coder-480B-shaped and Kimi-K2 BF16 0.8-1.2 GiB over. The forward line (plus the
+    workspace) stays the other candidate: Qwen2-57B's 20,480-wide shared expert peaks there."""
+    v2_router_hold_per_query: float
+    """Per GiB of one bf16 query tensor of the batch on this GPU, what vLLM 0.25.1's profile keeps of the first MoE
+    layer's call stack when its router compile raises (EngineProfile.router_compile_hold, biased_grouped_router):
+    GLM-4.5-Air:8 profiled 3.40 GiB on V2 where the sampler, logits and workspace make 1.87, and its trace named the
+    frames that held the rest. Fitted through the origin on the rows that have the router; how much is held depends
+    on when Python's collector runs (Moonlight, the same router, held none), so it is a 0.25.1 calibration term, not
+    a plan for 0.32.0, which holds nothing."""
     non_torch_gib: float
     """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
     baseline_gib_by_gpu: tuple[tuple[str, float], ...]
@@ -123,7 +120,8 @@ FITTED = MemoryFit(
     v1_sampler_per_logits=1.5046,
     v1_attention_per_query=10.7812,
     v1_workspace_reuse=-0.7156,
-    v2_moe_per_query_excess=9.1328,
+    moe_v2_sampler_base_gib=0.0706,
+    v2_router_hold_per_query=7.3354,
     non_torch_gib=0.2231,
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,
