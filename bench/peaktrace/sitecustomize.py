@@ -26,6 +26,8 @@ from pathlib import Path
 
 TARGET = "vllm.v1.worker.gpu_worker"
 GIB = 1024**3
+COLLECT = "collect"
+"""The gc function _Holders wraps while the profile runs."""
 
 
 def _kept(frame: dict) -> bool:
@@ -200,11 +202,11 @@ class _Holders:
     def start(self) -> None:
         import gc
         self._collect = gc.collect
-        gc.collect = self.collect
+        setattr(gc, COLLECT, self.collect)  # the hook's patch, as _record patches the worker's methods
 
     def stop(self) -> list[dict]:
         import gc
-        gc.collect = self._collect
+        setattr(gc, COLLECT, self._collect)
         return self.calls
 
     def collect(self, generation: int = 2) -> int:

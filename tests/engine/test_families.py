@@ -91,30 +91,21 @@ UNDER_COUNTED = {
                                      "profile for 32 experts of 1,792 at top 4, on a 53.8 GiB pool"),
     ("Qwen2-57B-A14B-Instruct", 14): (-0.024, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
                                               "load overhead are 2.8%"),
-    # The four V2 rows below: Model Runner V2 profiles the first forward, which compiles, and the compile keeps the
-    # first run of each distinct piece's tensors in reference cycles until Python's next full collection
-    # (docs/benchmarks.md "Peak traces": GLM-4.5-Air held 1.50 GiB so through the sampler, Kimi-K2 BF16:2 0.80 GiB,
-    # Qwen3-235B none). The query-excess term was fitted on GLM rows that held them; these rows' collection came first.
-    ("Qwen3-235B-A22B-FP8 [V2]", 10): (-0.013, "batch 19 (H200, held out, Model Runner V2): the V2 MoE term adds 0.57 "
-                                               "GiB for its 64 query heads of 128 on a 4,096 hidden size where its FP8 "
-                                               "MoE profiled 0.84 GiB under the planner's peak"),
-    ("qwen3-235b-a22b [V2]", 10): (-0.017, "batch 20 (H200, held out): the same shape in BF16 profiled the same 1.97 "
-                                           "GiB as the FP8 row, so the miss is the query-excess term's, not FP8's; "
-                                           "its trace held no compile-time tensors at the peak"),
-    ("kimi-k2-bf16 [V2]", 2): (-0.018, "batch 20 (H200, held out): Kimi-K2 in BF16 cut to 2 layers profiled 3.52 "
-                                       "GiB where the FP8 cut to 4 profiled 5.43; the term plans 4.37"),
-    ("qwen3-coder-480b-a35b [V2]", 3): (-0.027, "batch 21 (H200, held out): 96 full-rotary heads of 128 on 6,144 "
-                                                "profiled 2.52 GiB where the query-excess term plans 4.15"),
+    ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
+                                       "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
+                                       "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "
+                                       "when Python's collector runs, and 0.32.0 holds none"),
 }
 
 OVER_COUNTED = {
     # (model, layers): the highest KV error accepted above the +0.5% bound (the side vLLM would refuse a plan on), and
     # why. The next refit takes the row in; until then the plan promises this much too much for such a model.
-    ("Kimi-K2-Instruct [V2]", 4): (0.0075, "batch 19 (H200, held out, Model Runner V2): its profiled peak is 0.81 GiB "
-                                           "over the planner's with the V2 MoE term (64 query heads of 192 on 7,168, "
-                                           "wider than any row it was fitted on), on a 67.6 GiB pool: its latent "
-                                           "attention's profile context (2 GiB) and workspace plus 1.2 GiB of "
-                                           "compile-time tensors not yet collected"),
+    ("Kimi-K2-Instruct [V2]", 4): (0.013, "batch 19 (H200, held out, Model Runner V2): its peak is in latent "
+                                          "attention after the first MoE layer, where vLLM 0.25.1's router compile "
+                                          "still held about 1.2 GiB (1.25 traced, docs/benchmarks.md \"Peak traces\"); "
+                                          "the plan keeps that hold in the sampler phase, not under the latent-"
+                                          "attention floor, since DeepSeek-V3:5 with the same router held none there. "
+                                          "0.32.0 holds none"),
 }
 
 
