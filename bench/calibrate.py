@@ -186,10 +186,13 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
     if args.runner == "v2":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
-    if args.trace_peak or args.trace_capture:
+    if args.trace_peak or args.trace_capture or args.router_fake:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PEAK_TRACE), env.get("PYTHONPATH")]))
+    if args.trace_peak or args.trace_capture:
         env["VLLM_GKE_PEAK_TRACE"] = str(args.out / "peak-trace")
         env["VLLM_GKE_PEAK_TRACE_CAPTURE"] = "1" if args.trace_capture else "0"
+    if args.router_fake:
+        env["VLLM_GKE_ROUTER_FAKE"] = "1"
     group = Group(args.work, f"calibrate-{name}")
     proc = group.start("leader-r0", leader_cmd(spec), env)
     t0 = time.monotonic()
@@ -236,9 +239,11 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
 
 
 def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_model_len: int = 8192,
-                dtype: str = "auto", kv_cache_dtype: str = "auto", runner: str = "default") -> dict[str, Any]:
+                dtype: str = "auto", kv_cache_dtype: str = "auto", runner: str = "default",
+                router_fake: bool = False) -> dict[str, Any]:
     """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1;
-    runner "v2": every model on Model Runner V2, as --runner v2 starts it)."""
+    runner "v2": every model on Model Runner V2, as --runner v2 starts it; router_fake: with 0.32.0's fake of the
+    fused router kernel registered, as --router-fake starts it)."""
     from planner.layout import Layout
     from planner.memory import cudagraph_bytes, default_engine
     from planner.model_config import parse_hf_config
@@ -247,7 +252,7 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
     fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype,
-                         v2_everywhere=runner == "v2")
+                         v2_everywhere=runner == "v2", router_fake=router_fake)
     return {"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
             "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
             "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
@@ -260,12 +265,13 @@ def predict(args: argparse.Namespace) -> int:
     rows = []
     for entry in args.entries:
         rows.append(predict_row(entry, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
-                                args.kv_cache_dtype, args.runner))
+                                args.kv_cache_dtype, args.runner, args.router_fake))
         log(f"predict {entry}: {rows[-1]}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "predictions.json"
     path.write_text(json.dumps({"settings": {k: getattr(args, k) for k in (
-        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner")},
+        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner",
+        "router_fake")},
         "profile": "0.25.1", "rows": rows}, indent=2) + "\n")
     return 0
 
@@ -290,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-capture", action="store_true",
                         help="also record the CUDA-graph capture's allocations and write the segments it reserved, "
                              "with the code that reserved them, to OUT/peak-trace/<model>.capture.json")
+    parser.add_argument("--router-fake", action="store_true",
+                        help="register vLLM 0.32.0's fake of the fused MoE router kernel (_moe_C::grouped_topk) in "
+                             "the server where its vLLM has none (0.25.1), so the profile's router compile keeps no "
+                             "tensors, as in 0.32.0, and predict for that (bench/peaktrace)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vllm-gke-calibrate"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument("--predict-only", action="store_true",
@@ -305,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "calibration.json"
     results = json.loads(path.read_text()) if path.exists() else {"rows": []}
     results.update(host=host_info(), settings={k: getattr(args, k) for k in (
-        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner")})
+        "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner",
+        "router_fake")})
     bench = Bench(args, args.work, "calibrate", args.work)
     for entry in args.entries:
         row = measure(args, bench, entry)

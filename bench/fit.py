@@ -49,6 +49,7 @@ if str(ROOT) not in sys.path:
 
 from planner.architecture import ModelArchitecture  # noqa: E402
 from planner.catalog import ACCELERATORS, GIB  # noqa: E402
+from planner.engine import with_router_fake  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
     MOE_V2_LOGITS_COPIES,
@@ -95,10 +96,15 @@ class Row:
     source: str
     accelerator: str = ACCELERATOR
     """The GPU it ran on (the batch's `accelerator`; the H200 where a batch names none)."""
+    router_fake: bool = False
+    """Run with 0.32.0's fake of the fused router kernel registered (bench/calibrate.py --router-fake)."""
 
     @property
     def features(self) -> PeakFeatures:
-        return peak_features(self.arch, Layout(1, 1, 1), ENGINE_V2 if self.v2 else ENGINE)
+        engine = ENGINE_V2 if self.v2 else ENGINE
+        if self.router_fake:
+            engine = replace(engine, profile=with_router_fake(engine.profile))
+        return peak_features(self.arch, Layout(1, 1, 1), engine)
 
     @property
     def family(self) -> str:
@@ -127,7 +133,9 @@ def rows(results: dict[str, Any]) -> list[Row]:
     where 0.25.1 would pick V1 (bench/calibrate.py --runner v2) is its model's other row, named "<model> [V2]"."""
     raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
     for batch in batches_in_fit(results):
-        raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR)) for r in batch["measured"]]
+        fake = (batch.get("settings") or {}).get("router_fake", False)
+        raw += [({**r, "router_fake": fake}, batch["name"], batch.get("accelerator", ACCELERATOR))
+                for r in batch["measured"]]
     raw += [(r, "ablation", ACCELERATOR) for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}
     for row, source, accelerator in raw:
@@ -148,7 +156,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
             non_torch=float(NON_TORCH.search(text).group(1)), non_kv=float(NON_KV.search(text).group(1)),
             available=row.get("available_kv_gib_measured"), graphs_estimate=None if v2 else estimate,
             graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source,
-            accelerator=accelerator)
+            accelerator=accelerator, router_fake=bool(row.get("router_fake")))
     return list(seen.values())
 
 

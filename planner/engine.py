@@ -113,6 +113,12 @@ def forced_v2(profile: EngineProfile) -> EngineProfile:
     return replace(profile, v2_moe_architectures=None)
 
 
+def with_router_fake(profile: EngineProfile) -> EngineProfile:
+    """`profile` with vLLM 0.32.0's fake of `_moe_C::grouped_topk` registered in the server (bench/calibrate.py
+    --router-fake): the first router compile does not raise, so nothing is held (router_compile_hold)."""
+    return replace(profile, router_compile_hold=False)
+
+
 @dataclass(frozen=True)
 class EngineChoice:
     profile: EngineProfile

@@ -32,6 +32,7 @@ from planner.engine import (
     EngineSettings,
     engine_settings,
     forced_v2,
+    with_router_fake,
 )
 from planner.kv_cache import pp_stages
 from planner.memory_fit import FITTED, MemoryFit
@@ -64,11 +65,13 @@ Qwen2.5-VL (0.10), the quantized ones up to 0.18 (AWQ, kernel workspaces). 0.05 
 weights bound (-2.5% on the AWQ 7B)."""
 
 
-def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE, v2_everywhere: bool = False) -> EngineSettings:
+def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE, v2_everywhere: bool = False,
+                   router_fake: bool = False) -> EngineSettings:
     """The default batch settings of a vLLM release on this GPU; `v2_everywhere`: as run with
-    VLLM_USE_V2_MODEL_RUNNER=1 (planner/engine.py forced_v2)."""
-    profile = PROFILES[version]
-    return engine_settings(forced_v2(profile) if v2_everywhere else profile, acc)
+    VLLM_USE_V2_MODEL_RUNNER=1 (planner/engine.py forced_v2); `router_fake`: with the fused router kernel's fake
+    registered (with_router_fake)."""
+    profile = forced_v2(PROFILES[version]) if v2_everywhere else PROFILES[version]
+    return engine_settings(with_router_fake(profile) if router_fake else profile, acc)
 
 
 def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:

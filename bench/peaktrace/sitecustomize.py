@@ -10,11 +10,16 @@ meanwhile (_Collections). With VLLM_GKE_PEAK_TRACE_CAPTURE=1 (`--trace-capture`)
 recorded too: the segments the CUDA-graph capture reserved and the graph pools it left, to <model>.capture.json.
 With VLLM_GKE_PEAK_TRACE_HOLDERS=1 each explicit gc.collect() of the profile also names what held the CUDA tensors
 it freed (_Holders).
-Nothing else changes; without VLLM_GKE_PEAK_TRACE this module does nothing.
+With VLLM_GKE_ROUTER_FAKE=1 (`--router-fake`) the worker's process registers vLLM 0.32.0's fake implementation of
+the fused router kernel `_moe_C::grouped_topk` where the installed vLLM has none (0.25.1), so that the profile's
+first router compile does not raise and keep its call stack, as in 0.32.0 (register_router_fake).
+Nothing else changes; without VLLM_GKE_PEAK_TRACE or VLLM_GKE_ROUTER_FAKE this module does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.abc
 import importlib.util
 import json
@@ -354,9 +359,41 @@ def _record(worker, method: str, suffix: str, summarize_snapshot, torch, collect
     setattr(worker, method, recorded)
 
 
+def _grouped_topk_fake(scores, num_expert_group: int, topk_group: int, topk: int, renormalize: bool,
+                       routed_scaling_factor: float, bias, scoring_func: int = 0):
+    """vLLM 0.32.0's fake of `_moe_C::grouped_topk` (vllm/_custom_ops.py _grouped_topk_fake): float32 weights and
+    int32 expert ids, tokens x topk."""
+    import torch
+
+    tokens = scores.size(0)
+    return (scores.new_empty((tokens, topk), dtype=torch.float32),
+            scores.new_empty((tokens, topk), dtype=torch.int32))
+
+
+def register_router_fake(torch, qualname: str = "_moe_C::grouped_topk") -> bool:
+    """Register _grouped_topk_fake for `qualname` when the op exists and has no fake yet; whether it did."""
+    namespace, name = qualname.split("::")
+    if not hasattr(getattr(torch.ops, namespace), name):
+        return False
+    from torch._library.simple_registry import singleton
+
+    if singleton.find(qualname).fake_impl.kernel is not None:  # vLLM 0.32.0 registers its own
+        return False
+    torch.library.register_fake(qualname)(_grouped_topk_fake)
+    return True
+
+
 def _wrap(module) -> None:
     import torch
 
+    if os.environ.get("VLLM_GKE_ROUTER_FAKE") == "1":
+        with contextlib.suppress(ImportError):
+            importlib.import_module("vllm._moe_C")
+        done = register_router_fake(torch)
+        state = "registered" if done else "not registered (present already, or no such op)"
+        print(f"peaktrace: fake for _moe_C::grouped_topk {state}", file=sys.stderr, flush=True)
+    if not os.environ.get("VLLM_GKE_PEAK_TRACE"):
+        return
     if os.environ.get("VLLM_GKE_PEAK_TRACE_CAPTURE") == "1":
         _record(module.Worker, "compile_or_warm_up_model", ".capture.json", summarize_capture, torch, False)
     _record(module.Worker, "determine_available_memory", ".json", summarize, torch, True)
@@ -381,5 +418,5 @@ class _Hook(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get("VLLM_GKE_PEAK_TRACE"):
+if os.environ.get("VLLM_GKE_PEAK_TRACE") or os.environ.get("VLLM_GKE_ROUTER_FAKE") == "1":
     sys.meta_path.insert(0, _Hook())

@@ -19,7 +19,8 @@ MODELS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
 CALIBRATED = RESULTS["calibration_families"]["rows"]
 VALIDATED = [{**r, "accelerator": batch.get("accelerator", "nvidia-h200-141gb"),
-              "runner": (batch.get("settings") or {}).get("runner", "default")}
+              "runner": (batch.get("settings") or {}).get("runner", "default"),
+              "router_fake": (batch.get("settings") or {}).get("router_fake", False)}
              for batch in RESULTS["calibration_validation"]["batches"] for r in batch["measured"]
              if r.get("kv_cache_tokens_measured") and not r.get("excluded")]
 """Every started validation row, with the GPU its batch ran on (H200 unless the batch names another) and the runner
@@ -256,7 +257,8 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     under except where the reason is known; weights within 3%."""
     a = parse_hf_config(row["config"], row["model"], "validation")
     forced = row["runner"] == "v2"
-    f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], v2_everywhere=forced)
+    f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], v2_everywhere=forced,
+                       router_fake=row["router_fake"])
     kv_error = (f.kv_tokens - row["kv_cache_tokens_measured"]) / row["kv_cache_tokens_measured"]
     key = (row["model"] + (FORCED_V2 if forced else ""), row["layers"])
     lowest = UNDER_COUNTED.get(key, (-0.01, ""))[0]

@@ -82,3 +82,22 @@ def test_each_biased_router_family_routes_through_grouped_topk_with_its_bias(mod
 ])
 def test_the_fused_path_is_read_as_grouped_topk_decides_it(cfg, experts, top_k, expected):
     assert biased_grouped_router(cfg, experts, top_k) is expected
+
+
+def test_a_run_with_the_fake_registered_is_planned_without_the_hold():
+    """bench/calibrate.py --router-fake registers 0.32.0's fake in a 0.25.1 server: its rows are predicted with the
+    0.25.1 profile less the hold, which moves GLM-4.5-Air (biased grouped router) and not Qwen3-30B-A3B."""
+    import json
+
+    from planner.engine import with_router_fake
+    from planner.layers import cut_layers
+    from planner.model_config import parse_hf_config
+    from planner.sizing import single_gpu_fit
+
+    assert with_router_fake(PROFILES["0.25.1"]).router_compile_hold is False
+    models = Path(__file__).resolve().parents[2] / "models"
+    for name, moves in (("GLM-4.5-Air", True), ("Qwen3-30B-A3B", False)):
+        a = parse_hf_config(cut_layers(json.loads((models / f"{name}.json").read_text()), 8), name, "test")
+        held, fake = (single_gpu_fit(a, "nvidia-h200-141gb", 0.9, 8192, v2_everywhere=True, router_fake=f).kv_tokens
+                      for f in (False, True))
+        assert (fake > held) is moves and fake >= held, name

@@ -206,3 +206,28 @@ def test_a_recorded_worker_method_returns_its_result_and_writes_its_summary(tmp_
     assert profile["peak_gib"] == 2.0 and profile["max_allocated_gib"] == 3.0 and "gc" in profile
     capture = json.loads((tmp_path / "out" / "tiny-2.capture.json").read_text())
     assert capture["events"] == 3 and "gc" not in capture
+
+
+def test_the_router_fake_lets_a_fake_tensor_trace_run_an_op_that_had_none():
+    """register_router_fake on a real torch op with grouped_topk's schema and no fake: before, fake tensors cannot
+    run it (what made vLLM 0.25.1's router compile raise); after, they get 0.32.0's shapes and dtypes; a second
+    registration is refused, as vLLM 0.32.0's own fake refuses this one."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    lib = torch.library.Library("vllmgke_router_test", "DEF")
+    lib.define("grouped_topk(Tensor scores, int num_expert_group, int topk_group, int topk, bool renormalize, "
+               "float routed_scaling_factor, Tensor bias, int scoring_func=0) -> (Tensor, Tensor)")
+    op = torch.ops.vllmgke_router_test.grouped_topk
+    with FakeTensorMode() as mode:
+        scores, bias = mode.from_tensor(torch.empty(8192, 128)), mode.from_tensor(torch.empty(128))
+        with pytest.raises(Exception):  # noqa: B017 - no fake or Meta kernel: torch raises one of several types
+            op(scores, 1, 1, 8, True, 1.0, bias, 1)
+    assert peaktrace.register_router_fake(torch, "vllmgke_router_test::grouped_topk")
+    with FakeTensorMode() as mode:
+        scores, bias = mode.from_tensor(torch.empty(8192, 128)), mode.from_tensor(torch.empty(128))
+        weights, ids = op(scores, 1, 1, 8, True, 1.0, bias, 1)
+    assert (tuple(weights.shape), weights.dtype, tuple(ids.shape), ids.dtype) == ((8192, 8), torch.float32,
+                                                                                 (8192, 8), torch.int32)
+    assert not peaktrace.register_router_fake(torch, "vllmgke_router_test::grouped_topk")
+    assert not peaktrace.register_router_fake(torch, "vllmgke_router_test::no_such_op")

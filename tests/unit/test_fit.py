@@ -185,7 +185,7 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed, ran):
     s = committed["settings"]
     for row in committed["rows"]:
         today = predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
-                            s["dtype"], s["kv_cache_dtype"], s.get("runner", "default"))
+                            s["dtype"], s["kv_cache_dtype"], s.get("runner", "default"), s.get("router_fake", False))
         assert (_checked(today) == _checked(row)) if ran else today == row, row["entry"]
 
 
