@@ -62,7 +62,8 @@ class MemoryFit:
     GLM-4.5-Air:8 profiled 3.40 GiB on V2 where the sampler, logits and workspace make 1.87, and its trace named the
     frames that held the rest. Fitted through the origin on the rows that have the router; how much is held depends
     on when Python's collector runs (Moonlight, the same router, held none), so it is a 0.25.1 calibration term, not
-    a plan for 0.32.0, which holds nothing."""
+    a plan for 0.32.0, which holds nothing: with 0.32.0's fake of the kernel registered in 0.25.1 (bench/calibrate.py
+    --router-fake, validation 24) Kimi-K2 and GLM-4.5-Air held nothing and landed within -0.52..-0.39% KV."""
     non_torch_gib: float
     """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
     baseline_gib_by_gpu: tuple[tuple[str, float], ...]
