@@ -13,8 +13,9 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
   workspace (taken from vLLM's source, not fitted);
 - MoE models on Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2
   started there): the sampler's constant beside the logits and the workspace (MOE_V2_SAMPLER_BASE_GIB), the median
-  over the rows without 0.25.1's router compile hold, and that hold (V2_ROUTER_HOLD_PER_QUERY) through the origin over
-  the rows with it;
+  over the rows without 0.25.1's router compile hold whose peak the sampler sets (logits above the forward line, the
+  latent-attention floor more than 0.5 GiB below the peak), and that hold (V2_ROUTER_HOLD_PER_QUERY) through the
+  origin over the rows with it;
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
   dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
   ratio);
