@@ -85,9 +85,6 @@ UNDER_COUNTED = {
     ("nemotron-nano-9b", "all"): (-0.013, "batch 12 (H200, held out): the planner keeps 1.3 GiB more outside the KV "
                                          "cache than vLLM profiled for a Mamba-2 hybrid (2.17 GiB beyond the weights); "
                                          "the 8B shape is at -0.92% by the same"),
-    ("dbrx-instruct", 5): (-0.012, "batch 17 (H200, held out): on Model Runner V2 as vLLM runs it, the parts "
-                                   "model's peak keeps 1.0 GiB more than vLLM profiled (its MoE workspace for 16 "
-                                   "experts of 10,752 at top 4), on a 90.3 GiB pool"),
     ("lfm2-8b-a1b", "all"): (-0.012, "batch 15 (H100, held out): the MoE peak terms keep 0.59 GiB more than vLLM's "
                                      "profile for 32 experts of 1,792 at top 4, on a 53.8 GiB pool"),
     ("Qwen2-57B-A14B-Instruct", 14): (-0.024, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
