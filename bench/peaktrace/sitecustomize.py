@@ -18,6 +18,7 @@ Nothing else changes; without VLLM_GKE_PEAK_TRACE or VLLM_GKE_ROUTER_FAKE this m
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import importlib
 import importlib.abc
@@ -293,7 +294,9 @@ class _Holders:
 
 def summarize_capture(snapshot: dict, device: int) -> dict:
     """What the CUDA-graph capture kept: the segments it reserved (the pool vLLM's `Graph capturing finished ...
-    took N GiB` measures), the sites that reserved them, and the graph pools' segments as the capture left them."""
+    took N GiB` measures), the sites that reserved them, the graph pools' segments as the capture left them, and the
+    segments it reserved and left outside the graph pools (the default pool's cache), each with the code that reserved
+    it and the last block placed in it."""
     trace = snapshot["device_traces"][device]
     reserved = 0
     by_site: dict[str, int] = defaultdict(int)
@@ -306,6 +309,25 @@ def summarize_capture(snapshot: dict, device: int) -> dict:
     allocs = sorted(((e["size"], i) for i, e in enumerate(trace) if e["action"] == "alloc"), reverse=True)[:20]
     pools = [seg for seg in snapshot["segments"] if seg.get("device") == device and tuple(seg.get("segment_pool_id",
                                                                                                  (0, 0))) != (0, 0)]
+    in_pools = {seg.get("address") for seg in pools}
+    open_segments: dict[int, int] = {}
+    for i, event in enumerate(trace):
+        if event["action"] == "segment_alloc":
+            open_segments[event["addr"]] = i
+        elif event["action"] == "segment_free":
+            open_segments.pop(event["addr"], None)
+    starts = sorted(addr for addr in open_segments if addr not in in_pools)
+    blocks: dict[int, list] = {addr: [0, None] for addr in starts}
+    for event in trace:
+        if event["action"] == "alloc" and starts:
+            at = bisect.bisect_right(starts, event["addr"]) - 1
+            if at >= 0 and event["addr"] < starts[at] + trace[open_segments[starts[at]]]["size"]:
+                blocks[starts[at]][0] += 1
+                blocks[starts[at]][1] = event
+    kept = sorted(({"gib": round(trace[open_segments[addr]]["size"] / GIB, 4), "blocks": blocks[addr][0],
+                    "reserved_by": _frames(trace[open_segments[addr]].get("frames", []), 3),
+                    "last_block": _frames(blocks[addr][1].get("frames", []), 3) if blocks[addr][1] else []}
+                   for addr in starts), key=lambda k: -k["gib"])
     return {
         "events": len(trace),
         "segments_reserved_gib": round(reserved / GIB, 4),
@@ -316,6 +338,8 @@ def summarize_capture(snapshot: dict, device: int) -> dict:
         "pool_total_gib": round(sum(seg["total_size"] for seg in pools) / GIB, 4),
         "pool_allocated_gib": round(sum(seg["allocated_size"] for seg in pools) / GIB, 4),
         "pool_largest_segments_gib": sorted((round(seg["total_size"] / GIB, 4) for seg in pools), reverse=True)[:20],
+        "kept_outside_pools_gib": round(sum(k["gib"] for k in kept), 4),
+        "kept_outside_pools": kept[:12],
     }
 
 

@@ -54,10 +54,17 @@ def test_a_capture_summary_counts_the_segments_left_reserved_and_the_graph_pools
              {"action": "segment_alloc", "addr": 8, "size": GIB, "frames": []},
              {"action": "segment_free", "addr": 8, "size": GIB},
              _alloc(0, 4 * GIB, "out_accum")]
-    segments = [{"device": 0, "segment_pool_id": (1, 0), "total_size": 4 * GIB, "allocated_size": 0},
-                {"device": 0, "segment_pool_id": (0, 0), "total_size": 2 * GIB, "allocated_size": GIB}]
+    trace += [{"action": "segment_alloc", "addr": 64, "size": 2 * GIB,
+               "frames": [{"filename": "/site/vllm/x.py", "line": 1, "name": "warmup"}]},
+              _alloc(64, GIB, "context"), *_free(64, GIB)]
+    segments = [{"device": 0, "segment_pool_id": (1, 0), "total_size": 4 * GIB, "allocated_size": 0, "address": 0},
+                {"device": 0, "segment_pool_id": (0, 0), "total_size": 2 * GIB, "allocated_size": 0, "address": 64}]
     summary = peaktrace.summarize_capture({"device_traces": [trace], "segments": segments}, 0)
-    assert summary["segments_reserved_gib"] == 4.0
+    assert summary["segments_reserved_gib"] == 6.0
+    assert summary["kept_outside_pools_gib"] == 2.0
+    [kept] = summary["kept_outside_pools"]
+    assert kept["blocks"] == 1 and kept["reserved_by"][0].startswith("x.py:1 warmup")
+    assert kept["last_block"][0].startswith("model_executor/models/x.py:1 context")
     assert (summary["pool_segments"], summary["pool_total_gib"], summary["pool_allocated_gib"]) == (1, 4.0, 0.0)
     assert summary["largest_allocs"][0]["gib"] == 4.0
 
