@@ -36,6 +36,7 @@ leave-one-out residual; tests/unit/test_fit.py holds planner/memory_fit.py's FIT
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -50,7 +51,7 @@ if str(ROOT) not in sys.path:
 
 from planner.architecture import ModelArchitecture  # noqa: E402
 from planner.catalog import ACCELERATORS, GIB  # noqa: E402
-from planner.engine import with_router_fake  # noqa: E402
+from planner.engine import EngineSettings  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
     MOE_V2_LOGITS_COPIES,
@@ -58,6 +59,7 @@ from planner.memory import (  # noqa: E402
     cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
+    forward_line_gib,
     peak_features,
     query_excess,
     runner_v2,
@@ -74,9 +76,17 @@ V1_GRAPHS = re.compile(r"^CUDA graph memory: ([\d.]+) GiB")
 
 
 ACCELERATOR = "nvidia-h200-141gb"
-ENGINE = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1")
-ENGINE_V2 = default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2_everywhere=True)
-"""The rows run with VLLM_USE_V2_MODEL_RUNNER=1 (bench/calibrate.py --runner v2)."""
+
+
+@functools.cache
+def calibration_engine(v2: bool, router_fake: bool = False) -> EngineSettings:
+    """The engine the GPU rows ran: vLLM 0.25.1 on the H200; `v2`: with VLLM_USE_V2_MODEL_RUNNER=1
+    (bench/calibrate.py --runner v2); `router_fake`: with 0.32.0's fake of the fused router kernel registered
+    (--router-fake)."""
+    return default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2, router_fake)
+
+
+ENGINE = calibration_engine(False)
 DEPLOYED = default_engine(ACCELERATORS[ACCELERATOR])
 """The deployed image's engine (planner/engine.py DEFAULT_PROFILE), which keeps the V2 graphs out of the KV cache."""
 
@@ -102,10 +112,7 @@ class Row:
 
     @property
     def features(self) -> PeakFeatures:
-        engine = ENGINE_V2 if self.v2 else ENGINE
-        if self.router_fake:
-            engine = replace(engine, profile=with_router_fake(engine.profile))
-        return peak_features(self.arch, Layout(1, 1, 1), engine)
+        return peak_features(self.arch, Layout(1, 1, 1), calibration_engine(self.v2, self.router_fake))
 
     @property
     def family(self) -> str:
@@ -132,14 +139,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
     pending, none held out), once per model (the 32k rows repeat the 8k profile), less the rows marked `excluded` (a
     harness artifact, not vLLM's behaviour on the checkpoint), and the ablation rows. A row run on Model Runner V2
     where 0.25.1 would pick V1 (bench/calibrate.py --runner v2) is its model's other row, named "<model> [V2]"."""
-    raw = [(r, "families", ACCELERATOR) for r in results["calibration_families"]["rows"]]
+    raw = [(r, "families", ACCELERATOR, False) for r in results["calibration_families"]["rows"]]
     for batch in batches_in_fit(results):
-        fake = (batch.get("settings") or {}).get("router_fake", False)
-        raw += [({**r, "router_fake": fake}, batch["name"], batch.get("accelerator", ACCELERATOR))
-                for r in batch["measured"]]
-    raw += [(r, "ablation", ACCELERATOR) for r in (results.get("calibration_ablations") or {}).get("rows", [])]
+        fake = bool((batch.get("settings") or {}).get("router_fake"))
+        raw += [(r, batch["name"], batch.get("accelerator", ACCELERATOR), fake) for r in batch["measured"]]
+    raw += [(r, "ablation", ACCELERATOR, False)
+            for r in (results.get("calibration_ablations") or {}).get("rows", [])]
     seen: dict[str, Row] = {}
-    for row, source, accelerator in raw:
+    for row, source, accelerator, router_fake in raw:
         text = _profile(row)
         if not row.get("kv_cache_tokens_measured") or not PEAK.search(text) or row.get("excluded"):
             continue
@@ -157,7 +164,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
             non_torch=float(NON_TORCH.search(text).group(1)), non_kv=float(NON_KV.search(text).group(1)),
             available=row.get("available_kv_gib_measured"), graphs_estimate=None if v2 else estimate,
             graphs_captured=row.get("graphs_gib_measured") if v2 else None, v2=v2, source=source,
-            accelerator=accelerator, router_fake=bool(row.get("router_fake")))
+            accelerator=accelerator, router_fake=router_fake)
     return list(seen.values())
 
 
@@ -224,7 +231,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
     sampler_base = statistics.median(
         r.peak - MOE_V2_LOGITS_COPIES * r.features.logits - r.features.workspace for r in moe_v2
-        if not r.features.router_hold and MOE_V2_LOGITS_COPIES * r.features.logits > _forward(r, dense_only)
+        if not r.features.router_hold
+        and MOE_V2_LOGITS_COPIES * r.features.logits > forward_line_gib(r.features, dense_only)
         and r.features.mla < r.peak - 0.5)
     without_hold = replace(dense_only, moe_v2_sampler_base_gib=sampler_base)
     held = [r for r in moe_v2 if r.features.router_hold]
@@ -237,12 +245,6 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
     return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
                    v1_workspace_reuse=reuse, moe_v2_sampler_base_gib=sampler_base, v2_router_hold_per_query=hold,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)
-
-
-def _forward(r: Row, c: MemoryFit) -> float:
-    """The forward line at this row (the other candidate for an MoE model's V2 peak, beside the sampler)."""
-    f = r.features
-    return c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
 
 
 def literal(fitted: MemoryFit) -> str:

@@ -353,6 +353,11 @@ MOE_V2_LOGITS_COPIES = 1.5
 output (0.5) and apply_sampling_params' float32 copy of it (1.0; v1/worker/gpu/sample/sampler.py), both live."""
 
 
+def forward_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
+    """The forward phase of the fitted peak (without attention, without the workspace)."""
+    return c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
+
+
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the dense peak (Model Runner V2's
     profile: the forward without attention, then a sampler without top-k/top-p), the MoE workspace (from vLLM's
@@ -363,7 +368,7 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     term of its own in these lines: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four
     MLA rows after these came out at -0.002 GiB per head); on V2 its profile context (PeakFeatures.mla, from vLLM's
     source) is a floor under the whole."""
-    forward = c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
+    forward = forward_line_gib(f, c)
     if f.moe and not f.v1:
         peak = max(MOE_V2_LOGITS_COPIES * f.logits + c.moe_v2_sampler_base_gib, forward) + f.workspace
         if f.router_hold:
