@@ -166,29 +166,31 @@ class _Collections:
         return out
 
 
+def _where(code, line: int) -> str:
+    """A code object's file (from site-packages on) and a line in it."""
+    return f"{code.co_filename.split('/site-packages/')[-1]}:{line}"
+
+
 def _describe(obj, child) -> str:
-    """One step of a holding chain: what `obj` is and where in it `child` sits."""
-    kind = type(obj).__name__
-    if not issubclass(type(obj), (dict, list, tuple, BaseException)) and kind not in ("frame", "traceback", "function",
-                                                                                       "method"):
-        return f"{type(obj).__module__}.{type(obj).__qualname__}"
-    if kind == "frame":
-        code = obj.f_code
+    """One step of a holding chain: what `obj` is and where in it `child` sits. Types are read with type(), not
+    isinstance: isinstance on a dead weak proxy raises."""
+    kind = type(obj)
+    name = kind.__name__
+    if name == "frame":
         names = [k for k, v in obj.f_locals.items() if v is child]
-        return f"frame {code.co_filename.split('/site-packages/')[-1]}:{obj.f_lineno} {code.co_name} {names}"
-    if kind == "traceback":
-        code = obj.tb_frame.f_code
-        return f"traceback {code.co_filename.split('/site-packages/')[-1]}:{obj.tb_lineno} {code.co_name}"
-    if isinstance(obj, dict):
+        return f"frame {_where(obj.f_code, obj.f_lineno)} {obj.f_code.co_name} {names}"
+    if name == "traceback":
+        return f"traceback {_where(obj.tb_frame.f_code, obj.tb_lineno)} {obj.tb_frame.f_code.co_name}"
+    if issubclass(kind, dict):
         return f"dict {[str(k)[:60] for k, v in obj.items() if v is child][:4]}"
-    if isinstance(obj, (list, tuple)):
-        return f"{kind}[{len(obj)}] at {[i for i, v in enumerate(obj) if v is child][:4]}"
-    if isinstance(obj, BaseException):
-        return f"exception {kind}: {str(obj)[:160]}"
-    if kind in ("function", "method"):
+    if issubclass(kind, (list, tuple)):
+        return f"{name}[{len(obj)}] at {[i for i, v in enumerate(obj) if v is child][:4]}"
+    if issubclass(kind, BaseException):
+        return f"exception {name}: {str(obj)[:160]}"
+    if name in ("function", "method"):
         func = getattr(obj, "__func__", obj)
-        return f"{kind} {getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}"
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+        return f"{name} {getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}"
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 class _Holders:
@@ -284,7 +286,7 @@ class _Holders:
             if issubclass(type(obj), BaseException) and len(exceptions) < 20:
                 tb, where = obj.__traceback__, []
                 while tb is not None:
-                    where.append(f"{tb.tb_frame.f_code.co_filename.split('/site-packages/')[-1]}:{tb.tb_lineno}")
+                    where.append(_where(tb.tb_frame.f_code, tb.tb_lineno))
                     tb = tb.tb_next
                 exceptions.append({"type": type(obj).__name__, "text": str(obj)[:300], "where": where[-8:]})
         return {"objects": len(garbage), "cuda_tensor_gib": round(sum(storages.values()) / GIB, 4),
@@ -317,17 +319,18 @@ def summarize_capture(snapshot: dict, device: int) -> dict:
         elif event["action"] == "segment_free":
             open_segments.pop(event["addr"], None)
     starts = sorted(addr for addr in open_segments if addr not in in_pools)
-    blocks: dict[int, list] = {addr: [0, None] for addr in starts}
+    reserving = [trace[open_segments[addr]] for addr in starts]
+    blocks = [[0, None] for _ in starts]
     for event in trace:
         if event["action"] == "alloc" and starts:
             at = bisect.bisect_right(starts, event["addr"]) - 1
-            if at >= 0 and event["addr"] < starts[at] + trace[open_segments[starts[at]]]["size"]:
-                blocks[starts[at]][0] += 1
-                blocks[starts[at]][1] = event
-    kept = sorted(({"gib": round(trace[open_segments[addr]]["size"] / GIB, 4), "blocks": blocks[addr][0],
-                    "reserved_by": _frames(trace[open_segments[addr]].get("frames", []), 3),
-                    "last_block": _frames(blocks[addr][1].get("frames", []), 3) if blocks[addr][1] else []}
-                   for addr in starts), key=lambda k: -k["gib"])
+            if at >= 0 and event["addr"] < starts[at] + reserving[at]["size"]:
+                blocks[at][0] += 1
+                blocks[at][1] = event
+    kept = sorted(({"gib": round(seg["size"] / GIB, 4), "blocks": count,
+                    "reserved_by": _frames(seg.get("frames", []), 3),
+                    "last_block": _frames(last.get("frames", []), 3) if last else []}
+                   for seg, (count, last) in zip(reserving, blocks, strict=True)), key=lambda k: -k["gib"])
     return {
         "events": len(trace),
         "segments_reserved_gib": round(reserved / GIB, 4),
