@@ -5,17 +5,18 @@ Each constant is fitted on the rows named here, from vLLM's own profiling lines 
 `non-torch forward increase memory`, `CUDA graph memory`, `Graph capturing finished ... took`), on the features
 planner/memory.py computes (peak_features) and through the same formula (fitted_peak_gib):
 
-- dense peak, the larger of the sampling phase (PEAK_BASE_GIB, PEAK_PER_LOGITS, PEAK_PER_HIDDEN) and the forward
-  phase (FORWARD_BASE_GIB, FORWARD_PER_HIDDEN, FORWARD_PER_MLP): two lines fitted by least squares over the rows
-  without experts or latent attention (all served by Model Runner V2 on 0.25.1), each row on the phase that sets it;
+- the forward phase (FORWARD_BASE_GIB, FORWARD_PER_HIDDEN, FORWARD_PER_MLP): least squares over the dense rows (all
+  served by Model Runner V2 on 0.25.1) whose peak neither the sampler line nor the first compile's line
+  (planner/memory.py compile_line_gib, not fitted) reaches; the sampler's constant beside the logits and the
+  workspace (SAMPLER_BASE_GIB): the median over the Model Runner V2 rows, dense and MoE, without 0.25.1's router
+  compile hold, whose peak the sampler sets (above the forward line, the compile line and the latent-attention
+  floor); the two fitted together until neither moves;
 - the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
-  the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the dense peak and the MoE
+  the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the V2 lines and the MoE
   workspace (taken from vLLM's source, not fitted);
 - MoE models on Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2
-  started there): the sampler's constant beside the logits and the workspace (MOE_V2_SAMPLER_BASE_GIB), the median
-  over the rows without 0.25.1's router compile hold whose peak the sampler sets (logits above the forward line, the
-  latent-attention floor more than 0.5 GiB below the peak), and that hold (V2_ROUTER_HOLD_PER_QUERY) through the
-  origin over the rows with it;
+  started there) with 0.25.1's router compile hold: the hold (V2_ROUTER_HOLD_PER_QUERY) through the origin over the
+  rows with it;
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
   dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
   ratio);
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import re
 import statistics
 import sys
@@ -54,12 +56,12 @@ from planner.catalog import ACCELERATORS, GIB  # noqa: E402
 from planner.engine import EngineSettings  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
-    MOE_V2_LOGITS_COPIES,
+    SAMPLER_LOGITS_COPIES,
     PeakFeatures,
+    compile_line_gib,
     cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
-    forward_line_gib,
     peak_features,
     query_excess,
     runner_v2,
@@ -199,11 +201,13 @@ def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
     return [aty[i] / ata[i][i] for i in range(n)]
 
 
-def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFit:
+def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
+        v1_margin_gib: float = FITTED.v1_peak_margin_gib) -> MemoryFit:
     """The constants of planner/memory.py's parts model from these rows (planner/memory_fit.py MemoryFit), with the
-    peak margin `margin_gib` (smallest_margin searches it against the KV rows)."""
+    runners' peak margins (smallest_margin searches them against the KV rows)."""
     dense = [r for r in data if r.family == "dense"]
-    sampling, forward = _two_phases(dense)
+    on_sampler = [r for r in data if r.v2 and not r.features.router_hold]
+    forward, sampler_base = _phases(dense, on_sampler)
     mla = [r for r in data if r.family == "mla" and not r.v2]
     by_default = [r for r in data if not r.model.endswith(FORCED_V2)]
     on_v2 = [r for r in by_default if r.v2 and r.available is not None and r.non_kv is not None]
@@ -212,10 +216,9 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
                                              [float(r.graphs_captured or 0) for r in graphs])
     v1 = [r for r in data if not r.v2]
     estimates = [float(r.graphs_estimate or 0) for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
-    dense_only = MemoryFit(
-        peak_base_gib=sampling[0], peak_per_logits=sampling[1], peak_per_hidden=sampling[2],
-        forward_base_gib=forward[0], forward_per_hidden=forward[1], forward_per_mlp=forward[2],
-        v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0, moe_v2_sampler_base_gib=0.0,
+    without_terms = MemoryFit(
+        sampler_base_gib=sampler_base, forward_base_gib=forward[0], forward_per_hidden=forward[1],
+        forward_per_mlp=forward[2], v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
         v2_router_hold_per_query=0.0,
         non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
@@ -224,26 +227,19 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib) -> MemoryFi
         graphs_moe_v2_per_kquery_excess=0.0,
         graphs_moe_gib=statistics.median(estimates),
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
-        peak_margin_gib=margin_gib)
+        peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib)
     sampler, attention, reuse = _lstsq(
         [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
-        [r.peak - fitted_peak_gib(r.features, dense_only) for r in v1])
-    moe_v2 = [r for r in data if r.v2 and r.arch.num_experts]
-    sampler_base = statistics.median(
-        r.peak - MOE_V2_LOGITS_COPIES * r.features.logits - r.features.workspace for r in moe_v2
-        if not r.features.router_hold
-        and MOE_V2_LOGITS_COPIES * r.features.logits > forward_line_gib(r.features, dense_only)
-        and r.features.mla < r.peak - 0.5)
-    without_hold = replace(dense_only, moe_v2_sampler_base_gib=sampler_base)
-    held = [r for r in moe_v2 if r.features.router_hold]
+        [r.peak - fitted_peak_gib(r.features, without_terms) for r in v1])
+    held = [r for r in data if r.v2 and r.features.router_hold]
     [hold] = _lstsq([[r.features.query] for r in held],
-                    [r.peak - fitted_peak_gib(r.features, without_hold) for r in held])
+                    [r.peak - fitted_peak_gib(r.features, without_terms) for r in held])
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
                              [float(r.graphs_captured or 0) - cudagraph_bytes(r.arch, Layout(1, 1, 1), DEPLOYED,
-                                                                              dense_only) / GIB for r in wide])
-    return replace(dense_only, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse, moe_v2_sampler_base_gib=sampler_base, v2_router_hold_per_query=hold,
+                                                                              without_terms) / GIB for r in wide])
+    return replace(without_terms, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
+                   v1_workspace_reuse=reuse, v2_router_hold_per_query=hold,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)
 
 
@@ -255,30 +251,43 @@ def literal(fitted: MemoryFit) -> str:
         if field.name == "baseline_gib_by_gpu":
             text = "(" + ", ".join(f'("{gpu}", {gib:.4f})' for gpu, gib in value) + ")"
         else:
-            text = f"{value:.2f}" if field.name == "peak_margin_gib" else f"{value:.4f}"
+            text = f"{value:.2f}" if field.name in MARGINS.values() else f"{value:.4f}"
         lines.append(f"    {field.name}={text},")
     return "FITTED = MemoryFit(\n" + "\n".join(lines) + "\n)"
 
 
-def _two_phases(dense: list[Row]) -> tuple[list[float], list[float]]:
-    """The dense peak as the larger of two lines, the sampling phase (1, logits, hidden) and the forward phase
-    (1, hidden, mlp): each row is given to the phase that predicts it higher and each line refitted on its rows by
-    least squares, until no row changes phase (both start as the fit over every row; at least four rows a phase)."""
-    sampling_x = [[1.0, r.features.logits, r.features.hidden] for r in dense]
-    forward_x = [[1.0, r.features.hidden, r.features.mlp] for r in dense]
-    peaks = [r.peak for r in dense]
-    sampling, forward = _lstsq(sampling_x, peaks), _lstsq(forward_x, peaks)
-    phases: list[bool] = []
+FORWARD_GAP_GIB = 0.03
+"""A dense row is the forward line's where its peak is more than this above the sampler and compile lines (the
+sampler's constant, about 0.07 GiB, is within it twice over)."""
+
+
+def _phases(dense: list[Row], on_sampler: list[Row]) -> tuple[list[float], float]:
+    """The forward line (1, hidden, mlp) and the sampler's constant, fitted together until neither moves: the forward
+    line by least squares over the dense rows whose peak neither the sampler line nor the compile line (not fitted)
+    reaches within FORWARD_GAP_GIB; the constant, the median of peak - logits copies - workspace over the V2 rows
+    without a router hold whose peak the sampler sets (its line, on the workspace, above the forward line's, the
+    compile line and the latent-attention floor). Starts from the forward line over every dense row and a constant of
+    0."""
+    forward = _lstsq([[1.0, r.features.hidden, r.features.mlp] for r in dense], [r.peak for r in dense])
+    base = 0.0
     for _ in range(100):
-        new = [_dot(s, sampling) >= _dot(f, forward) for s, f in zip(sampling_x, forward_x, strict=True)]
-        if new == phases or min(sum(new), len(new) - sum(new)) < 4:
+        def phase(f: PeakFeatures, line: list[float], constant: float) -> tuple[float, float]:
+            sampler = SAMPLER_LOGITS_COPIES * f.logits + constant
+            return sampler, _dot([1.0, f.hidden, f.mlp], line)
+        on_forward = [r for r in dense
+                      if r.peak > max(phase(r.features, forward, base)[0], compile_line_gib(r.features))
+                      + FORWARD_GAP_GIB]
+        new_forward = _lstsq([[1.0, r.features.hidden, r.features.mlp] for r in on_forward],
+                             [r.peak for r in on_forward])
+        sets = [r for r in on_sampler
+                if (lines := phase(r.features, new_forward, base))[0] > lines[1]
+                and lines[0] + r.features.workspace > max(compile_line_gib(r.features), r.features.mla)]
+        new_base = statistics.median(r.peak - SAMPLER_LOGITS_COPIES * r.features.logits - r.features.workspace
+                                     for r in sets)
+        if new_forward == forward and new_base == base:
             break
-        phases = new
-        sampling = _lstsq([x for x, p in zip(sampling_x, phases, strict=True) if p],
-                          [y for y, p in zip(peaks, phases, strict=True) if p])
-        forward = _lstsq([x for x, p in zip(forward_x, phases, strict=True) if not p],
-                         [y for y, p in zip(peaks, phases, strict=True) if not p])
-    return sampling, forward
+        forward, base = new_forward, new_base
+    return forward, base
 
 
 def _dot(x: list[float], c: list[float]) -> float:
@@ -317,21 +326,38 @@ def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str, bool]]:
     return [(r, gpu, forced) for r, gpu, forced in out if r.get("kv_cache_tokens_measured")]
 
 
-def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: float = 0.01) -> tuple[float, str]:
-    """peak_margin_gib: the smallest multiple of `step` under which no row of kv_rows is more than OVER_BOUND over
-    with the other constants of `fitted`, and the row that is over at one step less (the one that sets it)."""
-    rows = [(parse_hf_config(r["config"], r["model"], "results.json"), gpu, r["max_model_len"],
-             r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}", forced)
-            for r, gpu, forced in kv_rows(results)]
+MARGINS = {False: "peak_margin_gib", True: "v1_peak_margin_gib"}
+"""The margin field of each runner (True: the V1 runner)."""
+
+
+def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01) -> tuple[float, str]:
+    """The largest peak the parts model leaves under among the Model Runner V2 rows (rounded up to `step`), and that
+    row: the V2 margin covers it whatever the pool (a row's KV error scales with 1 / its pool, so a large-pool row
+    under by 0.2 GiB passes the KV bound while the same miss on a small pool would not)."""
+    under, name = max((r.peak - fitted_peak_gib(r.features, fitted), r.model) for r in data if r.v2)
+    return max(0.0, math.ceil(round(under / step, 6)) * step), f"{name} {under:+.2f} GiB"
+
+
+def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: float = 0.01,
+                    v1: bool = False, floor: float = 0.0) -> tuple[float, str]:
+    """The margin of one runner (MARGINS; `v1`): the smallest multiple of `step`, from `floor` (peak_floor for V2)
+    on, under which no row of kv_rows that runner served is more than OVER_BOUND over with the other constants of
+    `fitted`, and the row that is over at one step less (the one that sets it; none where the floor sets it)."""
+    rows = []
+    for r, gpu, forced in kv_rows(results):
+        arch = parse_hf_config(r["config"], r["model"], "results.json")
+        if peak_features(arch, Layout(1, 1, 1), calibration_engine(forced)).v1 == v1:
+            rows.append((arch, gpu, r["max_model_len"], r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}",
+                         forced))
     setter = ""
-    for i in range(round(2.0 / step) + 1):
-        candidate = replace(fitted, peak_margin_gib=round(i * step, 6))
+    for i in range(round(floor / step), round(2.0 / step) + 1):
+        candidate = replace(fitted, **{MARGINS[v1]: round(i * step, 6)})
         error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate, v2_everywhere=forced).kv_tokens
                             - measured) / measured, name) for a, gpu, length, measured, name, forced in rows)
         if error <= OVER_BOUND:
-            return candidate.peak_margin_gib, setter
-        setter = f"{name} at {error:+.2%} with {candidate.peak_margin_gib:.2f} GiB"
-    raise ValueError(f"no margin up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
+            return getattr(candidate, MARGINS[v1]), setter
+        setter = f"{name} at {error:+.2%} with {getattr(candidate, MARGINS[v1]):.2f} GiB"
+    raise ValueError(f"no {MARGINS[v1]} up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,11 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(args.results.read_text())
     data = rows(results)
     unmargined = fit(data)
-    margin, setter = smallest_margin(results, unmargined)
-    constants = replace(unmargined, peak_margin_gib=margin)
+    floor, under = peak_floor(data, unmargined)
+    margins = {v1: smallest_margin(results, unmargined, v1=v1, floor=0.0 if v1 else floor) for v1 in MARGINS}
+    constants = replace(unmargined, **{MARGINS[v1]: margin for v1, (margin, _) in margins.items()})
     print("# planner/memory_fit.py")
     print(literal(constants))
-    print(f"# peak_margin_gib: the smallest with no KV row over +{OVER_BOUND:.1%}; set by {setter}")
+    print(f"# peak_margin_gib: at least the largest V2 peak under the model ({under}); no KV row of V2 over "
+          f"+{OVER_BOUND:.1%} above it{'; set by ' + margins[False][1] if margins[False][1] else ''}")
+    print(f"# v1_peak_margin_gib: the smallest with no KV row of V1 over +{OVER_BOUND:.1%}; set by {margins[True][1]}")
     loo = leave_one_out(data)
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
     for r in data:

@@ -239,7 +239,7 @@ def group_bytes_per_rank(group: TensorGroup, tp: int, kv_heads: int) -> float:
     if group.rule == "kv":
         return group.bytes * max(kv_heads // tp, 1) / kv_heads if kv_heads else group.bytes / tp
     if group.rule == "vocab":
-        return group.bytes / group.rows * (-(-group.rows // VOCAB_PADDING) * VOCAB_PADDING) / tp
+        return group.bytes / group.rows * padded_vocab(group.rows) / tp
     return group.bytes
 
 
@@ -324,6 +324,10 @@ class PeakFeatures:
     router_hold: bool = False
     """Model Runner V2 on an engine whose first router compile keeps the call stack's tensors
     (EngineProfile.router_compile_hold) and a model whose router takes that path (biased_grouped_router)."""
+    embedding: float = 0.0
+    """The input embedding's table on this GPU in the 16-bit serving dtype (vocabulary padded as vLLM pads it, split
+    over the tensor ranks as VocabParallelEmbedding splits it): the size of the block the first compile holds
+    (compile_line_gib)."""
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
@@ -335,7 +339,13 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
         v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
-        router_hold=v2 and engine.profile.router_compile_hold and arch.biased_grouped_router)
+        router_hold=v2 and engine.profile.router_compile_hold and arch.biased_grouped_router,
+        embedding=padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB)
+
+
+def padded_vocab(rows: int) -> int:
+    """A vocabulary table's rows as vLLM allocates them (VOCAB_PADDING)."""
+    return -(-rows // VOCAB_PADDING) * VOCAB_PADDING
 
 
 def dense_mlp_width(arch: ModelArchitecture) -> int:
@@ -348,9 +358,13 @@ def dense_mlp_width(arch: ModelArchitecture) -> int:
     return max(arch.intermediate_size if dense_layers else 0, shared)
 
 
-MOE_V2_LOGITS_COPIES = 1.5
+SAMPLER_LOGITS_COPIES = 1.5
 """The sampler's logits at Model Runner V2's profile peak, in PeakFeatures.logits (float32) units: the lm_head's bf16
 output (0.5) and apply_sampling_params' float32 copy of it (1.0; v1/worker/gpu/sample/sampler.py), both live."""
+
+COMPILE_HIDDEN_COPIES = 2
+"""Hidden-state tensors of max_num_batched_tokens tokens live beside the embedding-sized block at the compile's peak
+(the first piece's outputs: docs/benchmarks.md "Peak traces", run t5)."""
 
 
 def forward_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
@@ -358,35 +372,45 @@ def forward_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
     return c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
 
 
+def sampler_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
+    """The sampling phase of Model Runner V2's profile: the logits (SAMPLER_LOGITS_COPIES) and c.sampler_base_gib."""
+    return SAMPLER_LOGITS_COPIES * f.logits + c.sampler_base_gib
+
+
+def compile_line_gib(f: PeakFeatures) -> float:
+    """The first torch.compile of the profiled forward: inside inductor's standalone_compile of the piece that holds
+    the input embedding, vLLM 0.25.1 (torch 2.11) allocates one block the size of the embedding table on the GPU and
+    two hidden-state tensors (allocator traces of five dense models on an H200, equal to the logged peak on each:
+    docs/benchmarks.md "Peak traces", run t5). Nothing fitted. It precedes the first MoE layer, so the workspace is not
+    under it. A start whose compile artifacts are cached (the compile cache, components/compile_cache.py) skips the
+    compile and peaks lower: the plan takes the cold start."""
+    return f.embedding + COMPILE_HIDDEN_COPIES * f.hidden
+
+
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
-    """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the dense peak (Model Runner V2's
-    profile: the forward without attention, then a sampler without top-k/top-p), the MoE workspace (from vLLM's
-    source, not fitted), for a mixture-of-experts model on V2 the sampler's logits on top of the workspace
-    (moe_v2_sampler_base_gib) and 0.25.1's router compile hold (v2_router_hold_per_query), and the V1 runner's own
-    terms where it serves the model (its profile runs attention and sorts
-    the logits for top-k/top-p, and those transients partly reuse the workspace's memory). Latent attention needs no
-    term of its own in these lines: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four
-    MLA rows after these came out at -0.002 GiB per head); on V2 its profile context (PeakFeatures.mla, from vLLM's
-    source) is a floor under the whole."""
-    forward = forward_line_gib(f, c)
-    if f.moe and not f.v1:
-        peak = max(MOE_V2_LOGITS_COPIES * f.logits + c.moe_v2_sampler_base_gib, forward) + f.workspace
-        if f.router_hold:
-            peak += c.v2_router_hold_per_query * f.query
-        return max(peak, f.mla)
-    sampling = c.peak_base_gib + c.peak_per_logits * f.logits + c.peak_per_hidden * f.hidden
-    peak = max(sampling, forward) + f.workspace
+    """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the larger of the profile's
+    phases. The sampler (sampler_line_gib) or the forward (forward_line_gib, fitted) on top of the MoE workspace
+    (from vLLM's source, not fitted), with 0.25.1's router compile hold on V2 (v2_router_hold_per_query) and the V1
+    runner's own terms where it serves the model (its profile runs attention and sorts the logits for top-k/top-p,
+    and those transients partly reuse the workspace's memory); the first compile (compile_line_gib); on V2 a latent
+    attention layer's profile context (PeakFeatures.mla, from vLLM's source). Latent attention needs no term of its
+    own in the lines: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four MLA rows
+    after these came out at -0.002 GiB per head)."""
+    peak = max(sampler_line_gib(f, c), forward_line_gib(f, c)) + f.workspace
     if f.v1:
         peak += (c.v1_sampler_per_logits * f.logits + c.v1_attention_per_query * f.query
                  + c.v1_workspace_reuse * f.workspace)
-    return max(peak, f.mla)
+    elif f.router_hold:
+        peak += c.v2_router_hold_per_query * f.query
+    return max(peak, compile_line_gib(f), f.mla)
 
 
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
                           fitted: MemoryFit = FITTED) -> float:
     """vLLM's profiled `torch peak memory increase` on one GPU (fitted at PEAK_FIT_SETTINGS by bench/fit.py), leaned
-    `fitted.peak_margin_gib` to the safe side."""
-    return (fitted_peak_gib(peak_features(arch, layout, engine), fitted) + fitted.peak_margin_gib) * GIB
+    the runner's margin (peak_margin_gib, v1_peak_margin_gib) to the safe side."""
+    f = peak_features(arch, layout, engine)
+    return (fitted_peak_gib(f, fitted) + (fitted.v1_peak_margin_gib if f.v1 else fitted.peak_margin_gib)) * GIB
 
 
 MOE_GROUP_GIB = 0.55

@@ -20,20 +20,24 @@ from dataclasses import dataclass
 class MemoryFit:
     """The parts model's constants (GiB, or GiB per GiB of a feature of planner/memory.py PeakFeatures)."""
 
-    peak_base_gib: float
-    peak_per_logits: float
-    """Per GiB of the sampler's float32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes)."""
-    peak_per_hidden: float
-    """Per GiB of one bf16 hidden-state tensor of max_num_batched_tokens tokens (tokens x hidden x 2 bytes). With the
-    two terms above: the peak while the profile samples (planner/memory.py fitted_peak_gib)."""
+    sampler_base_gib: float
+    """Model Runner V2's profile peaks in the sampler where neither the forward nor the first compile goes higher: the
+    lm_head's bf16 logits and their float32 copy (v1/worker/gpu/sample/sampler.py apply_sampling_params), 1.5 x
+    PeakFeatures.logits, on the MoE workspace (preallocated by the first MoE layer and kept), and this much more (the
+    median over the V2 rows whose peak the sampler sets, dense and MoE, without a router compile hold). Allocator
+    traces showed exactly these blocks at the peak (Qwen3-235B: workspace 1.00, logits 0.87, other 0.10 GiB)."""
     forward_base_gib: float
     forward_per_hidden: float
     forward_per_mlp: float
     """The peak while the profile runs the forward: a base, per GiB of the hidden-state tensor and per GiB of the
-    widest dense MLP's up-projection output (PeakFeatures.mlp). The dense peak is the larger of the two phases, since
-    V2's profile runs the forward, then the sampler (vllm/v1/worker/gpu/model_runner.py profile_run). On the 35 dense
-    rows the two lines leave residuals of -0.43..+0.32 GiB (-0.48..+0.40 leaving each out); one line over both phases
-    left -0.53..+0.39 on 26 of them, and over-promised 0.3-0.4 GiB where the MLP is wide for the vocabulary."""
+    widest dense MLP's up-projection output (PeakFeatures.mlp), fitted on the dense rows whose peak neither the
+    sampler nor the first compile (planner/memory.py compile_line_gib) reaches: narrow vocabularies beside wide MLPs
+    (Mistral-7B, Mistral-Small-24B, Falcon3-10B, granite-3.3, the DeepSeek-Coder and Starcoder2 rows). The dense peak
+    is the largest of the three phases: V2's profile compiles the forward as it first runs it, then samples
+    (vllm/v1/worker/gpu/model_runner.py profile_run). On the 35 dense rows the three leave residuals of -0.05..+0.04
+    GiB, but for Llama-3.1-70B cut to 40 layers (-0.49): its profile took 12.7 s where the others took 20-40, a
+    compile served from the cache, so it had no compile block. The fitted sampling line these replace left
+    -0.43..+0.32."""
     v1_sampler_per_logits: float
     """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the
     profile batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py,
@@ -48,14 +52,6 @@ class MemoryFit:
     forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of
     workspace, shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served
     (MoE, MLA and hybrid)."""
-    moe_v2_sampler_base_gib: float
-    """Model Runner V2's profile of a mixture-of-experts model peaks in the sampler on top of the MoE workspace
-    (preallocated by the first MoE layer and kept): the lm_head's bf16 logits and their float32 copy
-    (v1/worker/gpu/sample/sampler.py apply_sampling_params), 1.5 x PeakFeatures.logits, and this much more (the
-    median over the MoE rows V2 profiled without a compile hold). Allocator traces showed exactly these blocks at the
-    peak (Qwen3-235B: workspace 1.00, logits 0.87, other 0.10 GiB); the dense sampling line, whose hidden-size slope is
-    fitted on dense models, put Qwen3-Coder-480B-shaped and Kimi-K2 BF16 0.8-1.2 GiB over. The forward line (plus the
-    workspace) stays the other candidate: Qwen2-57B's 20,480-wide shared expert peaks there."""
     v2_router_hold_per_query: float
     """Per GiB of one bf16 query tensor of the batch on this GPU, what vLLM 0.25.1's profile keeps of the first MoE
     layer's call stack when its router compile raises (EngineProfile.router_compile_hold, biased_grouped_router):
@@ -98,11 +94,16 @@ class MemoryFit:
     reserved 3.4 GiB too much for Moonlight. On Model Runner V2 (0.32.0) the plan keeps the larger of this and the
     FlashAttention split buffers the capture keeps (planner/memory.py mla_graph_buffers)."""
     peak_margin_gib: float
-    """Added to every fitted peak: the KV bound is asymmetric (never more than 0.5% over, up to 1% under), so the fit
-    is leaned to the safe side: the smallest margin in 0.01 GiB steps (with LOAD_OVERHEAD_GIB) under which no
-    calibration row and no row of a batch in the fit is over +0.5% (bench/fit.py smallest_margin). The row that sets
-    it is GLM-4.5 cut to 6 layers (+0.50% at 0.34), whose V1 CUDA-graph estimate was 2.07 GiB against the 0.60
-    reserved (graphs_moe_gib)."""
+    """Added to every fitted peak on Model Runner V2 (every model vLLM 0.32.0 serves), to the safe side: at least the
+    largest peak the parts model leaves under among the V2 rows of the fit (bench/fit.py peak_floor), and more if a
+    calibration row or a row of a batch in the fit that ran on V2 were still over +0.5% KV with it (with
+    LOAD_OVERHEAD_GIB; bench/fit.py smallest_margin). The KV bound alone would allow less: a row's KV error scales
+    with 1 / its pool, and the largest under (Mixtral-8x7B on V2, 0.21 GiB) ran on a 100 GiB pool."""
+    v1_peak_margin_gib: float
+    """Added to every fitted peak on the V1 runner (MoE, MLA and hybrid models on vLLM 0.25.1; 0.32.0 serves none
+    there): the smallest margin in 0.01 GiB steps under which no V1 row of the fit is over +0.5% KV. GLM-4.5 cut to 6
+    layers sets it: its V1 CUDA-graph estimate was 2.07 GiB against the 0.60 reserved (graphs_moe_gib), an error of
+    the graph estimate that one margin for both runners put on every V2 plan."""
 
     def baseline_gib(self, gpu: str) -> float:
         """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
@@ -112,17 +113,14 @@ class MemoryFit:
 
 
 FITTED = MemoryFit(
-    peak_base_gib=-1.0928,
-    peak_per_logits=2.1236,
-    peak_per_hidden=17.5904,
-    forward_base_gib=0.1541,
-    forward_per_hidden=0.8541,
-    forward_per_mlp=1.6032,
-    v1_sampler_per_logits=1.5046,
-    v1_attention_per_query=10.7812,
-    v1_workspace_reuse=-0.7156,
-    moe_v2_sampler_base_gib=0.0706,
-    v2_router_hold_per_query=7.3354,
+    sampler_base_gib=0.0722,
+    forward_base_gib=0.1444,
+    forward_per_hidden=0.7782,
+    forward_per_mlp=1.6033,
+    v1_sampler_per_logits=1.2426,
+    v1_attention_per_query=12.3822,
+    v1_workspace_reuse=-0.4489,
+    v2_router_hold_per_query=7.3256,
     non_torch_gib=0.2231,
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,
@@ -130,6 +128,7 @@ FITTED = MemoryFit(
     graphs_moe_v2_per_kquery_excess=0.1174,
     graphs_moe_gib=0.6000,
     graphs_mla_per_khidden_gib=0.5971,
-    peak_margin_gib=0.35,
+    peak_margin_gib=0.22,
+    v1_peak_margin_gib=0.43,
 )
 """The fit of today's rows (python bench/fit.py)."""

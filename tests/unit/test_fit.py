@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from bench.fit import DEPLOYED, PEAK, _lstsq, fit, fit_name, leave_one_out, literal, rows, smallest_margin
+from bench.fit import (
+    DEPLOYED,
+    PEAK,
+    _lstsq,
+    fit,
+    fit_name,
+    leave_one_out,
+    literal,
+    peak_floor,
+    rows,
+    smallest_margin,
+)
 from planner.catalog import ACCELERATORS, GIB
 from planner.layout import Layout
 from planner.memory import default_engine, fitted_peak_gib, moe_workspace_bytes, peak_features, runner_v2
@@ -210,13 +221,18 @@ def test_some_predictions_are_waiting_while_a_batch_has_entries_pending():
 def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_over_bound():
     """peak_margin_gib is not chosen by hand: bench/fit.py searches it in 0.01 GiB steps over the calibration rows and
     the batches in the fit (not the held-out ones, which check it)."""
-    margin, setter = smallest_margin(RESULTS)
-    assert margin == pytest.approx(FITTED.peak_margin_gib) and setter
+    floor, under = peak_floor(DATA, FITTED)
+    assert floor > 0 and under
+    assert smallest_margin(RESULTS, floor=floor)[0] == pytest.approx(FITTED.peak_margin_gib)
+    margin, setter = smallest_margin(RESULTS, v1=True)
+    assert margin == pytest.approx(FITTED.v1_peak_margin_gib) and setter
+    assert smallest_margin(RESULTS, floor=0.0)[0] < FITTED.peak_margin_gib, "the floor sets the V2 margin today"
     # the search hands the planner a copy per candidate (fitted=), which takes FITTED when given none
     arch = parse_hf_config(RESULTS["calibration_families"]["rows"][0]["config"], "row", "results.json")
     tokens = [single_gpu_fit(arch, "nvidia-h200-141gb", 0.9, 8192, **extra).kv_tokens
               for extra in ({}, {"fitted": FITTED},
-                            {"fitted": replace(FITTED, peak_margin_gib=FITTED.peak_margin_gib + 1)})]
+                            {"fitted": replace(FITTED, peak_margin_gib=FITTED.peak_margin_gib + 1,
+                                               v1_peak_margin_gib=FITTED.v1_peak_margin_gib + 1)})]
     assert tokens[0] == tokens[1] > tokens[2]
 
 
