@@ -453,9 +453,11 @@ def peak_traces_section(found: dict) -> list[str]:
                   if r.get("graphs_took_gib") is not None else "-")
         table.append([r["entry"], r["run"], f"{r['peak_gib']:.2f}", f"{r['peak_logged_gib']:.2f}", r["phase"],
                       f"{r['workspace_gib']:.2f}", f"{r['mla_context_gib']:.2f}", f"{r['logits_gib']:.2f}",
-                      f"{r['other_gib']:.2f}", "-" if freed is None else f"{freed:.2f}", graphs])
+                      f"{r.get('compile_block_gib', 0.0):.2f}", f"{r['other_gib']:.2f}",
+                      "-" if freed is None else f"{freed:.2f}", graphs])
     lines += _table(["entry", "run", "traced peak GiB", "vLLM peak GiB", "peak in", "MoE workspace", "MLA context",
-                     "logits", "other live", "freed by the full collection", "graphs took / pool GiB (largest)"],
+                     "logits", "compile block", "other live", "freed by the full collection",
+                     "graphs took / pool GiB (largest)"],
                     table)
     for note in found.get("notes", []):
         lines += ["", f"- {note}"]
