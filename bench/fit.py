@@ -5,10 +5,10 @@ Each constant is fitted on the rows named here, from vLLM's own profiling lines 
 `non-torch forward increase memory`, `CUDA graph memory`, `Graph capturing finished ... took`), on the features
 planner/memory.py computes (peak_features) and through the same formula (fitted_peak_gib):
 
-- the forward phase (FORWARD_BASE_GIB, FORWARD_PER_HIDDEN, FORWARD_PER_MLP): least squares over the dense rows (all
-  served by Model Runner V2 on 0.25.1) whose peak neither the sampler line nor the first compile's line
-  (planner/memory.py compile_line_gib, not fitted) reaches; the sampler's constant beside the logits and the
-  workspace (SAMPLER_BASE_GIB): the median over the Model Runner V2 rows, dense and MoE, without 0.25.1's router
+- the forward phase's constant beside the MLP's activations and three hidden states (FORWARD_BASE_GIB): the median
+  over the dense rows (all served by Model Runner V2 on 0.25.1) whose peak neither the sampler line nor the first
+  compile's line (planner/memory.py compile_line_gib, not fitted) reaches; the sampler's constant beside the logits
+  and the workspace (SAMPLER_BASE_GIB): the median over the Model Runner V2 rows, dense and MoE, without 0.25.1's router
   compile hold, whose peak the sampler sets (above the forward line, the compile line and the latent-attention
   floor); the two fitted together until neither moves;
 - the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
@@ -62,9 +62,11 @@ from planner.memory import (  # noqa: E402
     cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
+    forward_line_gib,
     peak_features,
     query_excess,
     runner_v2,
+    sampler_line_gib,
 )
 from planner.memory_fit import FITTED, MemoryFit  # noqa: E402
 from planner.model_config import parse_hf_config  # noqa: E402
@@ -217,8 +219,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
     v1 = [r for r in data if not r.v2]
     estimates = [float(r.graphs_estimate or 0) for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
     without_terms = MemoryFit(
-        sampler_base_gib=sampler_base, forward_base_gib=forward[0], forward_per_hidden=forward[1],
-        forward_per_mlp=forward[2], v1_sampler_per_logits=0.0, v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
+        sampler_base_gib=sampler_base, forward_base_gib=forward, v1_sampler_per_logits=0.0,
+        v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
         v2_router_hold_per_query=0.0,
         non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
@@ -261,30 +263,27 @@ FORWARD_GAP_GIB = 0.03
 sampler's constant, about 0.07 GiB, is within it twice over)."""
 
 
-def _phases(dense: list[Row], on_sampler: list[Row]) -> tuple[list[float], float]:
-    """The forward line (1, hidden, mlp) and the sampler's constant, fitted together until neither moves: the forward
-    line by least squares over the dense rows whose peak neither the sampler line nor the compile line (not fitted)
-    reaches within FORWARD_GAP_GIB; the constant, the median of peak - logits copies - workspace over the V2 rows
-    without a router hold whose peak the sampler sets (its line, on the workspace, above the forward line's, the
-    compile line and the latent-attention floor). Starts from the forward line over every dense row and a constant of
-    0."""
-    forward = _lstsq([[1.0, r.features.hidden, r.features.mlp] for r in dense], [r.peak for r in dense])
-    base = 0.0
+def _phases(dense: list[Row], on_sampler: list[Row]) -> tuple[float, float]:
+    """The forward line's constant and the sampler's, fitted together until neither moves: the forward's, the median of
+    peak - MLP activations - hidden states over the dense rows whose peak neither the sampler line nor the compile line
+    (not fitted) reaches within FORWARD_GAP_GIB; the sampler's, the median of peak - logits copies - workspace over the
+    V2 rows without a router hold whose peak the sampler sets (its line, on the workspace, above the forward line's,
+    the compile line and the latent-attention floor). Both start at 0."""
+    forward = base = 0.0
     for _ in range(100):
-        def phase(f: PeakFeatures, line: list[float], constant: float) -> tuple[float, float]:
-            sampler = SAMPLER_LOGITS_COPIES * f.logits + constant
-            return sampler, _dot([1.0, f.hidden, f.mlp], line)
+        c = replace(FITTED, forward_base_gib=forward, sampler_base_gib=base)
         on_forward = [r for r in dense
-                      if r.peak > max(phase(r.features, forward, base)[0], compile_line_gib(r.features))
-                      + FORWARD_GAP_GIB]
-        new_forward = _lstsq([[1.0, r.features.hidden, r.features.mlp] for r in on_forward],
-                             [r.peak for r in on_forward])
+                      if r.peak > max(sampler_line_gib(r.features, c), compile_line_gib(r.features)) + FORWARD_GAP_GIB]
+        new_forward = statistics.median(r.peak - forward_line_gib(r.features, replace(c, forward_base_gib=0.0))
+                                        for r in on_forward)
+        c = replace(c, forward_base_gib=new_forward)
         sets = [r for r in on_sampler
-                if (lines := phase(r.features, new_forward, base))[0] > lines[1]
-                and lines[0] + r.features.workspace > max(compile_line_gib(r.features), r.features.mla)]
+                if sampler_line_gib(r.features, c) > forward_line_gib(r.features, c)
+                and sampler_line_gib(r.features, c) + r.features.workspace
+                > max(compile_line_gib(r.features), r.features.mla)]
         new_base = statistics.median(r.peak - SAMPLER_LOGITS_COPIES * r.features.logits - r.features.workspace
                                      for r in sets)
-        if new_forward == forward and new_base == base:
+        if (new_forward, new_base) == (forward, base):
             break
         forward, base = new_forward, new_base
     return forward, base

@@ -310,10 +310,10 @@ class PeakFeatures:
     workspace: float
     """The fused-MoE workspace (moe_workspace_bytes)."""
     mlp: float
-    """The widest dense MLP's up (and gate) projection output for max_num_batched_tokens tokens on this GPU
-    (dense_mlp_width): tokens x width x 2 (gated) or x 1 (un-gated) x 2 bytes. The matrices less one, not all three:
-    the Starcoder2 rows (un-gated) fit that, their peak 0.05-0.13 GiB off, where counting the activation's output too
-    put them 0.07-0.28 GiB under the fit and the forward line's hidden term below zero."""
+    """The widest dense MLP's activations live at the forward's peak for max_num_batched_tokens tokens on this GPU
+    (dense_mlp_width), in bf16: a gated MLP's gate-up output (2 x width) and its activation's (width), 3 x width; an
+    un-gated one's up-projection output, width (its activation is elementwise and takes the same buffer). Traced on
+    Mistral-Large-2407:8 (validation 26: 0.875 and 0.4375 GiB blocks)."""
     v1: bool
     """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
     moe: bool = False
@@ -337,7 +337,8 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         hidden=engine.max_num_batched_tokens * arch.hidden_size * 2 / GIB,
         query=engine.max_num_batched_tokens * heads * width * 2 / GIB,
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
-        mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (arch.mlp_matrices - 1) * 2 / GIB,
+        mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (3 if arch.mlp_matrices == 3 else 1)
+        * 2 / GIB,
         v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
         router_hold=v2 and engine.profile.router_compile_hold and arch.biased_grouped_router,
         embedding=padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB)
@@ -367,9 +368,15 @@ COMPILE_HIDDEN_COPIES = 2
 (the first piece's outputs: docs/benchmarks.md "Peak traces", run t5)."""
 
 
+FORWARD_HIDDEN_COPIES = 3
+"""Hidden-state tensors of the batch live beside the MLP's activations at the forward's peak (the residual, the
+layer's input and its normed copy: three 0.1875 GiB blocks in Mistral-Large-2407:8's trace, validation 26)."""
+
+
 def forward_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
-    """The forward phase of the fitted peak (without attention, without the workspace)."""
-    return c.forward_base_gib + c.forward_per_hidden * f.hidden + c.forward_per_mlp * f.mlp
+    """The forward phase of the peak (without attention, without the workspace): the MLP's activations
+    (PeakFeatures.mlp), FORWARD_HIDDEN_COPIES hidden states and c.forward_base_gib."""
+    return c.forward_base_gib + f.mlp + FORWARD_HIDDEN_COPIES * f.hidden
 
 
 def sampler_line_gib(f: PeakFeatures, c: MemoryFit) -> float:

@@ -27,17 +27,15 @@ class MemoryFit:
     median over the V2 rows whose peak the sampler sets, dense and MoE, without a router compile hold). Allocator
     traces showed exactly these blocks at the peak (Qwen3-235B: workspace 1.00, logits 0.87, other 0.10 GiB)."""
     forward_base_gib: float
-    forward_per_hidden: float
-    forward_per_mlp: float
-    """The peak while the profile runs the forward: a base, per GiB of the hidden-state tensor and per GiB of the
-    widest dense MLP's up-projection output (PeakFeatures.mlp), fitted on the dense rows whose peak neither the
-    sampler nor the first compile (planner/memory.py compile_line_gib) reaches: narrow vocabularies beside wide MLPs
-    (Mistral-7B, Mistral-Small-24B, Falcon3-10B, granite-3.3, the DeepSeek-Coder and Starcoder2 rows). The dense peak
-    is the largest of the three phases: V2's profile compiles the forward as it first runs it, then samples
-    (vllm/v1/worker/gpu/model_runner.py profile_run). On the 35 dense rows the three leave residuals of -0.05..+0.04
+    """The forward phase beside the MLP's activations and three hidden states (planner/memory.py forward_line_gib):
+    the median over the dense rows whose peak neither the sampler nor the first compile (compile_line_gib) reaches,
+    narrow vocabularies beside wide MLPs (Mistral-7B, Mistral-Small-24B, Falcon3-10B, granite-3.3, the DeepSeek-Coder
+    and Starcoder2 rows): 0.08-0.09 GiB on the gated ones, 0.12-0.14 on Starcoder2's un-gated MLP. The dense peak is
+    the largest of the three phases: V2's profile compiles the forward as it first runs it, then samples
+    (vllm/v1/worker/gpu/model_runner.py profile_run). On the 35 dense rows the three leave residuals of -0.05..+0.06
     GiB, but for Llama-3.1-70B cut to 40 layers (-0.49): its profile took 12.7 s where the others took 20-40, a
-    compile served from the cache, so it had no compile block. The fitted sampling line these replace left
-    -0.43..+0.32."""
+    compile served from the cache, so it had no compile block. The fitted sampling and forward lines these replace
+    left -0.43..+0.32."""
     v1_sampler_per_logits: float
     """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the
     profile batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py,
@@ -98,7 +96,7 @@ class MemoryFit:
     largest peak the parts model leaves under among the V2 rows of the fit (bench/fit.py peak_floor), and more if a
     calibration row or a row of a batch in the fit that ran on V2 were still over +0.5% KV with it (with
     LOAD_OVERHEAD_GIB; bench/fit.py smallest_margin). The KV bound alone would allow less: a row's KV error scales
-    with 1 / its pool, and the largest under (Mixtral-8x7B on V2, 0.21 GiB) ran on a 100 GiB pool."""
+    with 1 / its pool, and the largest under (Mixtral-8x7B on V2, 0.20 GiB) ran on a 100 GiB pool."""
     v1_peak_margin_gib: float
     """Added to every fitted peak on the V1 runner (MoE, MLA and hybrid models on vLLM 0.25.1; 0.32.0 serves none
     there): the smallest margin in 0.01 GiB steps under which no V1 row of the fit is over +0.5% KV. GLM-4.5 cut to 6
@@ -113,14 +111,12 @@ class MemoryFit:
 
 
 FITTED = MemoryFit(
-    sampler_base_gib=0.0722,
-    forward_base_gib=0.1444,
-    forward_per_hidden=0.7782,
-    forward_per_mlp=1.6033,
-    v1_sampler_per_logits=1.2426,
-    v1_attention_per_query=12.3822,
-    v1_workspace_reuse=-0.4489,
-    v2_router_hold_per_query=7.3256,
+    sampler_base_gib=0.0706,
+    forward_base_gib=0.0847,
+    v1_sampler_per_logits=1.2902,
+    v1_attention_per_query=12.2851,
+    v1_workspace_reuse=-0.4969,
+    v2_router_hold_per_query=7.3354,
     non_torch_gib=0.2231,
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,
@@ -128,7 +124,7 @@ FITTED = MemoryFit(
     graphs_moe_v2_per_kquery_excess=0.1174,
     graphs_moe_gib=0.6000,
     graphs_mla_per_khidden_gib=0.5971,
-    peak_margin_gib=0.22,
-    v1_peak_margin_gib=0.43,
+    peak_margin_gib=0.20,
+    v1_peak_margin_gib=0.49,
 )
 """The fit of today's rows (python bench/fit.py)."""
