@@ -289,10 +289,6 @@ def _phases(dense: list[Row], on_sampler: list[Row]) -> tuple[float, float]:
     return forward, base
 
 
-def _dot(x: list[float], c: list[float]) -> float:
-    return sum(a * b for a, b in zip(x, c, strict=True))
-
-
 def _baseline(on_gpu: list[Row]) -> float:
     """What the GPU held before profiling: 0.9 x its memory less the logged non-KV total and available KV memory (V2
     rows: no graph estimate subtracted), the mean over the rows run on it."""

@@ -312,8 +312,9 @@ class PeakFeatures:
     mlp: float
     """The widest dense MLP's activations live at the forward's peak for max_num_batched_tokens tokens on this GPU
     (dense_mlp_width), in bf16: a gated MLP's gate-up output (2 x width) and its activation's (width), 3 x width; an
-    un-gated one's up-projection output, width (its activation is elementwise and takes the same buffer). Traced on
-    Mistral-Large-2407:8 (validation 26: 0.875 and 0.4375 GiB blocks)."""
+    un-gated one's up-projection output, width, its elementwise activation taken as written in place (not traced; the
+    three Starcoder2 rows sit 0.03-0.06 GiB above the line so counted). The gated blocks traced on
+    Mistral-Large-2407:8 (validation 26: 0.875 and 0.4375 GiB)."""
     v1: bool
     """Served by the V1 model runner, whose profile runs attention and samples with top-k and top-p."""
     moe: bool = False
@@ -387,16 +388,17 @@ def sampler_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
 def compile_line_gib(f: PeakFeatures) -> float:
     """The first torch.compile of the profiled forward: inside inductor's standalone_compile of the piece that holds
     the input embedding, vLLM 0.25.1 (torch 2.11) allocates one block the size of the embedding table on the GPU and
-    two hidden-state tensors (allocator traces of five dense models on an H200, equal to the logged peak on each:
-    docs/benchmarks.md "Peak traces", run t5). Nothing fitted. It precedes the first MoE layer, so the workspace is not
-    under it. A start whose compile artifacts are cached (the compile cache, components/compile_cache.py) skips the
-    compile and peaks lower: the plan takes the cold start."""
+    two hidden-state tensors (allocator traces of eight dense models on an H200, equal to the logged peak on each:
+    docs/benchmarks.md "Peak traces", runs t5 and v26). Nothing fitted. It precedes the first MoE layer, so the
+    workspace is not under it. A start whose compile artifacts are cached (the compile cache,
+    components/compile_cache.py) skips the compile and peaks lower: the plan takes the cold start (validation 27:
+    Llama-3.1-70B:40 profiled 2.21 GiB cold, 1.72 from the cache)."""
     return f.embedding + COMPILE_HIDDEN_COPIES * f.hidden
 
 
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the larger of the profile's
-    phases. The sampler (sampler_line_gib) or the forward (forward_line_gib, fitted) on top of the MoE workspace
+    phases. The sampler (sampler_line_gib) or the forward (forward_line_gib) on top of the MoE workspace
     (from vLLM's source, not fitted), with 0.25.1's router compile hold on V2 (v2_router_hold_per_query) and the V1
     runner's own terms where it serves the model (its profile runs attention and sorts the logits for top-k/top-p,
     and those transients partly reuse the workspace's memory); the first compile (compile_line_gib); on V2 a latent
