@@ -186,11 +186,12 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
     if args.runner == "v2":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
-    if args.trace_peak or args.trace_capture or args.router_fake:
+    if args.trace_peak or args.trace_capture or args.trace_graphs or args.router_fake:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PEAK_TRACE), env.get("PYTHONPATH")]))
-    if args.trace_peak or args.trace_capture:
+    if args.trace_peak or args.trace_capture or args.trace_graphs:
         env["VLLM_GKE_PEAK_TRACE"] = str(args.out / "peak-trace")
         env["VLLM_GKE_PEAK_TRACE_CAPTURE"] = "1" if args.trace_capture else "0"
+        env["VLLM_GKE_PEAK_TRACE_GRAPHS"] = "1" if args.trace_graphs else "0"
     if args.router_fake:
         env["VLLM_GKE_ROUTER_FAKE"] = "1"
     group = Group(args.work, f"calibrate-{name}")
@@ -296,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-capture", action="store_true",
                         help="also record the CUDA-graph capture's allocations and write the segments it reserved, "
                              "with the code that reserved them, to OUT/peak-trace/<model>.capture.json")
+    parser.add_argument("--trace-graphs", action="store_true",
+                        help="record only the V1 runner's CUDA-graph estimate, each capture between markers, and write "
+                             "what each capture reserved and the allocation that needed it to "
+                             "OUT/peak-trace/<model>.graphs.json (bench/peaktrace)")
     parser.add_argument("--router-fake", action="store_true",
                         help="register vLLM 0.32.0's fake of the fused MoE router kernel (_moe_C::grouped_topk) in "
                              "the server where its vLLM has none (0.25.1), so the profile's router compile keeps no "

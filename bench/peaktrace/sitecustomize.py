@@ -8,6 +8,9 @@ moment of the largest allocated total, and the blocks live then, each with the v
 allocated it, are written to VLLM_GKE_PEAK_TRACE/<model>.json, with what each Python garbage collection gave back
 meanwhile (_Collections). With VLLM_GKE_PEAK_TRACE_CAPTURE=1 (`--trace-capture`) `compile_or_warm_up_model` is
 recorded too: the segments the CUDA-graph capture reserved and the graph pools it left, to <model>.capture.json.
+With VLLM_GKE_PEAK_TRACE_GRAPHS=1 (`--trace-graphs`) only the V1 runner's CUDA-graph estimate
+(GPUModelRunner.profile_cudagraph_memory) is recorded, each capture between marker allocations: what each capture
+reserved and the allocation that needed it, to <model>.graphs.json.
 With VLLM_GKE_PEAK_TRACE_HOLDERS=1 each explicit gc.collect() of the profile also names what held the CUDA tensors
 it freed (_Holders).
 With VLLM_GKE_ROUTER_FAKE=1 (`--router-fake`) the worker's process registers vLLM 0.32.0's fake implementation of
@@ -346,6 +349,72 @@ def summarize_capture(snapshot: dict, device: int) -> dict:
     }
 
 
+MARK_BYTES = 300_032
+"""The first marker allocation's size around each capture the V1 graph profile makes (a small-pool block, 512-byte
+multiples apart: MARK_BYTES + 512 x k, k = 2 x call before it and 2 x call + 1 after)."""
+CAPTURES: list[dict] = []
+"""Each capture the V1 runner's profile_cudagraph_memory made: its mode, batch and the device memory it took."""
+
+
+def _marked_captures(runner_cls, torch) -> None:
+    """Wrap the V1 runner's _warmup_and_capture: a marker allocation before and after each call, and the call's mode,
+    tokens and the free-memory drop it caused (what vLLM's estimate reads) in CAPTURES."""
+    original = runner_cls._warmup_and_capture
+
+    def marked(self, desc, *args, **kwargs):
+        call = len(CAPTURES)
+        torch.empty(MARK_BYTES + 512 * 2 * call, dtype=torch.uint8, device=self.device)
+        torch.cuda.synchronize()
+        free = torch.cuda.mem_get_info()[0]
+        try:
+            return original(self, desc, *args, **kwargs)
+        finally:
+            torch.cuda.synchronize()
+            mode = kwargs.get("cudagraph_runtime_mode", args[0] if args else None)
+            CAPTURES.append({"call": call, "mode": getattr(mode, "name", str(mode)),
+                             "tokens": getattr(desc, "num_tokens", None),
+                             "took_mib": round((free - torch.cuda.mem_get_info()[0]) / 2**20, 2)})
+            torch.empty(MARK_BYTES + 512 * (2 * call + 1), dtype=torch.uint8, device=self.device)
+
+    marked.__qualname__ = "peaktrace._warmup_and_capture"
+    runner_cls._warmup_and_capture = marked
+
+
+def summarize_graphs(snapshot: dict, device: int) -> dict:
+    """What each capture of the V1 graph profile reserved: between its markers (_marked_captures), every segment it
+    reserved with the allocation that needed it (size, code), and its allocations of 1 MiB or more in order."""
+    trace = snapshot["device_traces"][device]
+    marks = {}
+    for i, event in enumerate(trace):
+        k = (event["size"] - MARK_BYTES) // 512 if event["action"] == "alloc" else -1
+        if 0 <= k < 4 * len(CAPTURES) + 4 and (event["size"] - MARK_BYTES) % 512 == 0 \
+                and any(f.get("name") == "marked" for f in event.get("frames", [])):
+            marks.setdefault(k, i)
+    out = []
+    for capture in CAPTURES:
+        start, end = marks.get(2 * capture["call"]), marks.get(2 * capture["call"] + 1)
+        entry = dict(capture)
+        if start is None or end is None:
+            entry["error"] = "markers not in the history"
+            out.append(entry)
+            continue
+        events = trace[start + 1:end]
+        segments = []
+        for j, event in enumerate(events):
+            if event["action"] == "segment_alloc":
+                need = next((e for e in events[j + 1:] if e["action"] == "alloc"), None)
+                segments.append({"mib": round(event["size"] / 2**20, 3),
+                                 "for_mib": round(need["size"] / 2**20, 3) if need else None,
+                                 "frames": _frames((need or event).get("frames", []), 5)})
+        entry["segments_reserved_mib"] = round(sum(seg["mib"] for seg in segments), 3)
+        entry["segments_freed_mib"] = round(sum(e["size"] for e in events if e["action"] == "segment_free") / 2**20, 3)
+        entry["segments"] = segments[:40]
+        entry["large_allocs"] = [{"mib": round(e["size"] / 2**20, 3), "frames": _frames(e.get("frames", []), 3)}
+                                 for e in events if e["action"] == "alloc" and e["size"] >= 2**20][:80]
+        out.append(entry)
+    return {"events": len(trace), "captures": out}
+
+
 def _record(worker, method: str, suffix: str, summarize_snapshot, torch, collections: bool) -> None:
     """Run Worker.<method> under torch's allocator history and write summarize_snapshot's reading of it to
     VLLM_GKE_PEAK_TRACE/<model><suffix>; with `collections`, also what the allocated total was before, its maximum,
@@ -420,6 +489,11 @@ def _wrap(module) -> None:
         state = "registered" if done else "not registered (present already, or no such op)"
         print(f"peaktrace: fake for _moe_C::grouped_topk {state}", file=sys.stderr, flush=True)
     if not os.environ.get("VLLM_GKE_PEAK_TRACE"):
+        return
+    if os.environ.get("VLLM_GKE_PEAK_TRACE_GRAPHS") == "1":  # the V1 graph profile alone (one history at a time)
+        runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+        _marked_captures(runner, torch)
+        _record(runner, "profile_cudagraph_memory", ".graphs.json", summarize_graphs, torch, False)
         return
     if os.environ.get("VLLM_GKE_PEAK_TRACE_CAPTURE") == "1":
         _record(module.Worker, "compile_or_warm_up_model", ".capture.json", summarize_capture, torch, False)

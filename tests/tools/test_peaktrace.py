@@ -238,3 +238,57 @@ def test_the_router_fake_lets_a_fake_tensor_trace_run_an_op_that_had_none():
                                                                                  (8192, 8), torch.int32)
     assert not peaktrace.register_router_fake(torch, "vllmgke_router_test::grouped_topk")
     assert not peaktrace.register_router_fake(torch, "vllmgke_router_test::no_such_op")
+
+
+def test_each_graph_profile_capture_is_summarised_between_its_markers():
+    """_marked_captures around a runner whose captures allocate into a fake allocator history, then summarize_graphs:
+    each capture's mode, tokens and free-memory drop, the segments it reserved with the allocation that needed each
+    (the second capture's 24 MiB gate-up output, for which the pool had no block left), and nothing of the other."""
+    trace: list = []
+    free = {"bytes": 80 * GIB}
+
+    def empty(size, dtype=None, device=None):
+        trace.append({"action": "alloc", "addr": 10**9 + len(trace), "size": size,
+                      "frames": [{"filename": str(HOOK / "sitecustomize.py"), "line": 1, "name": "marked"}]})
+
+    fake_torch = types.SimpleNamespace(empty=empty, uint8="uint8", cuda=types.SimpleNamespace(
+        synchronize=lambda: None, mem_get_info=lambda: (free["bytes"], 80 * GIB)))
+
+    class Runner:
+        device = "cuda:0"
+
+        def _warmup_and_capture(self, desc, cudagraph_runtime_mode=None, profile_seq_lens=None):
+            if desc.num_tokens == 496:
+                trace.append({"action": "segment_alloc", "addr": 5, "size": 26 * 2**20, "frames": []})
+                trace.append(_alloc(5, 24 * 2**20, "gate_up"))
+                free["bytes"] -= 26 * 2**20
+            trace.append(_alloc(7, 2**19, "small"))
+            trace.append(_alloc(9, peaktrace.MARK_BYTES + 512, "same size as a marker, not one"))
+            return desc.num_tokens
+
+    peaktrace.CAPTURES.clear()
+    peaktrace._marked_captures(Runner, fake_torch)
+    mode = types.SimpleNamespace(name="PIECEWISE")
+    assert Runner()._warmup_and_capture(types.SimpleNamespace(num_tokens=512), cudagraph_runtime_mode=mode) == 512
+    Runner()._warmup_and_capture(types.SimpleNamespace(num_tokens=496), cudagraph_runtime_mode=mode)
+    summary = peaktrace.summarize_graphs({"device_traces": [trace]}, 0)
+    first, second = summary["captures"]
+    assert (first["mode"], first["tokens"], first["took_mib"], first["segments"]) == ("PIECEWISE", 512, 0.0, [])
+    assert (second["tokens"], second["took_mib"], second["segments_reserved_mib"]) == (496, 26.0, 26.0)
+    [segment] = second["segments"]
+    assert segment["for_mib"] == 24.0 and segment["frames"][0].startswith("model_executor/models/x.py:1 gate_up")
+    assert [a["mib"] for a in second["large_allocs"]] == [24.0]
+    peaktrace.CAPTURES.clear()
+
+
+def test_the_hook_records_only_the_v1_graph_profile_when_asked(tmp_path):
+    pytest.importorskip("vllm")
+    code = ("import vllm.v1.worker.gpu_worker as m; import vllm.v1.worker.gpu_model_runner as r; "
+            "R = r.GPUModelRunner; print(m.Worker.determine_available_memory.__qualname__, "
+            "R.profile_cudagraph_memory.__qualname__, R._warmup_and_capture.__qualname__)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HOOK), str(ROOT)]),
+           "VLLM_GKE_PEAK_TRACE": str(tmp_path), "VLLM_GKE_PEAK_TRACE_GRAPHS": "1"}
+    traced = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    assert traced.stdout.split() == ["Worker.determine_available_memory", "peaktrace.profile_cudagraph_memory",
+                                     "peaktrace._warmup_and_capture"]
