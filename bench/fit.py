@@ -18,8 +18,8 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
   started there) with 0.25.1's router compile hold: the hold (V2_ROUTER_HOLD_PER_QUERY) through the origin over the
   rows with it;
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
-  dense CUDA-graph line and the V1 graph estimates (MoE: the median; MLA: per 1,000 of hidden size, the largest
-  ratio);
+  dense CUDA-graph line and the V1 graph estimates (MoE and hybrid: the median beyond the first FULL capture's split
+  accumulators, planner/memory.py split_buffer_bytes; MLA: per 1,000 of hidden size, the largest ratio);
 - the V2 CUDA graphs of MoE models beyond that line (GRAPHS_MOE_V2_PER_KQUERY_EXCESS): through the origin over the
   non-MLA MoE rows V2 captured, per 1,000 of query width beyond the hidden size, the line taken from the planner's
   own cudagraph_bytes for the deployed engine.
@@ -67,6 +67,7 @@ from planner.memory import (  # noqa: E402
     query_excess,
     runner_v2,
     sampler_line_gib,
+    split_buffer_bytes,
 )
 from planner.memory_fit import FITTED, MemoryFit  # noqa: E402
 from planner.model_config import parse_hf_config  # noqa: E402
@@ -217,7 +218,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
                                              [float(r.graphs_captured or 0) for r in graphs])
     v1 = [r for r in data if not r.v2]
-    estimates = [float(r.graphs_estimate or 0) for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
+    growths = [float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB
+               for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
     without_terms = MemoryFit(
         sampler_base_gib=sampler_base, forward_base_gib=forward, v1_sampler_per_logits=0.0,
         v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
@@ -227,7 +229,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
                                   for gpu in sorted({r.accelerator for r in on_v2})),
         graphs_dense_base_gib=graphs_base, graphs_dense_per_khidden_gib=graphs_per_khidden,
         graphs_moe_v2_per_kquery_excess=0.0,
-        graphs_moe_gib=statistics.median(estimates),
+        graphs_v1_growth_gib=statistics.median(growths),
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
         peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib)
     sampler, attention, reuse = _lstsq(

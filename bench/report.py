@@ -308,6 +308,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     lines += validation_section(results.get("calibration_validation") or {})
     lines += weights_per_gpu_section(results.get("weights_per_gpu") or {})
     lines += peak_traces_section(results.get("calibration_peak_traces") or {})
+    lines += graph_traces_section(results.get("calibration_graph_traces") or {})
     lines += declared_section(results)
     launcher = results.get("launcher") or {}
     lines += ["", "## Launcher on real GPUs", ""]
@@ -459,6 +460,30 @@ def peak_traces_section(found: dict) -> list[str]:
                      "logits", "compile block", "other live", "freed by the full collection",
                      "graphs took / pool GiB (largest)"],
                     table)
+    for note in found.get("notes", []):
+        lines += ["", f"- {note}"]
+    lines.append("")
+    return lines
+
+
+def graph_traces_section(found: dict) -> list[str]:
+    """What the V1 runner's CUDA-graph estimate measured, capture by capture (bench/calibrate.py --trace-graphs)."""
+    rows = found.get("rows") or []
+    if not rows:
+        return []
+    lines = ["", "### V1 CUDA-graph estimate traces", "", f"`{found['tool']}` on {found['host']} ({found['date']}). "
+             f"{found['note']}", ""]
+    table = []
+    for r in rows:
+        piecewise, full = r["modes"]["PIECEWISE"], r["modes"]["FULL"]
+        table.append([r["entry"], r["run"], f"{r['estimate_gib']:.2f}", f"{r['graph_pool_gib']:.2f}",
+                      f"{full['first_mib']:.0f}", f"{piecewise['first_mib']:.0f}",
+                      f"{r['second_piecewise_took_mib']:.0f} ({r['second_piecewise_allocator_mib']:.0f})",
+                      f"{r['second_full_took_mib']:.0f} ({r['second_full_allocator_mib']:.0f})",
+                      str(piecewise["graphs"] - 1)])
+    lines += _table(["entry", "run", "V1 estimate GiB", "graph pool after capture GiB", "first FULL capture MiB",
+                     "first PIECEWISE capture MiB", "second PIECEWISE took MiB (allocator net)",
+                     "second FULL took MiB (allocator net)", "further graphs"], table)
     for note in found.get("notes", []):
         lines += ["", f"- {note}"]
     lines.append("")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.architecture import (
+    ATTENTION_KINDS,
     DTYPE_BYTES,
     EVERY_STAGE,
     FIRST_STAGE,
@@ -84,47 +85,65 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
                     fitted: MemoryFit = FITTED) -> float:
     """CUDA-graph memory the engine keeps out of the KV cache on each GPU: Model Runner V2 measures the capture
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory; 0.25.1's V2 had a stub returning 0), the V1
-    runner extrapolates from two captures (vllm/v1/worker/gpu_model_runner.py, profile_cudagraph_memory). MLA
-    models on V2: the dense line plus the decode split buffers the capture keeps (mla_graph_buffers x
-    mla_split_buffer_bytes), or the V1 estimate where that is larger (tensor-parallel layouts, unmeasured). None with
-    --enforce-eager."""
+    runner extrapolates from two captures (v1_graph_estimate_bytes). MLA models on V2: the dense line plus the decode
+    split buffers the capture keeps (mla_graph_buffers x split_buffer_bytes), or the V1 estimate where that is larger
+    (tensor-parallel layouts, unmeasured). None with --enforce-eager."""
     if not engine.cudagraphs:
+        return 0.0
+    if not runner_v2(arch, engine):
+        return v1_graph_estimate_bytes(arch, layout, engine, fitted)
+    if not engine.profile.cudagraph_reserved:
         return 0.0
     if arch.kv_lora_rank:
         mla = fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
-        if not runner_v2(arch, engine):
-            return mla
-        if not engine.profile.cudagraph_reserved:
-            return 0.0
         return max(mla, (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000)
-                   * GIB + mla_graph_buffers(arch) * mla_split_buffer_bytes(arch, layout, engine))
-    if not runner_v2(arch, engine):
-        return fitted.graphs_moe_gib * GIB
-    if not engine.profile.cudagraph_reserved:
-        return 0.0
+                   * GIB + mla_graph_buffers(arch) * split_buffer_bytes(arch, layout, engine))
     moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.num_experts else 0.0
     return (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000 + moe) * GIB
 
 
-MLA_SPLITS_FOR_GRAPHS = 32
-"""vLLM's FlashAttention MLA decode under full CUDA graphs is captured with this many KV splits
-(config/attention.py flash_attn_max_num_splits_for_cuda_graph; v1/attention/backends/mla/flashattn_mla.py sets
-max_num_splits from it so that the split buffers are allocated inside the graph)."""
-MLA_CAPTURE_LIMIT = 512
+def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
+                            fitted: MemoryFit = FITTED) -> float:
+    """What the V1 runner subtracts for CUDA graphs (vllm/v1/worker/gpu_model_runner.py profile_cudagraph_memory, the
+    same in 0.25.1 and 0.32.0): per capture mode, the largest graph's first capture plus the second capture's growth
+    times the further graphs; the modes' largest first capture counts once. The first FULL capture holds
+    FlashAttention's split accumulators (split_buffer_bytes): 768.00 MiB logged with 96 heads of 128, 512.00 with 64,
+    384.00 with 48, 160-162 with 20, 128 with 16, 1,046 for Kimi-Linear's 32 latent heads (the debug lines of the V1
+    rows in docs/benchmarks/results.json, graph_estimate_lines; 18 rows, 0-4 MiB over the accumulators with
+    attention). The growths (1-27 MiB per graph, 50 further graphs) are not a function of the shape here:
+    fitted.graphs_v1_growth_gib, their median. MLA keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted
+    on rows without the debug lines."""
+    if arch.kv_lora_rank:
+        return fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
+    return split_buffer_bytes(arch, layout, engine) + fitted.graphs_v1_growth_gib * GIB
+
+
+SPLITS_FOR_GRAPHS = 32
+"""vLLM's FlashAttention decode under full CUDA graphs is captured with this many KV splits
+(config/attention.py flash_attn_max_num_splits_for_cuda_graph; v1/attention/backends/flash_attn.py and
+mla/flashattn_mla.py set max_num_splits from it so that the split buffers are allocated inside the graph)."""
+CAPTURE_LIMIT = 512
 """The largest batch vLLM 0.32.0 captures a graph for by default: min(2 x max_num_seqs, 512, max_num_batched_tokens),
 1,024 in place of 512 on data-center Blackwell (config/vllm.py _set_cudagraph_sizes, without speculative tokens)."""
 CAPTURE_LIMIT_BY_GPU = {"nvidia-b200": 1024}
 
 
-def mla_split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
-    """One latent-attention decode's split-KV accumulator in the largest captured graph on one GPU: splits x batch x
-    heads x kv_lora_rank float32 (FlashAttention 3's out_accum; 4.0 GiB for 128 heads, the segments the capture's
-    graph pool kept in the traces of docs/benchmarks.md "Peak traces"). Measured on H200 (FlashAttention MLA); B200 runs
-    another MLA kernel, for which the same size is kept unmeasured."""
-    limit = CAPTURE_LIMIT_BY_GPU.get(engine.gpu, MLA_CAPTURE_LIMIT)
+def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """FlashAttention's split-KV accumulator in the largest captured FULL graph on one GPU: under full CUDA graphs the
+    attention metadata fixes num_splits at SPLITS_FOR_GRAPHS, and the kernel's intermediate buffers are
+    [num_splits, num_heads, num_tokens, head_size] in float32 (v1/attention/backends/flash_attn.py, "Setting
+    num_splits > 1 may increase the memory usage"; flashattn_mla.py the same with the latent width): splits x batch x
+    heads x width x 4 bytes, width the latent rank (kv_lora_rank) with MLA, else the widest attention head. 4.0 GiB
+    for 128 latent heads (the segments the capture's graph pool kept in the traces of docs/benchmarks.md "Peak
+    traces"), 768 MiB for 96 heads of 128 (GLM-4.5-Air's first FULL capture). None without attention layers. Measured
+    on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured."""
+    if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
+        return 0.0
+    limit = CAPTURE_LIMIT_BY_GPU.get(engine.gpu, CAPTURE_LIMIT)
     batch = min(2 * engine.max_num_seqs, limit, engine.max_num_batched_tokens)
     heads = -(-arch.num_attention_heads // layout.tp)
-    return MLA_SPLITS_FOR_GRAPHS * batch * heads * arch.kv_lora_rank * 4.0
+    width = arch.kv_lora_rank or max(arch.head_dim, arch.global_attention[1])
+    return SPLITS_FOR_GRAPHS * batch * heads * width * 4.0
 
 
 def mla_graph_buffers(arch: ModelArchitecture) -> int:

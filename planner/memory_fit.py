@@ -78,13 +78,12 @@ class MemoryFit:
     leaves them under; fitted through the origin on the non-MLA MoE rows on V2 (validation 18's forced-V2 rows carry
     it), checked on the 9 of validations 19-21, held out: -0.21..+0.20 GiB of the capture (tests/unit/test_fit.py).
     MLA keeps graphs_mla_per_khidden_gib."""
-    graphs_moe_gib: float
-    """The V1 runner's CUDA-graph estimate for MoE and hybrid models ("Estimated CUDA graph memory": 0.40-0.85 GiB on 7
-    runs, 2.07 on GLM-4.5; the median). It is the largest FULL graph's first capture plus the second capture's delta
-    times the further graphs, and that first capture moves in steps of the allocator's segments (512 MiB with 64
-    heads, 768 MiB with 96 on GLM-4.5-Air). The median, not the mean: on GLM-4.5 the second PIECEWISE capture took
-    26 MiB where every other row took 1 MiB, so vLLM extrapolated 2.07 GiB for a capture that then took 1.04; the mean
-    would take 0.18 GiB from every other MoE model for that one row."""
+    graphs_v1_growth_gib: float
+    """The V1 runner's CUDA-graph estimate beyond the first FULL capture's split accumulators (planner/memory.py
+    v1_graph_estimate_bytes): the second captures' growth times the further graphs, 1-27 MiB per graph for 50 graphs
+    in the debug lines. The median over the V1 MoE and hybrid rows of the fit, not the mean: on GLM-4.5 the second
+    PIECEWISE capture took 26 MiB where the others took 1-8, so vLLM extrapolated 2.07 GiB for a capture that then
+    took 1.04."""
     graphs_mla_per_khidden_gib: float
     """The V1 runner's CUDA-graph estimate for MLA models, per 1,000 of hidden size (4.28, 4.18 and 2.24 GiB at
     hidden 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and
@@ -100,8 +99,8 @@ class MemoryFit:
     v1_peak_margin_gib: float
     """Added to every fitted peak on the V1 runner (MoE, MLA and hybrid models on vLLM 0.25.1; 0.32.0 serves none
     there): the smallest margin in 0.01 GiB steps under which no V1 row of the fit is over +0.5% KV. GLM-4.5 cut to 6
-    layers sets it: its V1 CUDA-graph estimate was 2.07 GiB against the 0.60 reserved (graphs_moe_gib), an error of
-    the graph estimate that one margin for both runners put on every V2 plan."""
+    layers sets it: its V1 CUDA-graph estimate (2.07 GiB) is 1.03 GiB over the plan's (graphs_v1_growth_gib) and its
+    peak 0.76 GiB under the fit. It was 0.49 GiB while one constant stood for the whole V1 estimate."""
 
     def baseline_gib(self, gpu: str) -> float:
         """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
@@ -122,9 +121,9 @@ FITTED = MemoryFit(
     graphs_dense_base_gib=0.4316,
     graphs_dense_per_khidden_gib=0.1288,
     graphs_moe_v2_per_kquery_excess=0.1174,
-    graphs_moe_gib=0.6000,
+    graphs_v1_growth_gib=0.2900,
     graphs_mla_per_khidden_gib=0.5971,
     peak_margin_gib=0.20,
-    v1_peak_margin_gib=0.49,
+    v1_peak_margin_gib=0.05,
 )
 """The fit of today's rows (python bench/fit.py)."""

