@@ -68,6 +68,7 @@ from planner.memory import (  # noqa: E402
     runner_v2,
     sampler_line_gib,
     split_buffer_bytes,
+    v1_sampler_line_gib,
 )
 from planner.memory_fit import FITTED, MemoryFit  # noqa: E402
 from planner.model_config import parse_hf_config  # noqa: E402
@@ -221,9 +222,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
     growths = [float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB
                for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
     without_terms = MemoryFit(
-        sampler_base_gib=sampler_base, forward_base_gib=forward, v1_sampler_per_logits=0.0,
-        v1_attention_per_query=0.0, v1_workspace_reuse=0.0,
-        v2_router_hold_per_query=0.0,
+        sampler_base_gib=sampler_base, forward_base_gib=forward, v1_attention_per_query=0.0,
+        router_hold_per_query=0.0,
         non_torch_gib=sum(r.non_torch for r in by_default) / len(by_default),
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
@@ -232,18 +232,16 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
         graphs_v1_growth_gib=statistics.median(growths),
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
         peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib)
-    sampler, attention, reuse = _lstsq(
-        [[r.features.logits, r.features.query, r.features.workspace] for r in v1],
-        [r.peak - fitted_peak_gib(r.features, without_terms) for r in v1])
     held = [r for r in data if r.v2 and r.features.router_hold]
     [hold] = _lstsq([[r.features.query] for r in held],
                     [r.peak - fitted_peak_gib(r.features, without_terms) for r in held])
+    with_hold = replace(without_terms, router_hold_per_query=hold)
+    attention = _v1_attention(v1, with_hold)
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
                              [float(r.graphs_captured or 0) - cudagraph_bytes(r.arch, Layout(1, 1, 1), DEPLOYED,
                                                                               without_terms) / GIB for r in wide])
-    return replace(without_terms, v1_sampler_per_logits=sampler, v1_attention_per_query=attention,
-                   v1_workspace_reuse=reuse, v2_router_hold_per_query=hold,
+    return replace(with_hold, v1_attention_per_query=attention,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)
 
 
@@ -291,6 +289,18 @@ def _phases(dense: list[Row], on_sampler: list[Row]) -> tuple[float, float]:
     return forward, base
 
 
+def _v1_attention(v1: list[Row], c: MemoryFit) -> float:
+    """The V1 runner's attention blocks per GiB of query: the median, over the V1 rows without the router compile hold
+    (how much that holds depends on when Python's collector runs, so those rows set nothing else) whose peak is more
+    than FORWARD_GAP_GIB above the V1 sampler line on the workspace and above the compile line, of what the peak
+    leaves above the forward line and the workspace, per GiB of query."""
+    on_forward = [r for r in v1 if not r.features.router_hold
+                  and r.peak - r.features.workspace > FORWARD_GAP_GIB + max(
+                      v1_sampler_line_gib(r.features, c), compile_line_gib(r.features) - r.features.workspace)]
+    return statistics.median((r.peak - r.features.workspace - forward_line_gib(r.features, c)) / r.features.query
+                             for r in on_forward)
+
+
 def _baseline(on_gpu: list[Row]) -> float:
     """What the GPU held before profiling: 0.9 x its memory less the logged non-KV total and available KV memory (V2
     rows: no graph estimate subtracted), the mean over the rows run on it."""
@@ -327,11 +337,12 @@ MARGINS = {False: "peak_margin_gib", True: "v1_peak_margin_gib"}
 """The margin field of each runner (True: the V1 runner)."""
 
 
-def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01) -> tuple[float, str]:
-    """The largest peak the parts model leaves under among the Model Runner V2 rows (rounded up to `step`), and that
-    row: the V2 margin covers it whatever the pool (a row's KV error scales with 1 / its pool, so a large-pool row
-    under by 0.2 GiB passes the KV bound while the same miss on a small pool would not)."""
-    under, name = max((r.peak - fitted_peak_gib(r.features, fitted), r.model) for r in data if r.v2)
+def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01, v1: bool = False) -> tuple[float, str]:
+    """The largest peak the parts model leaves under among the rows of one runner (`v1`: the V1 runner's, else Model
+    Runner V2's), rounded up to `step`, and that row: the runner's margin covers it whatever the pool (a row's KV error
+    scales with 1 / its pool, so a large-pool row under by 0.2 GiB passes the KV bound while the same miss on a small
+    pool would not)."""
+    under, name = max((r.peak - fitted_peak_gib(r.features, fitted), r.model) for r in data if r.v2 != v1)
     return max(0.0, math.ceil(round(under / step, 6)) * step), f"{name} {under:+.2f} GiB"
 
 
@@ -364,14 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(args.results.read_text())
     data = rows(results)
     unmargined = fit(data)
-    floor, under = peak_floor(data, unmargined)
-    margins = {v1: smallest_margin(results, unmargined, v1=v1, floor=0.0 if v1 else floor) for v1 in MARGINS}
+    floors = {v1: peak_floor(data, unmargined, v1=v1) for v1 in MARGINS}
+    margins = {v1: smallest_margin(results, unmargined, v1=v1, floor=floors[v1][0]) for v1 in MARGINS}
     constants = replace(unmargined, **{MARGINS[v1]: margin for v1, (margin, _) in margins.items()})
     print("# planner/memory_fit.py")
     print(literal(constants))
-    print(f"# peak_margin_gib: at least the largest V2 peak under the model ({under}); no KV row of V2 over "
-          f"+{OVER_BOUND:.1%} above it{'; set by ' + margins[False][1] if margins[False][1] else ''}")
-    print(f"# v1_peak_margin_gib: the smallest with no KV row of V1 over +{OVER_BOUND:.1%}; set by {margins[True][1]}")
+    for v1, field in MARGINS.items():
+        runner = "V1" if v1 else "V2"
+        setter = margins[v1][1]
+        print(f"# {field}: at least the largest {runner} peak under the model ({floors[v1][1]}); no KV row of "
+              f"{runner} over +{OVER_BOUND:.1%} above it{'; set by ' + setter if setter else ''}")
     loo = leave_one_out(data)
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
     for r in data:

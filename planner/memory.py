@@ -342,12 +342,22 @@ class PeakFeatures:
     """Model Runner V2 only: a latent-attention layer's profile-time holdings (mla_profile_bytes), a floor under the
     peak."""
     router_hold: bool = False
-    """Model Runner V2 on an engine whose first router compile keeps the call stack's tensors
-    (EngineProfile.router_compile_hold) and a model whose router takes that path (biased_grouped_router)."""
+    """An engine whose first router compile keeps the call stack's tensors (EngineProfile.router_compile_hold), on
+    either runner, and a model whose router takes that path (biased_grouped_router)."""
     embedding: float = 0.0
     """The input embedding's table on this GPU in the 16-bit serving dtype (vocabulary padded as vLLM pads it, split
     over the tensor ranks as VocabParallelEmbedding splits it): the size of the block the first compile holds
     (compile_line_gib)."""
+    topk_buffer: float = 0.0
+    """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
+    multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
+    num_sm) rows, cached for the process), GPU_SMS."""
+
+
+GPU_SMS = {"nvidia-tesla-t4": 40, "nvidia-l4": 58, "nvidia-tesla-a100": 108, "nvidia-a100-80gb": 108,
+           "nvidia-h100-80gb": 132, "nvidia-h100-mega-80gb": 132, "nvidia-h200-141gb": 132, "nvidia-b200": 148}
+"""Streaming multiprocessors per GPU (NVIDIA's datasheets: T4, L4, A100, H100 SXM5, H200 SXM, B200); the H200's 132
+is what the traced buffer gives (0.0747 GiB for a 151,936-token vocabulary, run t6)."""
 
 
 def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> PeakFeatures:
@@ -360,8 +370,9 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (3 if arch.mlp_matrices == 3 else 1)
         * 2 / GIB,
         v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
-        router_hold=v2 and engine.profile.router_compile_hold and arch.biased_grouped_router,
-        embedding=padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB)
+        router_hold=engine.profile.router_compile_hold and arch.biased_grouped_router,
+        embedding=padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
+        topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB)
 
 
 def padded_vocab(rows: int) -> int:
@@ -404,6 +415,19 @@ def sampler_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
     return SAMPLER_LOGITS_COPIES * f.logits + c.sampler_base_gib
 
 
+V1_SAMPLER_LOGITS_COPIES = 3.5
+"""The V1 runner's profile sampler at its peak, in PeakFeatures.logits (float32) units: the lm_head's bf16 output
+(0.5), its float32 copy (v1/sample/sampler.py `logits.to(torch.float32)`), and the top-k/top-p sampler's softmax
+probabilities and exponential noise (v1/sample/ops/topk_topp_sampler.py forward_native, empty_exponential_noise_like),
+all live (allocator traces of Qwen3-235B-A22B-FP8:10 and GLM-4.5-Air:8, run t6)."""
+
+
+def v1_sampler_line_gib(f: PeakFeatures, c: MemoryFit) -> float:
+    """The sampling phase of the V1 runner's profile: the logits (V1_SAMPLER_LOGITS_COPIES), the top-k/top-p buffer
+    and c.sampler_base_gib, the same constant as Model Runner V2's sampler."""
+    return V1_SAMPLER_LOGITS_COPIES * f.logits + f.topk_buffer + c.sampler_base_gib
+
+
 def compile_line_gib(f: PeakFeatures) -> float:
     """The first torch.compile of the profiled forward: inside inductor's standalone_compile of the piece that holds
     the input embedding, vLLM 0.25.1 (torch 2.11) allocates one block the size of the embedding table on the GPU and
@@ -417,19 +441,19 @@ def compile_line_gib(f: PeakFeatures) -> float:
 
 def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     """The parts model with constants `c` (FITTED, or bench/fit.py's while fitting): the larger of the profile's
-    phases. The sampler (sampler_line_gib) or the forward (forward_line_gib) on top of the MoE workspace
-    (from vLLM's source, not fitted), with 0.25.1's router compile hold on V2 (v2_router_hold_per_query) and the V1
-    runner's own terms where it serves the model (its profile runs attention and sorts the logits for top-k/top-p,
-    and those transients partly reuse the workspace's memory); the first compile (compile_line_gib); on V2 a latent
-    attention layer's profile context (PeakFeatures.mla, from vLLM's source). Latent attention needs no term of its
-    own in the lines: its query is heads x (qk_nope + qk_rope) wide (a per-head term fitted on the four MLA rows
-    after these came out at -0.002 GiB per head)."""
-    peak = max(sampler_line_gib(f, c), forward_line_gib(f, c)) + f.workspace
+    phases. On Model Runner V2 the sampler (sampler_line_gib) or the forward (forward_line_gib); on the V1 runner, whose
+    profile samples with top-k and top-p and runs attention, its sampler (v1_sampler_line_gib) or the forward with
+    its attention blocks (c.v1_attention_per_query); either on the MoE workspace (from vLLM's source, not fitted), with
+    0.25.1's router compile hold where the router takes that path (c.router_hold_per_query); the first compile
+    (compile_line_gib); on V2 a latent attention layer's profile context (PeakFeatures.mla, from vLLM's source).
+    Latent attention needs no term of its own in the lines: its query is heads x (qk_nope + qk_rope) wide."""
     if f.v1:
-        peak += (c.v1_sampler_per_logits * f.logits + c.v1_attention_per_query * f.query
-                 + c.v1_workspace_reuse * f.workspace)
-    elif f.router_hold:
-        peak += c.v2_router_hold_per_query * f.query
+        phases = max(v1_sampler_line_gib(f, c), forward_line_gib(f, c) + c.v1_attention_per_query * f.query)
+    else:
+        phases = max(sampler_line_gib(f, c), forward_line_gib(f, c))
+    peak = phases + f.workspace
+    if f.router_hold:
+        peak += c.router_hold_per_query * f.query
     return max(peak, compile_line_gib(f), f.mla)
 
 

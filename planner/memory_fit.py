@@ -36,28 +36,21 @@ class MemoryFit:
     GiB, but for Llama-3.1-70B cut to 40 layers (-0.49): its profile took 12.7 s where the others took 20-40, a
     compile served from the cache, so it had no compile block. The fitted sampling and forward lines these replace
     left -0.43..+0.32."""
-    v1_sampler_per_logits: float
-    """The V1 runner's profiled sampler, per GiB of the float32 logits, on top of the dense peak: V1 samples the
-    profile batch with top-k and top-p over the whole vocabulary (vllm/v1/worker/gpu_model_runner.py,
-    _dummy_sampler_run: a sort of the logits), V2 skips both (vllm/v1/worker/gpu/model_runner.py), and the dense rows
-    ran on V2."""
     v1_attention_per_query: float
-    """The V1 runner's attention, per GiB of one bf16 query tensor of the batch on this GPU: V1's profile runs
-    attention (profile_run -> _dummy_run), V2's skips it (skip_attn=True). Measured directly by GLM-4.5-Air cut to 8
-    layers with 96 and with 64 heads (docs/benchmarks/results.json calibration_ablations: 4.64 against 4.32 GiB)."""
-    v1_workspace_reuse: float
-    """Per GiB of MoE workspace, what the V1 transients above give back (negative): the peak is a maximum over the
-    forward and the sampler, and a large persistent workspace leaves them blocks to reuse (Mixtral, 1.31 GiB of
-    workspace, shows almost no V1 excess). The three V1 terms are fitted together on every row the V1 runner served
-    (MoE, MLA and hybrid)."""
-    v2_router_hold_per_query: float
+    """The V1 runner's forward beyond the forward line, per GiB of one bf16 query tensor of the batch on this GPU:
+    V1's profile runs attention (profile_run -> _dummy_run), V2's skips it (skip_attn=True), so the query, key, value
+    and output blocks of the batch are live beside the MLP's and the hidden states. The median over the V1 rows whose
+    forward sets the peak (above the V1 sampler line; bench/fit.py)."""
+    router_hold_per_query: float
     """Per GiB of one bf16 query tensor of the batch on this GPU, what vLLM 0.25.1's profile keeps of the first MoE
-    layer's call stack when its router compile raises (EngineProfile.router_compile_hold, biased_grouped_router):
-    GLM-4.5-Air:8 profiled 3.40 GiB on V2 where the sampler, logits and workspace make 1.87, and its trace named the
-    frames that held the rest. Fitted through the origin on the rows that have the router; how much is held depends
-    on when Python's collector runs (Moonlight, the same router, held none), so it is a 0.25.1 calibration term, not
-    a plan for 0.32.0, which holds nothing: with 0.32.0's fake of the kernel registered in 0.25.1 (bench/calibrate.py
-    --router-fake, validation 24) Kimi-K2 and GLM-4.5-Air held nothing and landed within -0.52..-0.39% KV."""
+    layer's call stack when its router compile raises (EngineProfile.router_compile_hold, biased_grouped_router), on
+    either runner: GLM-4.5-Air:8 profiled 3.40 GiB on V2 where the sampler, logits and workspace make 1.87, and its
+    trace named the frames that held the rest; on the V1 runner GLM-4.5-Air:8 and GLM-4.5:6 kept 1.49 and 1.54 GiB
+    that a full collection freed (run t6). Fitted through the origin on the Model Runner V2 rows that have the router;
+    how much is held depends on when Python's collector runs (Moonlight, the same router, held none; GLM-4.5:6 on V1
+    lost it before its sampler's softmax), so it is a 0.25.1 calibration term, not a plan for 0.32.0, which holds
+    nothing: with 0.32.0's fake of the kernel registered in 0.25.1 (bench/calibrate.py --router-fake, validation 24)
+    Kimi-K2 and GLM-4.5-Air held nothing and landed within -0.52..-0.39% KV."""
     non_torch_gib: float
     """Memory outside torch's allocator that the profiled forward adds (0.22-0.24 GiB on every run; the mean)."""
     baseline_gib_by_gpu: tuple[tuple[str, float], ...]
@@ -98,9 +91,10 @@ class MemoryFit:
     with 1 / its pool, and the largest under (Mixtral-8x7B on V2, 0.20 GiB) ran on a 100 GiB pool."""
     v1_peak_margin_gib: float
     """Added to every fitted peak on the V1 runner (MoE, MLA and hybrid models on vLLM 0.25.1; 0.32.0 serves none
-    there): the smallest margin in 0.01 GiB steps under which no V1 row of the fit is over +0.5% KV. GLM-4.5 cut to 6
-    layers sets it: its V1 CUDA-graph estimate (2.07 GiB) is 1.03 GiB over the plan's (graphs_v1_growth_gib) and its
-    peak 0.76 GiB under the fit. It was 0.49 GiB while one constant stood for the whole V1 estimate."""
+    there), as peak_margin_gib on V2: at least the largest V1 peak the parts leave under (GLM-4.5-Air with 64 heads,
+    +0.23 GiB: the router hold, fitted per query, is short at fewer heads), and more if a V1 row of the fit were still
+    over +0.5% KV. It was 0.49 GiB while one constant stood for the whole V1 graph estimate and fitted linear V1 terms
+    for the sampler."""
 
     def baseline_gib(self, gpu: str) -> float:
         """What this GPU holds before vLLM profiles; on a GPU never measured, the largest measured value (the side that
@@ -112,10 +106,8 @@ class MemoryFit:
 FITTED = MemoryFit(
     sampler_base_gib=0.0706,
     forward_base_gib=0.0847,
-    v1_sampler_per_logits=1.2902,
-    v1_attention_per_query=12.2851,
-    v1_workspace_reuse=-0.4969,
-    v2_router_hold_per_query=7.3354,
+    v1_attention_per_query=4.5650,
+    router_hold_per_query=7.3354,
     non_torch_gib=0.2231,
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,
@@ -124,6 +116,6 @@ FITTED = MemoryFit(
     graphs_v1_growth_gib=0.2900,
     graphs_mla_per_khidden_gib=0.5971,
     peak_margin_gib=0.20,
-    v1_peak_margin_gib=0.05,
+    v1_peak_margin_gib=0.24,
 )
 """The fit of today's rows (python bench/fit.py)."""
