@@ -135,8 +135,9 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     num_splits > 1 may increase the memory usage"; flashattn_mla.py the same with the latent width): splits x batch x
     heads x width x 4 bytes, width the latent rank (kv_lora_rank) with MLA, else the widest attention head. 4.0 GiB
     for 128 latent heads (the segments the capture's graph pool kept in the traces of docs/benchmarks.md "Peak
-    traces"), 768 MiB for 96 heads of 128 (GLM-4.5-Air's first FULL capture). None without attention layers. Measured
-    on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured."""
+    traces"), 768 MiB for 96 heads of 128 (GLM-4.5-Air's first FULL capture). None without attention layers. gpt-oss
+    (attention sinks, sliding and full layers) kept none in its first FULL capture (validation 29); the plan keeps
+    them. Measured on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured."""
     if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
         return 0.0
     limit = CAPTURE_LIMIT_BY_GPU.get(engine.gpu, CAPTURE_LIMIT)

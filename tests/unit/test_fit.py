@@ -401,17 +401,28 @@ V1_ESTIMATES = [(r, {m.group(1): m for line in r["graph_estimate_lines"] if (m :
                 if r.get("graph_estimate_lines") and not r.get("runner_v2")]
 
 
+SPLIT_NOT_TAKEN = {
+    "gpt-oss-120b": "validation 29 (H200, held out): its first FULL capture took 0 MiB where the rule plans 256 (64 "
+                    "heads of 64); FlashAttention 3 served it, with attention sinks and sliding and full layers mixed, "
+                    "and kept no split accumulators. The plan keeps them (the safe side: 0.20 GiB of V1 estimate over)",
+}
+"""V1 rows whose first FULL capture held less than the split accumulators the rule plans, and why."""
+
+
 @pytest.mark.parametrize(("row", "modes"), V1_ESTIMATES, ids=[f"{r['model']}-{r['layers']}" for r, _ in V1_ESTIMATES])
 def test_the_v1_graph_estimates_first_full_capture_is_flashattentions_split_accumulator(row, modes):
-    """vLLM's debug lines of every V1 row (18: MoE, hybrids and pure Mamba, H100 and H200): the largest FULL graph's
-    first capture took the split accumulators split_buffer_bytes gives (SPLITS_FOR_GRAPHS x 512 x heads x head width
-    x 4 bytes; 0 without attention) and at most 48 MiB more (0-4 MiB on the attention models; Kimi-Linear 22, the
-    Mamba models' own 2-42); and vLLM's logged total is that first capture (or PIECEWISE's, where larger) plus each
-    mode's growth times its further graphs, the form v1_graph_estimate_bytes plans."""
+    """vLLM's debug lines of every V1 row (MoE, hybrids and pure Mamba, H100 and H200): the largest FULL graph's
+    first capture took the split accumulators split_buffer_bytes gives, but SPLIT_NOT_TAKEN (SPLITS_FOR_GRAPHS x 512
+    x heads x head width x 4 bytes; 0 without attention), and at most 48 MiB more (0-4 MiB on the attention models;
+    Kimi-Linear 22, the Mamba models' own 2-42); and vLLM's logged total is that first capture (or PIECEWISE's, where
+    larger) plus each mode's growth times its further graphs, the form v1_graph_estimate_bytes plans."""
     a = parse_hf_config(row["config"], row["model"], "x")
     full = float(modes["FULL"].group(2))
     planned = split_buffer_bytes(a, Layout(1, 1, 1), calibration_engine(False)) / 2**20
-    assert 0 <= full - planned <= 48, (full, planned)
+    if row["model"] in SPLIT_NOT_TAKEN:
+        assert full < planned, "a row now within the rule leaves SPLIT_NOT_TAKEN"
+    else:
+        assert 0 <= full - planned <= 48, (full, planned)
     [total] = [float(m.group(1)) for line in row["cudagraph_lines"] if (m := re.match(r"CUDA graph memory: ([\d.]+)",
                                                                                          line))]
     first = max(float(m.group(2)) for m in modes.values())
