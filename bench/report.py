@@ -456,14 +456,18 @@ def peak_traces_section(found: dict) -> list[str]:
                       f"{r['workspace_gib']:.2f}", f"{r['mla_context_gib']:.2f}", f"{r['logits_gib']:.2f}",
                       f"{r.get('compile_block_gib', 0.0):.2f}", f"{r['other_gib']:.2f}",
                       "-" if freed is None else f"{freed:.2f}", graphs])
-    lines += _table(["entry", "run", "traced peak GiB", "vLLM peak GiB", "peak in", "MoE workspace", "MLA context",
-                     "logits", "compile block", "other live", "freed by the full collection",
-                     "graphs took / pool GiB (largest)"],
-                    table)
+    return lines + _table_with_notes(found, ["entry", "run", "traced peak GiB", "vLLM peak GiB", "peak in",
+                                             "MoE workspace", "MLA context", "logits", "compile block", "other live",
+                                             "freed by the full collection", "graphs took / pool GiB (largest)"],
+                                     table)
+
+
+def _table_with_notes(found: dict, headers: list[str], table: list[list[str]]) -> list[str]:
+    """A trace section's table and its notes, one bullet each."""
+    lines = _table(headers, table)
     for note in found.get("notes", []):
         lines += ["", f"- {note}"]
-    lines.append("")
-    return lines
+    return [*lines, ""]
 
 
 def graph_traces_section(found: dict) -> list[str]:
@@ -481,13 +485,10 @@ def graph_traces_section(found: dict) -> list[str]:
                       f"{r['second_piecewise_took_mib']:.0f} ({r['second_piecewise_allocator_mib']:.0f})",
                       f"{r['second_full_took_mib']:.0f} ({r['second_full_allocator_mib']:.0f})",
                       str(piecewise["graphs"] - 1)])
-    lines += _table(["entry", "run", "V1 estimate GiB", "graph pool after capture GiB", "first FULL capture MiB",
-                     "first PIECEWISE capture MiB", "second PIECEWISE took MiB (allocator net)",
-                     "second FULL took MiB (allocator net)", "further graphs"], table)
-    for note in found.get("notes", []):
-        lines += ["", f"- {note}"]
-    lines.append("")
-    return lines
+    return lines + _table_with_notes(found, ["entry", "run", "V1 estimate GiB", "graph pool after capture GiB",
+                                             "first FULL capture MiB", "first PIECEWISE capture MiB",
+                                             "second PIECEWISE took MiB (allocator net)",
+                                             "second FULL took MiB (allocator net)", "further graphs"], table)
 
 
 def validation_section(found: dict) -> list[str]:
