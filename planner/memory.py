@@ -109,10 +109,10 @@ def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: Eng
     times the further graphs; the modes' largest first capture counts once. The first FULL capture holds
     FlashAttention's split accumulators (split_buffer_bytes): 768.00 MiB logged with 96 heads of 128, 512.00 with 64,
     384.00 with 48, 160-162 with 20, 128 with 16, 1,046 for Kimi-Linear's 32 latent heads (the debug lines of the V1
-    rows in docs/benchmarks/results.json, graph_estimate_lines; 18 rows, 0-4 MiB over the accumulators with
-    attention). The growths (1-27 MiB per graph, 50 further graphs) are not a function of the shape here:
-    fitted.graphs_v1_growth_gib, their median. MLA keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted
-    on rows without the debug lines."""
+    rows in docs/benchmarks/results.json, graph_estimate_lines; 26 runs, 0-4 MiB over the accumulators with attention
+    but gpt-oss, which kept none). The growths (1-27 MiB per graph, 50 further graphs) are not a function of the
+    shape here: fitted.graphs_v1_growth_gib, their median. MLA keeps its per-hidden estimate
+    (graphs_mla_per_khidden_gib), fitted on rows without the debug lines."""
     if arch.kv_lora_rank:
         return fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
     return split_buffer_bytes(arch, layout, engine) + fitted.graphs_v1_growth_gib * GIB
