@@ -11,12 +11,12 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
   and the workspace (SAMPLER_BASE_GIB): the median over the Model Runner V2 rows, dense and MoE, without 0.25.1's router
   compile hold, whose peak the sampler sets (above the forward line, the compile line and the latent-attention
   floor); the two fitted together until neither moves;
-- the V1 runner's terms (V1_SAMPLER_PER_LOGITS, V1_ATTENTION_PER_QUERY, V1_WORKSPACE_REUSE): least squares through
-  the origin over the rows vLLM 0.25.1 ran on the V1 runner (MoE, MLA, hybrid), after the V2 lines and the MoE
-  workspace (taken from vLLM's source, not fitted);
-- MoE models on Model Runner V2 (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2
-  started there) with 0.25.1's router compile hold: the hold (V2_ROUTER_HOLD_PER_QUERY) through the origin over the
-  rows with it;
+- 0.25.1's router compile hold (ROUTER_HOLD_PER_QUERY): through the origin over the Model Runner V2 rows with it
+  (those 0.25.1 runs there by default, and those bench/calibrate.py --runner v2 started there); the plan keeps it on
+  the V1 runner too;
+- the V1 runner's attention blocks (V1_ATTENTION_PER_QUERY): the median, per GiB of query, of what the peak leaves
+  above the forward line and the workspace over the V1 rows without the hold whose forward sets the peak (above the
+  V1 sampler line, planner/memory.py v1_sampler_line_gib, which is vLLM's source and the shared sampler constant);
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
   dense CUDA-graph line and the V1 graph estimates (MoE and hybrid: the median beyond the first FULL capture's split
   accumulators, planner/memory.py split_buffer_bytes; MLA: per 1,000 of hidden size, the largest ratio);
