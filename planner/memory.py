@@ -94,12 +94,12 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
         return v1_graph_estimate_bytes(arch, layout, engine, fitted)
     if not engine.profile.cudagraph_reserved:
         return 0.0
+    dense = (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000) * GIB
     if arch.kv_lora_rank:
-        mla = fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
-        return max(mla, (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000)
-                   * GIB + mla_graph_buffers(arch) * split_buffer_bytes(arch, layout, engine))
+        return max(v1_graph_estimate_bytes(arch, layout, engine, fitted),
+                   dense + mla_graph_buffers(arch) * split_buffer_bytes(arch, layout, engine))
     moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.num_experts else 0.0
-    return (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000 + moe) * GIB
+    return dense + moe * GIB
 
 
 def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,

@@ -386,9 +386,10 @@ def summarize_graphs(snapshot: dict, device: int) -> dict:
     trace = snapshot["device_traces"][device]
     marks = {}
     for i, event in enumerate(trace):
-        k = (event["size"] - MARK_BYTES) // 512 if event["action"] == "alloc" else -1
-        if 0 <= k < 4 * len(CAPTURES) + 4 and (event["size"] - MARK_BYTES) % 512 == 0 \
-                and any(f.get("name") == "marked" for f in event.get("frames", [])):
+        if event["action"] != "alloc":
+            continue
+        k, rest = divmod(event["size"] - MARK_BYTES, 512)
+        if not rest and 0 <= k < 2 * len(CAPTURES) and any(f.get("name") == "marked" for f in event.get("frames", [])):
             marks.setdefault(k, i)
     out = []
     for capture in CAPTURES:

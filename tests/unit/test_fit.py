@@ -454,8 +454,9 @@ def test_the_v1_peak_is_the_traced_sampler_phase(entry):
     the router compile hold the plan keeps (1.49 GiB against 1.38); the phases then give the logged peak within 0.11
     GiB."""
     trace = json.loads((ROOT / V1_TRACES[entry]["trace"]).read_text())
-    path, layers = entry.split(":")
-    a = parse_hf_config({**json.loads((ROOT / path).read_text()), "num_hidden_layers": int(layers)}, "x", "x")
+    from bench.calibrate import entry_config, parse_entry
+
+    a = parse_hf_config(entry_config(*parse_entry(entry)), "traced", "x")
     f = peak_features(a, Layout(1, 1, 1), calibration_engine(False))
     assert f.v1
     sampler = sum(gib for site, gib in trace["by_site_gib"].items() if any(s in site for s in V1_SAMPLER_SITES))
