@@ -98,7 +98,7 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
     if arch.kv_lora_rank:
         return max(v1_graph_estimate_bytes(arch, layout, engine, fitted),
                    dense + mla_graph_buffers(arch) * split_buffer_bytes(arch, layout, engine))
-    moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.num_experts else 0.0
+    moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.moe_layers else 0.0
     return dense + moe * GIB
 
 
@@ -306,8 +306,9 @@ def moe_workspace_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineS
     (max(I, K) + max(2I, K)) in the activation dtype, with M = max_num_batched_tokens (times the data-parallel ranks
     whose tokens are gathered, expert_shard), I the expert width on one GPU and K the hidden size (workspace13 at
     least M x K). With data parallelism the gathered hidden states and router logits (M x (K + experts)) come on
-    top."""
-    if not arch.num_experts or arch.quant_method in MOE_WORKSPACE_UNMANAGED:
+    top. None where no layer has routed experts (an MoE checkpoint cut to its first dense layers): the workspace is
+    allocated at its first request (_ensure_workspace_size)."""
+    if not arch.moe_layers or arch.quant_method in MOE_WORKSPACE_UNMANAGED:
         return 0.0
     shard = expert_shard(arch, layout)
     tokens, k = engine.max_num_batched_tokens * shard.token_ranks, arch.hidden_size
@@ -344,7 +345,7 @@ class PeakFeatures:
     peak."""
     router_hold: bool = False
     """An engine whose first router compile keeps the call stack's tensors (EngineProfile.router_compile_hold), on
-    either runner, and a model whose router takes that path (biased_grouped_router)."""
+    either runner, and a model whose router takes that path (biased_grouped_router) in at least one layer."""
     embedding: float = 0.0
     """The input embedding's table on this GPU in the 16-bit serving dtype (vocabulary padded as vLLM pads it, split
     over the tensor ranks as VocabParallelEmbedding splits it): the size of the block the first compile holds
@@ -371,7 +372,7 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (3 if arch.mlp_matrices == 3 else 1)
         * 2 / GIB,
         v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
-        router_hold=engine.profile.router_compile_hold and arch.biased_grouped_router,
+        router_hold=engine.profile.router_compile_hold and arch.biased_grouped_router and arch.moe_layers > 0,
         embedding=padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
         topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB)
 
@@ -480,7 +481,7 @@ that one row, checked like MOE_GROUP_GIB."""
 
 
 def moe_parallel_bytes(arch: ModelArchitecture, layout: Layout) -> float:
-    if not arch.num_experts or layout.dp * layout.tp == 1:
+    if not arch.moe_layers or layout.dp * layout.tp == 1:
         return 0.0
     return (MOE_GROUP_GIB + (MOE_DATA_PARALLEL_GIB if layout.dp > 1 else 0.0)) * GIB
 

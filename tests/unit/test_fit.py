@@ -23,12 +23,14 @@ from bench.fit import (
     smallest_margin,
 )
 from planner.catalog import ACCELERATORS, GIB
+from planner.layers import cut_layers
 from planner.layout import Layout
 from planner.memory import (
     V1_SAMPLER_LOGITS_COPIES,
     cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
+    moe_parallel_bytes,
     moe_workspace_bytes,
     peak_features,
     runner_v2,
@@ -149,6 +151,23 @@ def test_moe_workspace_is_tritons_two_buffers_and_mxfp4_keeps_none():
     assert moe_workspace_bytes(arch("gpt-oss-20b"), Layout(1, 1, 1), engine) == 0
     assert moe_workspace_bytes(arch("Qwen3-8B"), Layout(1, 1, 1), engine) == 0
     assert expected / GIB == pytest.approx(1.3125)
+
+
+def test_an_moe_checkpoint_cut_to_its_dense_layers_keeps_no_expert_memory():
+    """GLM-4.5 cut to its first three layers (first_k_dense_replace 3): vLLM builds Glm4MoeMLP below that index and
+    Glm4MoE from it (model_executor/models/glm4_moe.py Glm4MoeDecoderLayer), so no FusedMoE layer runs, the
+    workspace (allocated at its first request, v1/worker/workspace.py _ensure_workspace_size) is never taken and no
+    router compiles. The plan had kept 1.25 GiB of workspace and 1.38 of router hold for it (the issue's "160-expert
+    MoE cut to 3 layers", 1.5 GiB over-reserved); one layer more brings both back."""
+    engine = default_engine(H200, "0.25.1")
+    glm = json.loads((ROOT / "models" / "GLM-4.5.json").read_text())
+    dense, first_moe = (parse_hf_config(cut_layers(glm, n), "glm", "x") for n in (3, 4))
+    assert dense.num_experts == 160 and dense.moe_layers == 0 and first_moe.moe_layers == 1
+    one, two = Layout(1, 1, 1), Layout(2, 1, 1)
+    assert moe_workspace_bytes(dense, one, engine) == 0 and moe_parallel_bytes(dense, two) == 0
+    assert not peak_features(dense, one, engine).router_hold
+    assert moe_workspace_bytes(first_moe, one, engine) > 0 and moe_parallel_bytes(first_moe, two) > 0
+    assert peak_features(first_moe, one, engine).router_hold
 
 
 def test_a_batch_with_entries_still_to_run_stays_out_of_the_fit():
