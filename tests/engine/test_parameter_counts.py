@@ -70,7 +70,7 @@ def test_the_layers_count_what_transformers_builds_where_the_vocabulary_does_not
         f"{planned / 1e6:.2f}M planned, {built / 1e6:.2f}M built"
 
 
-@pytest.mark.parametrize("name", ["bloom-7b1", "falcon-7b", "lfm2-1.2b", "lfm2-8b-a1b"])
+@pytest.mark.parametrize("name", ["bloom-7b1", "falcon-7b", "lfm2-1.2b", "lfm2-8b-a1b", "minimax-m2-fp8"])
 def test_published_configs_count_what_transformers_builds(name):
     import json
     from pathlib import Path
