@@ -30,6 +30,7 @@ from planner.memory import (
     weights_per_gpu_bytes,
 )
 from planner.memory_fit import FITTED, MemoryFit
+from planner.model_config import NEEDS_AN_MOE_LAYER
 from planner.stack_schema import VllmConfig
 from planner.throughput import Estimate, Workload, estimate
 
@@ -284,6 +285,13 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
     if layout_pp > arch.num_layers:
         raise ConfigError("parallelism.pipeline", layout_pp,
                           f"{arch.name} has only {arch.num_layers} layers; use at most {arch.num_layers}")
+    if layout_pp > 1 and arch.architecture in NEEDS_AN_MOE_LAYER and arch.first_dense_layers:
+        first_end = pp_stages(arch.num_layers, layout_pp)[0][1]
+        if first_end <= arch.first_dense_layers:
+            raise ConfigError("parallelism.pipeline", layout_pp,
+                              f"{arch.name}'s first pipeline stage would hold layers 0-{first_end - 1}, all dense, "
+                              f"and vLLM's {arch.architecture} refuses a stage without a layer with routed experts; "
+                              "use fewer pipeline stages")
     split = shared_cache_split(arch, layout_pp)
     if split is not None:
         raise ConfigError("parallelism.pipeline", layout_pp,

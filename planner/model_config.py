@@ -210,6 +210,16 @@ def _aliased(cls: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     return _own_names(cfg)
 
 
+NEEDS_AN_MOE_LAYER = frozenset({"Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "Glm4vMoeForConditionalGeneration",
+                                "AfmoeForCausalLM", "HYV3ForCausalLM", "SarvamMLAForCausalLM",
+                                "PanguUltraMoEForCausalLM", "PanguProMoEV2ForCausalLM"})
+"""vLLM 0.32.0 classes that refuse to build when no decoder layer on a GPU has routed experts: their expert-
+parallel setup takes an example MoE layer and raises RuntimeError("No ... layer found in model.layers.") without one
+(glm4_moe.py Glm4MixtureOfExperts.extract_moe_parameters, which Glm4MoeLite and GLM-4.5V's language model share;
+afmoe.py, hy_v3.py, sarvam.py, openpangu.py). vLLM 0.25.1 refused GLM-4.5 cut to its three dense layers so
+(validation 30). DeepSeek-V2/V3, ERNIE 4.5 and Llama 4 only warn. Held to 0.32.0's classes in
+tests/engine/test_vllm_refusals.py."""
+
 ENGINE_UNSEEN_EXPERTS = "vllm-gke:experts-renamed"
 """Marks a config whose experts _own_names brought to the top level: vLLM's ModelConfig does not count them
 (vllm/transformers_utils/model_arch_config_convertor.py get_num_experts reads num_experts, moe_num_experts,
@@ -444,6 +454,12 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
             hybrid["shared_expert_gate"] = False
         elif shared_inter:
             inter = shared_inter  # no experts: the shared MLP is the layer's MLP
+    named = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
+    if experts and not moe and named in NEEDS_AN_MOE_LAYER:
+        raise ConfigError(source, layers, f"num_hidden_layers {layers} leaves {named} no layer with routed experts "
+                          f"(its first {counts['first_k_dense_replace']} are dense), and vLLM's {named} refuses to "
+                          "build without one (\"No MoE layer found in model.layers\"); use more layers than the "
+                          "dense ones")
     return ModelArchitecture(
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
@@ -462,7 +478,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                          and cfg.get(GATE_SWITCH.get(str(cfg.get("model_type")), "attn_output_gate")) is not False),
         linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
-        architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else "",
+        architecture=named,
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),

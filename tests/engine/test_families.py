@@ -303,3 +303,19 @@ def test_a_pipeline_that_parts_a_shared_kv_cache_from_its_layer_is_refused():
     assert "\n" not in str(err.value)
     planned = sizing(model=section)
     assert planned.pipeline_parallel_size == 1 and not any("does not size yet" in w for w in planned.warnings)
+
+
+def test_a_pipeline_stage_without_an_moe_layer_is_refused_where_vllms_class_needs_one(tmp_path):
+    """GLM-4.5 cut to 5 layers (the first 3 dense): vLLM's Glm4MoeForCausalLM builds each stage's layers and raises
+    on a stage without an MoE layer (planner/model_config.py NEEDS_AN_MOE_LAYER). Two stages put layers 0-2 on the
+    first (get_pp_indices: the remainder on the stages before the last), so the plan is refused in one line naming
+    parallelism.pipeline; one stage plans."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cut_layers(json.loads((ROOT / "models" / "GLM-4.5.json").read_text()), 5)))
+    section = {"id": "zai-org/GLM-4.5", "configFile": str(path)}
+    h200 = accel("nvidia-h200-141gb", "a3-ultragpu-8g")
+    with pytest.raises(ConfigError) as err:
+        sizing(model=section, accelerator=h200, parallelism={"tensor": 1, "pipeline": 2})
+    assert err.value.key == "parallelism.pipeline" and "layers 0-2, all dense" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert sizing(model=section, accelerator=h200, parallelism={"tensor": 1, "pipeline": 1}).pipeline_parallel_size == 1

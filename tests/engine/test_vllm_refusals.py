@@ -6,6 +6,7 @@ their attention layers a KV-cache method that makes vLLM refuse --kv-cache-dtype
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ pytest.importorskip("vllm")
 from planner import vllm_flags
 from planner.commands import ServerSpec, vllm_command
 from planner.errors import ConfigError
+from planner.model_config import NEEDS_AN_MOE_LAYER, parse_hf_config
 from planner.vllm_env import VLLM_0_32_ENV
 from tests.helpers import settings
 
@@ -132,3 +134,59 @@ def test_a_config_transformers_refuses_for_its_shape_is_refused_as_vllm_fails_to
     assert "5120" in str(err.value) and "\n" not in str(err.value)
     path.write_text((ROOT / "bench" / "configs" / "deepseek-v2-heads80.json").read_text())
     assert settings(model={"id": "org/ds-80", "configFile": str(path)}).model.architecture.num_attention_heads == 80
+
+
+GLM4_MOE_SMALL = {"hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64, "num_attention_heads": 8,
+                  "num_key_value_heads": 2, "head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                  "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 2,
+                  "vocab_size": 1000, "max_position_embeddings": 512}
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_an_moe_class_without_an_moe_layer_is_refused_as_vllm_refuses_it(layers, tmp_path, monkeypatch):
+    """vLLM 0.32.0's Glm4MoeForCausalLM, built on the meta device from a GLM-4.5-shaped config.json, raises when every
+    layer is below first_k_dense_replace (its expert-parallel setup needs an example MoE layer), as 0.25.1 did on the
+    GPU for GLM-4.5 cut to 3 layers (validation 30); the planner refuses the same config in one line naming
+    num_hidden_layers. With one MoE layer both build."""
+    from tests.engine.test_checkpoint_shards_vllm import vllm_stage_bytes
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CONFIG_MAPPING["glm4_moe"](num_hidden_layers=layers, **GLM4_MOE_SMALL).to_dict()
+    config["architectures"] = ["Glm4MoeForCausalLM"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if layers == 2:
+        with pytest.raises(RuntimeError, match=r"No Glm4MoE layer found in model\.layers"):
+            vllm_stage_bytes(tmp_path, 1, 1, monkeypatch)
+        with pytest.raises(ConfigError) as err:
+            parse_hf_config(config, "glm", "model.configFile")
+        assert err.value.key == "model.configFile" and "num_hidden_layers 2" in str(err.value)
+        assert "\n" not in str(err.value)
+    else:
+        assert vllm_stage_bytes(tmp_path, 1, 1, monkeypatch)[0] > 0
+        assert parse_hf_config(config, "glm", "model.configFile").moe_layers == 1
+
+
+MOE_RAISE = re.compile(r'raise RuntimeError\(\s*"No \w* ?layer found in model\.layers')
+NO_EXAMPLE_NEEDED = {"PanguEmbeddedForCausalLM": "openpangu.py's dense class",
+                     "SarvamMoEForCausalLM": "sarvam.py's BailingMoeForCausalLM subclass, whose setup only warns"}
+
+
+def test_the_classes_refused_without_an_moe_layer_are_vllms():
+    """NEEDS_AN_MOE_LAYER is every text-generation class vLLM 0.32.0 registers from a module that raises without an
+    MoE layer or takes such a module's MixtureOfExperts mixin (glm4_moe_lite.py), but the two there that never take
+    that path, and GLM-4.5V, whose language model is Glm4MoeForCausalLM (glm4_1v.py)."""
+    import vllm
+    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS, _TEXT_GENERATION_MODELS
+
+    models = Path(vllm.__file__).parent / "model_executor" / "models"
+    source = {module: (models / f"{module}.py").read_text() for module, _ in _TEXT_GENERATION_MODELS.values()
+              if (models / f"{module}.py").exists()}
+    raising = {module for module, text in source.items() if MOE_RAISE.search(text)}
+    mixins = {name for module in raising
+              for name in re.findall(r"^class (\w*MixtureOfExperts)\b", source[module], re.M)}
+    raising |= {module for module, text in source.items() if any(f"({m})" in text or f", {m}" in text
+                                                                  for m in mixins)}
+    classes = {arch for arch, (module, _) in _TEXT_GENERATION_MODELS.items() if module in raising}
+    assert classes - set(NO_EXAMPLE_NEEDED) | {"Glm4vMoeForConditionalGeneration"} == NEEDS_AN_MOE_LAYER
+    assert "Glm4vMoeForConditionalGeneration" in _MULTIMODAL_MODELS
+    assert '["Glm4MoeForCausalLM"]' in (models / "glm4_1v.py").read_text()
