@@ -63,6 +63,7 @@ from planner.memory import (  # noqa: E402
     default_engine,
     fitted_peak_gib,
     forward_line_gib,
+    graph_pieces,
     peak_features,
     query_excess,
     runner_v2,
@@ -205,6 +206,14 @@ def _lstsq(features: list[list[float]], targets: list[float]) -> list[float]:
     return [aty[i] / ata[i][i] for i in range(n)]
 
 
+def _theil_sen(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of the line through (x, y) points by Theil-Sen: the median of the slopes between every two
+    points of different x, and the median of y - slope x; one point far off the others moves neither."""
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
+    slope = statistics.median(slopes)
+    return statistics.median([y - slope * x for x, y in points]), slope
+
+
 def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
         v1_margin_gib: float = FITTED.v1_peak_margin_gib) -> MemoryFit:
     """The constants of planner/memory.py's parts model from these rows (planner/memory_fit.py MemoryFit), with the
@@ -219,8 +228,10 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
                                              [float(r.graphs_captured or 0) for r in graphs])
     v1 = [r for r in data if not r.v2]
-    growths = [float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB
+    growths = [(float(graph_pieces(r.arch, Layout(1, 1, 1))),
+                float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB)
                for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
+    growth_base, growth_per_piece = _theil_sen(growths)
     without_terms = MemoryFit(
         sampler_base_gib=sampler_base, forward_base_gib=forward, v1_attention_per_query=0.0,
         router_hold_per_query=0.0,
@@ -229,7 +240,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
                                   for gpu in sorted({r.accelerator for r in on_v2})),
         graphs_dense_base_gib=graphs_base, graphs_dense_per_khidden_gib=graphs_per_khidden,
         graphs_moe_v2_per_kquery_excess=0.0,
-        graphs_v1_growth_gib=statistics.median(growths),
+        graphs_v1_growth_base_gib=growth_base, graphs_v1_growth_per_100_pieces_gib=100 * growth_per_piece,
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
         peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib)
     held = [r for r in data if r.v2 and r.features.router_hold]

@@ -110,12 +110,22 @@ def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: Eng
     FlashAttention's split accumulators (split_buffer_bytes): 768.00 MiB logged with 96 heads of 128, 512.00 with 64,
     384.00 with 48, 160-162 with 20, 128 with 16, 1,046 for Kimi-Linear's 32 latent heads (the debug lines of the V1
     rows in docs/benchmarks/results.json, graph_estimate_lines; 26 runs, 0-4 MiB over the accumulators with attention
-    but gpt-oss, which kept none). The growths (1-27 MiB per graph, 50 further graphs) are not a function of the
-    shape here: fitted.graphs_v1_growth_gib, their median. MLA keeps its per-hidden estimate
-    (graphs_mla_per_khidden_gib), fitted on rows without the debug lines."""
+    but gpt-oss, which kept none). The growths (1-27 MiB per graph, 50 further graphs): a line in the graph's
+    pieces on one GPU (graph_pieces; fitted.graphs_v1_growth_base_gib, graphs_v1_growth_per_100_pieces_gib). MLA
+    keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted on rows without the debug lines."""
     if arch.kv_lora_rank:
         return fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
-    return split_buffer_bytes(arch, layout, engine) + fitted.graphs_v1_growth_gib * GIB
+    growth = (fitted.graphs_v1_growth_base_gib
+              + fitted.graphs_v1_growth_per_100_pieces_gib * graph_pieces(arch, layout) / 100)
+    return split_buffer_bytes(arch, layout, engine) + growth * GIB
+
+
+def graph_pieces(arch: ModelArchitecture, layout: Layout) -> int:
+    """Layers on one GPU whose mixer is one of vLLM's splitting ops, each of which splits the piecewise CUDA graph
+    (attention of every kind, Mamba, short convolution, linear attention, KDA; CompilationConfig.splitting_ops): every
+    layer kind but "none" (NemotronH's MLP and MoE blocks, a NAS layer without attention), Falcon-H1's two per layer.
+    A pipeline stage holds its share (the largest, get_pp_indices' remainder on the earlier stages)."""
+    return -(-sum(kind != "none" for kind in arch.kinds) // layout.pp)
 
 
 SPLITS_FOR_GRAPHS = 32

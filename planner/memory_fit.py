@@ -71,12 +71,17 @@ class MemoryFit:
     leaves them under; fitted through the origin on the non-MLA MoE rows on V2 (validation 18's forced-V2 rows carry
     it), checked on the 9 of validations 19-21, held out: -0.21..+0.20 GiB of the capture (tests/unit/test_fit.py).
     MLA keeps graphs_mla_per_khidden_gib."""
-    graphs_v1_growth_gib: float
+    graphs_v1_growth_base_gib: float
+    graphs_v1_growth_per_100_pieces_gib: float
     """The V1 runner's CUDA-graph estimate beyond the first FULL capture's split accumulators (planner/memory.py
-    v1_graph_estimate_bytes): the second captures' growth times the further graphs, 1-27 MiB per graph for 50 graphs
-    in the debug lines. The median over the V1 MoE and hybrid rows of the fit, not the mean: on GLM-4.5 the second
-    PIECEWISE capture took 26 MiB where the others took 1-8, so vLLM extrapolated 2.07 GiB for a capture that then
-    took 1.04."""
+    v1_graph_estimate_bytes): the second captures' growth times the further graphs, a line in the layers whose mixer
+    is one of vLLM's splitting ops on a GPU (each splits the piecewise graph: attention, Mamba, short convolution,
+    linear attention), as every captured graph's own device memory grows with its pieces: 2 MiB a graph (1 for
+    each mode) at up to 12 such layers, 9-14 at 64-88 (vLLM's debug lines). Fitted on the V1 rows of the fit (MoE and
+    Qwen3-Next; not MLA, which keeps graphs_mla_per_khidden_gib) by the median of pairwise slopes (Theil-Sen), so that
+    GLM-4.5:6's 26 MiB a graph (a segment torch's allocator kept for its dense gate-up output, not a function of the
+    config) does not set the line; it stays over the line, with LFM2-1.2B (20 MiB) and Jamba:16 (14), as rows the plan
+    over-counts (tests/engine/test_families.py OVER_COUNTED). Before: their median, 0.29 GiB, for any model."""
     graphs_mla_per_khidden_gib: float
     """The V1 runner's CUDA-graph estimate for MLA models, per 1,000 of hidden size (4.28, 4.18 and 2.24 GiB at
     hidden 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and
@@ -113,7 +118,8 @@ FITTED = MemoryFit(
     graphs_dense_base_gib=0.4316,
     graphs_dense_per_khidden_gib=0.1288,
     graphs_moe_v2_per_kquery_excess=0.1174,
-    graphs_v1_growth_gib=0.2900,
+    graphs_v1_growth_base_gib=0.0900,
+    graphs_v1_growth_per_100_pieces_gib=0.6250,
     graphs_mla_per_khidden_gib=0.5971,
     peak_margin_gib=0.20,
     v1_peak_margin_gib=0.24,

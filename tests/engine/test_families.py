@@ -73,18 +73,13 @@ UNDER_COUNTED = {
                                               "and the 0.05 GiB load overhead alone are 2.9%"),
     ("Qwen2-57B-A14B-Instruct", 14): (-0.012, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
                                               "load overhead are 1.8%"),
-    ("Mixtral-8x22B-Instruct-v0.1", 8): (-0.021, "batch 6 (H100), V1 runner: its forward 0.15 GiB under the plan's "
-                                                  "(its attention blocks 2.9 query tensors, the median 4.6), its V1 "
-                                                  "graph estimate 0.19 GiB under the growth median and the V1 margin "
-                                                  "(0.24 GiB), on a 30 GiB pool"),
+    ("Mixtral-8x22B-Instruct-v0.1", 8): (-0.016, "batch 6 (H100), V1 runner: its forward 0.15 GiB under the plan's "
+                                                  "(its attention blocks 2.9 query tensors, the median 4.6) and the V1 "
+                                                  "margin (0.24 GiB), on a 30 GiB pool"),
     ("Moonlight-16B-A3B-Instruct", "all"): (-0.025, "batch 5 (H100), V1 runner: it held none of the router compile "
                                                     "hold the plan keeps for its biased router (0.34 GiB; neither did "
                                                     "its V2 row), its V1 graph estimate 0.33 GiB under the MLA graph "
                                                     "term, and the V1 margin, on a 45 GiB pool"),
-    ("lfm2-8b-a1b", "all"): (-0.011, "batch 15 (H100, held out), V1 runner: it held none of the router compile hold "
-                                     "the plan keeps for its biased router (0.23 GiB), and the V1 margin (0.24 GiB), "
-                                     "on a 53.8 GiB pool (-0.28% on Model Runner V2 with the router fake, validation "
-                                     "25)"),
     ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
                                        "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
                                        "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "
@@ -100,11 +95,11 @@ OVER_COUNTED = {
                                           "the plan keeps that hold in the sampler phase, not under the latent-"
                                           "attention floor, since DeepSeek-V3:5 with the same router held none there. "
                                           "0.32.0 holds none"),
-    ("lfm2-1.2b", "all"): (0.008, "batch 15 (H100, held out), V1 runner: its second PIECEWISE capture kept a 20 MiB "
+    ("lfm2-1.2b", "all"): (0.010, "batch 15 (H100, held out), V1 runner: its second PIECEWISE capture kept a 20 MiB "
                                   "segment of torch's allocator, which vLLM 0.25.1's V1 estimate multiplied by 50 "
                                   "graphs (1.20 GiB estimated, 0.36 captured; docs/benchmarks.md \"V1 CUDA-graph "
-                                  "estimate traces\"), 0.78 GiB more than the growth median the plan keeps; the growth "
-                                  "is not a function of the config. 0.32.0 serves it on Model Runner V2"),
+                                  "estimate traces\"), 0.88 GiB more than the growth line in its 16 pieces; the "
+                                  "segment is not a function of the config. 0.32.0 serves it on Model Runner V2"),
 }
 
 

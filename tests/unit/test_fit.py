@@ -31,6 +31,7 @@ from planner.memory import (
     cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
+    graph_pieces,
     moe_parallel_bytes,
     moe_workspace_bytes,
     peak_features,
@@ -433,7 +434,8 @@ def test_the_dense_peak_is_the_traced_phase(row):
 
 FIRST_CAPTURE = re.compile(r"Estimated (FULL|PIECEWISE) CUDA graph memory: ([\d.]+) MiB first-capture \+ \((\d+)-1\) "
                            r"\S+ ([\d.]+) MiB per-graph")
-V1_ESTIMATES = [(r, {m.group(1): m for line in r["graph_estimate_lines"] if (m := FIRST_CAPTURE.search(line))})
+V1_ESTIMATES = [({**r, "_batch": b["name"]},
+                 {m.group(1): m for line in r["graph_estimate_lines"] if (m := FIRST_CAPTURE.search(line))})
                 for b in RESULTS["calibration_validation"]["batches"] for r in b["measured"]
                 if r.get("graph_estimate_lines") and not r.get("runner_v2")]
 
@@ -467,16 +469,44 @@ def test_the_v1_graph_estimates_first_full_capture_is_flashattentions_split_accu
     assert (first + growth) / 1024 == pytest.approx(total, abs=0.006)
 
 
-def test_the_v1_graph_estimate_keeps_the_split_accumulator_and_the_median_growth():
+def test_the_v1_graph_estimate_keeps_the_split_accumulator_and_the_growth_line():
     """GLM-4.5-Air (96 heads of 128) against its 64-head ablation: the plan's V1 estimate differs by the 256 MiB of
-    32 heads' accumulators, as vLLM's did (0.85 against 0.60 GiB); the growth is the median of the fit's V1 rows."""
-    wide, narrow = (parse_hf_config(json.loads((ROOT / path).read_text()), "x", "x")
+    32 heads' accumulators, as vLLM's did (0.85 against 0.60 GiB); the growth is the line in the pieces (8 here)."""
+    wide, narrow = (parse_hf_config(cut_layers(json.loads((ROOT / path).read_text()), 8), "x", "x")
                     for path in ("models/GLM-4.5-Air.json", "bench/configs/glm-4.5-air-heads64.json"))
     engine = calibration_engine(False)
     step = (cudagraph_bytes(wide, Layout(1, 1, 1), engine) - cudagraph_bytes(narrow, Layout(1, 1, 1), engine)) / GIB
     assert step == pytest.approx(0.25)
-    assert cudagraph_bytes(narrow, Layout(1, 1, 1), engine) / GIB == pytest.approx(0.5 + FITTED.graphs_v1_growth_gib)
-    assert 0.1 < FITTED.graphs_v1_growth_gib < 0.45
+    growth = FITTED.graphs_v1_growth_base_gib + FITTED.graphs_v1_growth_per_100_pieces_gib * 8 / 100
+    assert graph_pieces(narrow, Layout(1, 1, 1)) == 8 and graph_pieces(narrow, Layout(1, 2, 1)) == 4
+    assert cudagraph_bytes(narrow, Layout(1, 1, 1), engine) / GIB == pytest.approx(0.5 + growth)
+
+
+GROWTH_OVER_THE_LINE = {
+    "lfm2-1.2b": "validation 15: 20 MiB a PIECEWISE graph, a segment torch's allocator kept for its projections "
+                 "(docs/benchmarks.md \"V1 CUDA-graph estimate traces\")",
+    "jamba-1.5-mini": "validation 13: 14 MiB a PIECEWISE graph, a segment the allocator kept (the same traces)",
+}
+"""V1 rows outside the fit whose growth is beyond the line by more than the pieces explain, and why."""
+V1_HELD_OUT = [(r, modes) for r, modes in V1_ESTIMATES
+               if (fit_name(r), r["_batch"]) not in {(d.model, d.source) for d in DATA}
+               and not parse_hf_config(r["config"], r["model"], "x").kv_lora_rank]
+
+
+@pytest.mark.parametrize(("row", "modes"), V1_HELD_OUT, ids=[f"{r['model']}-{r['layers']}" for r, _ in V1_HELD_OUT])
+def test_the_v1_growth_line_holds_on_the_v1_rows_it_was_not_fitted_on(row, modes):
+    """The growth vLLM logged (each mode's per-graph growth times its further graphs) on every V1 row outside the fit
+    (the line was fitted on the fit's nine): within 0.20 GiB of graphs_v1_growth_base_gib +
+    graphs_v1_growth_per_100_pieces_gib x graph_pieces (18 of the 19 within 0.12; falcon-mamba-7b 0.19, 6 MiB a
+    FULL graph), but GROWTH_OVER_THE_LINE, which are over it. The median it replaced was -0.39..+0.19 off on them."""
+    a = parse_hf_config(row["config"], row["model"], "x")
+    logged = sum((int(m.group(3)) - 1) * float(m.group(4)) for m in modes.values()) / 1024
+    planned = (FITTED.graphs_v1_growth_base_gib
+               + FITTED.graphs_v1_growth_per_100_pieces_gib * graph_pieces(a, Layout(1, 1, 1)) / 100)
+    if row["model"] in GROWTH_OVER_THE_LINE:
+        assert logged - planned > 0.20, "a row now on the line leaves GROWTH_OVER_THE_LINE"
+    else:
+        assert planned == pytest.approx(logged, abs=0.20)
 
 
 V1_TRACES = {row["entry"]: row for row in RESULTS["calibration_peak_traces"]["rows"] if row["run"] == "t6"}
