@@ -56,6 +56,7 @@ from planner.catalog import ACCELERATORS, GIB  # noqa: E402
 from planner.engine import EngineSettings  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.memory import (  # noqa: E402
+    MARGIN_FIELDS,
     SAMPLER_LOGITS_COPIES,
     PeakFeatures,
     compile_line_gib,
@@ -64,6 +65,7 @@ from planner.memory import (  # noqa: E402
     fitted_peak_gib,
     forward_line_gib,
     graph_pieces,
+    margin_kind,
     peak_features,
     query_excess,
     runner_v2,
@@ -215,7 +217,8 @@ def _theil_sen(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
-        v1_margin_gib: float = FITTED.v1_peak_margin_gib) -> MemoryFit:
+        v1_margin_gib: float = FITTED.v1_peak_margin_gib,
+        v1_hold_margin_gib: float = FITTED.v1_hold_peak_margin_gib) -> MemoryFit:
     """The constants of planner/memory.py's parts model from these rows (planner/memory_fit.py MemoryFit), with the
     runners' peak margins (smallest_margin searches them against the KV rows)."""
     dense = [r for r in data if r.family == "dense"]
@@ -242,7 +245,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
         graphs_moe_v2_per_kquery_excess=0.0,
         graphs_v1_growth_base_gib=growth_base, graphs_v1_growth_per_100_pieces_gib=100 * growth_per_piece,
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
-        peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib)
+        peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib, v1_hold_peak_margin_gib=v1_hold_margin_gib)
     held = [r for r in data if r.v2 and r.features.router_hold]
     [hold] = _lstsq([[r.features.query] for r in held],
                     [r.peak - fitted_peak_gib(r.features, without_terms) for r in held])
@@ -344,39 +347,40 @@ def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str, bool]]:
     return [(r, gpu, forced) for r, gpu, forced in out if r.get("kv_cache_tokens_measured")]
 
 
-MARGINS = {False: "peak_margin_gib", True: "v1_peak_margin_gib"}
-"""The margin field of each runner (True: the V1 runner)."""
+MARGINS = MARGIN_FIELDS
+"""The margin field of each kind of peak (planner/memory.py margin_kind)."""
 
 
-def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01, v1: bool = False) -> tuple[float, str]:
-    """The largest peak the parts model leaves under among the rows of one runner (`v1`: the V1 runner's, else Model
-    Runner V2's), rounded up to `step`, and that row: the runner's margin covers it whatever the pool (a row's KV error
-    scales with 1 / its pool, so a large-pool row under by 0.2 GiB passes the KV bound while the same miss on a small
-    pool would not)."""
-    under, name = max((r.peak - fitted_peak_gib(r.features, fitted), r.model) for r in data if r.v2 != v1)
+def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01, kind: str = "v2") -> tuple[float, str]:
+    """The largest peak the parts model leaves under among the rows of one margin kind (margin_kind: Model Runner
+    V2, the V1 runner, the V1 runner with the router hold), rounded up to `step`, and that row: the margin covers it
+    whatever the pool (a row's KV error scales with 1 / its pool, so a large-pool row under by 0.2 GiB passes the KV
+    bound while the same miss on a small pool would not)."""
+    under, name = max((r.peak - fitted_peak_gib(r.features, fitted), r.model) for r in data
+                      if margin_kind(r.features) == kind)
     return max(0.0, math.ceil(round(under / step, 6)) * step), f"{name} {under:+.2f} GiB"
 
 
 def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: float = 0.01,
-                    v1: bool = False, floor: float = 0.0) -> tuple[float, str]:
-    """The margin of one runner (MARGINS; `v1`): the smallest multiple of `step`, from `floor` (peak_floor for V2)
-    on, under which no row of kv_rows that runner served is more than OVER_BOUND over with the other constants of
-    `fitted`, and the row that is over at one step less (the one that sets it; none where the floor sets it)."""
+                    kind: str = "v2", floor: float = 0.0) -> tuple[float, str]:
+    """The margin of one kind (MARGINS): the smallest multiple of `step`, from `floor` (peak_floor) on, under which
+    no row of kv_rows of that kind is more than OVER_BOUND over with the other constants of `fitted`, and the row
+    that is over at one step less (the one that sets it; none where the floor sets it)."""
     rows = []
     for r, gpu, forced in kv_rows(results):
         arch = parse_hf_config(r["config"], r["model"], "results.json")
-        if peak_features(arch, Layout(1, 1, 1), calibration_engine(forced)).v1 == v1:
+        if margin_kind(peak_features(arch, Layout(1, 1, 1), calibration_engine(forced))) == kind:
             rows.append((arch, gpu, r["max_model_len"], r["kv_cache_tokens_measured"], f"{r['model']}:{r['layers']}",
                          forced))
     setter = ""
     for i in range(round(floor / step), round(2.0 / step) + 1):
-        candidate = replace(fitted, **{MARGINS[v1]: round(i * step, 6)})
+        candidate = replace(fitted, **{MARGINS[kind]: round(i * step, 6)})
         error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate, v2_everywhere=forced).kv_tokens
                             - measured) / measured, name) for a, gpu, length, measured, name, forced in rows)
         if error <= OVER_BOUND:
-            return getattr(candidate, MARGINS[v1]), setter
-        setter = f"{name} at {error:+.2%} with {getattr(candidate, MARGINS[v1]):.2f} GiB"
-    raise ValueError(f"no {MARGINS[v1]} up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
+            return getattr(candidate, MARGINS[kind]), setter
+        setter = f"{name} at {error:+.2%} with {getattr(candidate, MARGINS[kind]):.2f} GiB"
+    raise ValueError(f"no {MARGINS[kind]} up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,16 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(args.results.read_text())
     data = rows(results)
     unmargined = fit(data)
-    floors = {v1: peak_floor(data, unmargined, v1=v1) for v1 in MARGINS}
-    margins = {v1: smallest_margin(results, unmargined, v1=v1, floor=floors[v1][0]) for v1 in MARGINS}
-    constants = replace(unmargined, **{MARGINS[v1]: margin for v1, (margin, _) in margins.items()})
+    floors = {kind: peak_floor(data, unmargined, kind=kind) for kind in MARGINS}
+    margins = {kind: smallest_margin(results, unmargined, kind=kind, floor=floors[kind][0]) for kind in MARGINS}
+    constants = replace(unmargined, **{MARGINS[kind]: margin for kind, (margin, _) in margins.items()})
     print("# planner/memory_fit.py")
     print(literal(constants))
-    for v1, field in MARGINS.items():
-        runner = "V1" if v1 else "V2"
-        setter = margins[v1][1]
-        print(f"# {field}: at least the largest {runner} peak under the model ({floors[v1][1]}); no KV row of "
-              f"{runner} over +{OVER_BOUND:.1%} above it{'; set by ' + setter if setter else ''}")
+    for kind, field in MARGINS.items():
+        setter = margins[kind][1]
+        print(f"# {field}: at least the largest {kind} peak under the model ({floors[kind][1]}); no KV row of "
+              f"{kind} over +{OVER_BOUND:.1%} above it{'; set by ' + setter if setter else ''}")
     loo = leave_one_out(data)
     print(f"\n{'model':40} {'family':7} {'source':13} {'peak':>6} {'fit':>6} {'resid':>6} {'loo':>6}")
     for r in data:

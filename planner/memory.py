@@ -472,9 +472,25 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
                           fitted: MemoryFit = FITTED) -> float:
     """vLLM's profiled `torch peak memory increase` on one GPU (fitted at PEAK_FIT_SETTINGS by bench/fit.py), leaned
-    the runner's margin (peak_margin_gib, v1_peak_margin_gib) to the safe side."""
+    the margin of its kind (margin_field) to the safe side."""
     f = peak_features(arch, layout, engine)
-    return (fitted_peak_gib(f, fitted) + (fitted.v1_peak_margin_gib if f.v1 else fitted.peak_margin_gib)) * GIB
+    return (fitted_peak_gib(f, fitted) + getattr(fitted, margin_field(f))) * GIB
+
+
+MARGIN_FIELDS = {"v2": "peak_margin_gib", "v1": "v1_peak_margin_gib", "v1-hold": "v1_hold_peak_margin_gib"}
+"""The MemoryFit field of each margin kind: Model Runner V2, the V1 runner, the V1 runner with 0.25.1's router
+compile hold (whose size depends on when Python's collector runs)."""
+
+
+def margin_kind(f: PeakFeatures) -> str:
+    """Which margin a peak takes (MARGIN_FIELDS)."""
+    if not f.v1:
+        return "v2"
+    return "v1-hold" if f.router_hold else "v1"
+
+
+def margin_field(f: PeakFeatures) -> str:
+    return MARGIN_FIELDS[margin_kind(f)]
 
 
 MOE_GROUP_GIB = 0.55

@@ -65,7 +65,7 @@ UNDER_COUNTED = {
     # row of the fit (bench/fit.py) and of the validation batches stays within -1%..+0.5%.
     ("Kimi-K2-Instruct", 4): (-0.035, "V1 runner: its V1 CUDA-graph estimate is 2.24 GiB; the MLA graph term "
                                       "reserves 0.597 GiB per 1,000 of hidden size, 4.28 GiB at 7168 as DeepSeek V3 "
-                                      "and Kimi K2.5 (the same shape) measured; and the V1 margin (0.24 GiB)"),
+                                      "and Kimi K2.5 (the same shape) measured; and the V1 hold margin (0.24 GiB)"),
     ("Llama-3.1-70B-Instruct", 40): (-0.014, "its profile took 12.7 s, a compile served from the cache, so vLLM had "
                                              "no compile block (1.96 GiB, its embedding's size); the plan takes a "
                                              "cold start"),
@@ -73,13 +73,10 @@ UNDER_COUNTED = {
                                               "and the 0.05 GiB load overhead alone are 2.9%"),
     ("Qwen2-57B-A14B-Instruct", 14): (-0.012, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
                                               "load overhead are 1.8%"),
-    ("Mixtral-8x22B-Instruct-v0.1", 8): (-0.016, "batch 6 (H100), V1 runner: its forward 0.15 GiB under the plan's "
-                                                  "(its attention blocks 2.9 query tensors, the median 4.6) and the V1 "
-                                                  "margin (0.24 GiB), on a 30 GiB pool"),
     ("Moonlight-16B-A3B-Instruct", "all"): (-0.025, "batch 5 (H100), V1 runner: it held none of the router compile "
                                                     "hold the plan keeps for its biased router (0.34 GiB; neither did "
                                                     "its V2 row), its V1 graph estimate 0.33 GiB under the MLA graph "
-                                                    "term, and the V1 margin, on a 45 GiB pool"),
+                                                    "term, and the V1 hold margin, on a 45 GiB pool"),
     ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
                                        "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
                                        "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "
@@ -95,7 +92,7 @@ OVER_COUNTED = {
                                           "the plan keeps that hold in the sampler phase, not under the latent-"
                                           "attention floor, since DeepSeek-V3:5 with the same router held none there. "
                                           "0.32.0 holds none"),
-    ("lfm2-1.2b", "all"): (0.010, "batch 15 (H100, held out), V1 runner: its second PIECEWISE capture kept a 20 MiB "
+    ("lfm2-1.2b", "all"): (0.013, "batch 15 (H100, held out), V1 runner: its second PIECEWISE capture kept a 20 MiB "
                                   "segment of torch's allocator, which vLLM 0.25.1's V1 estimate multiplied by 50 "
                                   "graphs (1.20 GiB estimated, 0.36 captured; docs/benchmarks.md \"V1 CUDA-graph "
                                   "estimate traces\"), 0.88 GiB more than the growth line in its 16 pieces; the "

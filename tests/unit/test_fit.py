@@ -27,6 +27,7 @@ from planner.errors import ConfigError
 from planner.layers import cut_layers
 from planner.layout import Layout
 from planner.memory import (
+    MARGIN_FIELDS,
     V1_SAMPLER_LOGITS_COPIES,
     cudagraph_bytes,
     default_engine,
@@ -268,19 +269,19 @@ def test_some_predictions_are_waiting_while_a_batch_has_entries_pending():
 def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_over_bound():
     """peak_margin_gib is not chosen by hand: bench/fit.py searches it in 0.01 GiB steps over the calibration rows and
     the batches in the fit (not the held-out ones, which check it)."""
-    floor, under = peak_floor(DATA, FITTED)
-    assert floor > 0 and under
-    assert smallest_margin(RESULTS, floor=floor)[0] == pytest.approx(FITTED.peak_margin_gib)
-    v1_floor, v1_under = peak_floor(DATA, FITTED, v1=True)
-    assert v1_floor > 0 and v1_under
-    assert smallest_margin(RESULTS, v1=True, floor=v1_floor)[0] == pytest.approx(FITTED.v1_peak_margin_gib)
+    for kind, field in MARGIN_FIELDS.items():
+        floor, under = peak_floor(DATA, FITTED, kind=kind)
+        assert floor > 0 and under
+        assert smallest_margin(RESULTS, kind=kind, floor=floor)[0] == pytest.approx(getattr(FITTED, field)), kind
     assert smallest_margin(RESULTS, floor=0.0)[0] < FITTED.peak_margin_gib, "the floor sets the V2 margin today"
+    assert FITTED.v1_peak_margin_gib < FITTED.v1_hold_peak_margin_gib, "the hold's timing needs the larger margin"
     # the search hands the planner a copy per candidate (fitted=), which takes FITTED when given none
     arch = parse_hf_config(RESULTS["calibration_families"]["rows"][0]["config"], "row", "results.json")
     tokens = [single_gpu_fit(arch, "nvidia-h200-141gb", 0.9, 8192, **extra).kv_tokens
               for extra in ({}, {"fitted": FITTED},
                             {"fitted": replace(FITTED, peak_margin_gib=FITTED.peak_margin_gib + 1,
-                                               v1_peak_margin_gib=FITTED.v1_peak_margin_gib + 1)})]
+                                               v1_peak_margin_gib=FITTED.v1_peak_margin_gib + 1,
+                                               v1_hold_peak_margin_gib=FITTED.v1_hold_peak_margin_gib + 1)})]
     assert tokens[0] == tokens[1] > tokens[2]
 
 
