@@ -445,6 +445,7 @@ SPLIT_NOT_TAKEN = {
     "gpt-oss-120b": "validation 29 (H200, held out): its first FULL capture took 0 MiB where the rule plans 256 (64 "
                     "heads of 64); FlashAttention 3 served it, with attention sinks and sliding and full layers mixed, "
                     "and kept no split accumulators. The plan keeps them (the safe side: 0.20 GiB of V1 estimate over)",
+    "gpt-oss-20b": "validation 33 (H100, held out): 2 MiB, as gpt-oss-120b",
 }
 """V1 rows whose first FULL capture held less than the split accumulators the rule plans, and why."""
 
