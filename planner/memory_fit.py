@@ -76,7 +76,7 @@ class MemoryFit:
     """The V1 runner's CUDA-graph estimate beyond the first FULL capture's split accumulators (planner/memory.py
     v1_graph_estimate_bytes): the second captures' growth times the further graphs, a line in the layers whose mixer
     is one of vLLM's splitting ops on a GPU (each splits the piecewise graph: attention, Mamba, short convolution,
-    linear attention), as every captured graph's own device memory grows with its pieces: 2 MiB a graph (1 for
+    linear attention), as if each graph's own device memory grew with its pieces (not traced): 2 MiB a graph (1 for
     each mode) at up to 12 such layers, 9-14 at 64-88 (vLLM's debug lines). Fitted on the V1 rows of the fit (MoE and
     Qwen3-Next; not MLA, which keeps graphs_mla_per_khidden_gib) by the median of pairwise slopes (Theil-Sen), so that
     GLM-4.5:6's 26 MiB a graph (a segment torch's allocator kept for its dense gate-up output, not a function of the
