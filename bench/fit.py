@@ -18,8 +18,9 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
   above the forward line and the workspace over the V1 rows without the hold whose forward sets the peak (above the
   V1 sampler line, planner/memory.py v1_sampler_line_gib, which is vLLM's source and the shared sampler constant);
 - non-torch memory, the baseline before profiling (one per GPU it was measured on: the rows run on that GPU), the
-  dense CUDA-graph line and the V1 graph estimates (MoE and hybrid: the median beyond the first FULL capture's split
-  accumulators, planner/memory.py split_buffer_bytes; MLA: per 1,000 of hidden size, the largest ratio);
+  dense CUDA-graph line and the V1 graph estimates (MoE and hybrid: beyond the first FULL capture's split
+  accumulators, planner/memory.py split_buffer_bytes, a Theil-Sen line in the graph's pieces, graph_pieces; MLA: per
+  1,000 of hidden size, the largest ratio);
 - the V2 CUDA graphs of MoE models beyond that line (GRAPHS_MOE_V2_PER_KQUERY_EXCESS): through the origin over the
   non-MLA MoE rows V2 captured, per 1,000 of query width beyond the hidden size, the line taken from the planner's
   own cudagraph_bytes for the deployed engine.
@@ -267,7 +268,7 @@ def literal(fitted: MemoryFit) -> str:
         if field.name == "baseline_gib_by_gpu":
             text = "(" + ", ".join(f'("{gpu}", {gib:.4f})' for gpu, gib in value) + ")"
         else:
-            text = f"{value:.2f}" if field.name in MARGINS.values() else f"{value:.4f}"
+            text = f"{value:.2f}" if field.name in MARGIN_FIELDS.values() else f"{value:.4f}"
         lines.append(f"    {field.name}={text},")
     return "FITTED = MemoryFit(\n" + "\n".join(lines) + "\n)"
 
@@ -347,10 +348,6 @@ def kv_rows(results: dict[str, Any]) -> list[tuple[dict[str, Any], str, bool]]:
     return [(r, gpu, forced) for r, gpu, forced in out if r.get("kv_cache_tokens_measured")]
 
 
-MARGINS = MARGIN_FIELDS
-"""The margin field of each kind of peak (planner/memory.py margin_kind)."""
-
-
 def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01, kind: str = "v2") -> tuple[float, str]:
     """The largest peak the parts model leaves under among the rows of one margin kind (margin_kind: Model Runner
     V2, the V1 runner, the V1 runner with the router hold), rounded up to `step`, and that row: the margin covers it
@@ -363,9 +360,9 @@ def peak_floor(data: list[Row], fitted: MemoryFit, step: float = 0.01, kind: str
 
 def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: float = 0.01,
                     kind: str = "v2", floor: float = 0.0) -> tuple[float, str]:
-    """The margin of one kind (MARGINS): the smallest multiple of `step`, from `floor` (peak_floor) on, under which
-    no row of kv_rows of that kind is more than OVER_BOUND over with the other constants of `fitted`, and the row
-    that is over at one step less (the one that sets it; none where the floor sets it)."""
+    """The margin of one kind (MARGIN_FIELDS): the smallest multiple of `step`, from `floor` (peak_floor) on, under
+    which no row of kv_rows of that kind is more than OVER_BOUND over with the other constants of `fitted`, and the
+    row that is over at one step less (the one that sets it; none where the floor sets it)."""
     rows = []
     for r, gpu, forced in kv_rows(results):
         arch = parse_hf_config(r["config"], r["model"], "results.json")
@@ -374,13 +371,13 @@ def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: f
                          forced))
     setter = ""
     for i in range(round(floor / step), round(2.0 / step) + 1):
-        candidate = replace(fitted, **{MARGINS[kind]: round(i * step, 6)})
+        candidate = replace(fitted, **{MARGIN_FIELDS[kind]: round(i * step, 6)})
         error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate, v2_everywhere=forced).kv_tokens
                             - measured) / measured, name) for a, gpu, length, measured, name, forced in rows)
         if error <= OVER_BOUND:
-            return getattr(candidate, MARGINS[kind]), setter
-        setter = f"{name} at {error:+.2%} with {getattr(candidate, MARGINS[kind]):.2f} GiB"
-    raise ValueError(f"no {MARGINS[kind]} up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
+            return getattr(candidate, MARGIN_FIELDS[kind]), setter
+        setter = f"{name} at {error:+.2%} with {getattr(candidate, MARGIN_FIELDS[kind]):.2f} GiB"
+    raise ValueError(f"no {MARGIN_FIELDS[kind]} up to 2 GiB keeps every row within +{OVER_BOUND:.1%}: {setter}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -390,12 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(args.results.read_text())
     data = rows(results)
     unmargined = fit(data)
-    floors = {kind: peak_floor(data, unmargined, kind=kind) for kind in MARGINS}
-    margins = {kind: smallest_margin(results, unmargined, kind=kind, floor=floors[kind][0]) for kind in MARGINS}
-    constants = replace(unmargined, **{MARGINS[kind]: margin for kind, (margin, _) in margins.items()})
+    floors = {kind: peak_floor(data, unmargined, kind=kind) for kind in MARGIN_FIELDS}
+    margins = {kind: smallest_margin(results, unmargined, kind=kind, floor=floors[kind][0]) for kind in MARGIN_FIELDS}
+    constants = replace(unmargined, **{MARGIN_FIELDS[kind]: margin for kind, (margin, _) in margins.items()})
     print("# planner/memory_fit.py")
     print(literal(constants))
-    for kind, field in MARGINS.items():
+    for kind, field in MARGIN_FIELDS.items():
         setter = margins[kind][1]
         print(f"# {field}: at least the largest {kind} peak under the model ({floors[kind][1]}); no KV row of "
               f"{kind} over +{OVER_BOUND:.1%} above it{'; set by ' + setter if setter else ''}")

@@ -35,7 +35,7 @@ from planner.engine import (
     forced_v2,
     with_router_fake,
 )
-from planner.kv_cache import pp_stages
+from planner.kv_cache import pp_stages, stage_bounds
 from planner.memory_fit import FITTED, MemoryFit
 
 if TYPE_CHECKING:
@@ -124,8 +124,10 @@ def graph_pieces(arch: ModelArchitecture, layout: Layout) -> int:
     """Layers on one GPU whose mixer is one of vLLM's splitting ops, each of which splits the piecewise CUDA graph
     (attention of every kind, Mamba, short convolution, linear attention, KDA; CompilationConfig.splitting_ops): every
     layer kind but "none" (NemotronH's MLP and MoE blocks, a NAS layer without attention), Falcon-H1's two per layer.
-    A pipeline stage holds its share (the largest, get_pp_indices' remainder on the earlier stages)."""
-    return -(-sum(kind != "none" for kind in arch.kinds) // layout.pp)
+    With a pipeline, the stage with the most (stage_bounds: vLLM's get_pp_indices)."""
+    kinds = arch.kinds
+    return max(sum(kind != "none" for kind in kinds[start:stop])
+               for start, stop in stage_bounds(len(kinds), layout.pp, arch.cache_slots))
 
 
 SPLITS_FOR_GRAPHS = 32
@@ -472,9 +474,9 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
                           fitted: MemoryFit = FITTED) -> float:
     """vLLM's profiled `torch peak memory increase` on one GPU (fitted at PEAK_FIT_SETTINGS by bench/fit.py), leaned
-    the margin of its kind (margin_field) to the safe side."""
+    the margin of its kind (margin_kind) to the safe side."""
     f = peak_features(arch, layout, engine)
-    return (fitted_peak_gib(f, fitted) + getattr(fitted, margin_field(f))) * GIB
+    return (fitted_peak_gib(f, fitted) + getattr(fitted, MARGIN_FIELDS[margin_kind(f)])) * GIB
 
 
 MARGIN_FIELDS = {"v2": "peak_margin_gib", "v1": "v1_peak_margin_gib", "v1-hold": "v1_hold_peak_margin_gib"}
@@ -487,10 +489,6 @@ def margin_kind(f: PeakFeatures) -> str:
     if not f.v1:
         return "v2"
     return "v1-hold" if f.router_hold else "v1"
-
-
-def margin_field(f: PeakFeatures) -> str:
-    return MARGIN_FIELDS[margin_kind(f)]
 
 
 MOE_GROUP_GIB = 0.55

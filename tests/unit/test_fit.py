@@ -490,8 +490,8 @@ GROWTH_OVER_THE_LINE = {
     "jamba-1.5-mini": "validation 13: 14 MiB a PIECEWISE graph, a segment the allocator kept (the same traces)",
 }
 """V1 rows outside the fit whose growth is beyond the line by more than the pieces explain, and why."""
-V1_HELD_OUT = [(r, modes) for r, modes in V1_ESTIMATES
-               if (fit_name(r), r["_batch"]) not in {(d.model, d.source) for d in DATA}
+FIT_ROWS = {(d.model, d.source) for d in DATA}
+V1_HELD_OUT = [(r, modes) for r, modes in V1_ESTIMATES if (fit_name(r), r["_batch"]) not in FIT_ROWS
                and not parse_hf_config(r["config"], r["model"], "x").kv_lora_rank]
 
 
