@@ -104,6 +104,9 @@ class ModelWeightsArgs:
     serving_zones: tuple[str, ...] = ()
     """Every zone a serving node may be in, when there are several: one Hyperdisk ML disk per zone behind one
     multi-zone PV. Empty: the serving disk is in `zone` alone."""
+    code: bool = False
+    """model.trustRemoteCode: the download takes the repository's *.py files and checks that the modules config.json's
+    auto_map names are there (download.py --code)."""
 
     @property
     def job_image(self) -> pulumi.Input[str]:
@@ -120,7 +123,7 @@ class ModelWeightsArgs:
                    provisioned_mib_s=sizing.disk_provisioned_mib_s, min_bytes=sizing.min_weight_bytes,
                    downloader_image=s.vllm.image if image is None else image,
                    deadline_seconds=sizing.download_deadline_seconds,
-                   hf_token=stack.hf_token, stack=stack.name,
+                   hf_token=stack.hf_token, stack=stack.name, code=s.model.trust_remote_code,
                    serving_zones=s.accelerator.all_zones if len(s.accelerator.all_zones) > 1 else ())
 
 
@@ -137,12 +140,15 @@ class ModelWeights(pulumi.ComponentResource):
         super().__init__("vllm-gke:weights:ModelWeights", name, None, opts)
         hyperdisk = args.disk_type == "hyperdisk-ml"
         throughput = args.provisioned_mib_s if hyperdisk else 0
-        self.key = key = weights_key(args.model_id, args.revision, args.stack, args.disk_gib)
+        # The repository's code is part of the disk's content: with it the image, and the disks made from it, are new.
+        code = ("code",) if args.code else ()
+        self.key = key = weights_key(args.model_id, args.revision, args.stack, args.disk_gib, *code)
         multi = len(args.serving_zones) > 1
         # Several zones are part of the serving key: a PV's node affinity cannot change, so another zone list is a
         # new serving half (disks, PV, PVC) that the groups roll to.
         self.serving_key = serving = weights_key(args.model_id, args.revision, args.stack, args.disk_gib,
-                                                 args.disk_type, throughput, *(args.serving_zones if multi else ()))
+                                                 args.disk_type, throughput, *(args.serving_zones if multi else ()),
+                                                 *code)
         self.model_path = f"{SERVING_MOUNT}/{WEIGHTS_SUBDIR}"
         timeouts = pulumi.CustomTimeouts(create=gce_timeout(args.disk_gib))
         slow = pulumi.ResourceOptions(parent=self, custom_timeouts=timeouts)
@@ -334,6 +340,8 @@ class ModelWeights(pulumi.ComponentResource):
                 opts=child)
             depends += [account, binding]
         command += ["--dest", f"/data/{WEIGHTS_SUBDIR}", "--min-bytes", str(args.min_bytes)]
+        if args.code:
+            command.append("--code")
         return script, k8s.batch.v1.Job(
             f"{name}-{key}-download",
             metadata=k8s.meta.v1.ObjectMetaArgs(

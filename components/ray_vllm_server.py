@@ -120,7 +120,8 @@ class RayVllmServerArgs:
                           nodes=sizing.nodes_per_replica, gpus_per_node=sizing.gpus_per_pod,
                           max_model_len=vllm.max_model_len, gpu_memory_utilization=vllm.gpu_memory_utilization,
                           dtype=vllm.dtype, kv_cache_dtype=vllm.kv_cache_dtype, extra_args=vllm.extra_args,
-                          data=sizing.data_parallel_size, expert=sizing.expert_parallel)
+                          data=sizing.data_parallel_size, expert=sizing.expert_parallel,
+                          trust_remote_code=s.model.trust_remote_code)
         if compile_cache_bucket is not None:
             key = compile_cache_key(vllm.image, s.accelerator.type, spec, f"{s.model.id}@{s.model.revision}")
             spec = replace(spec, compile_cache_store=STORE_MOUNT, compile_cache_key=key)

@@ -186,6 +186,9 @@ class ModelArchitecture:
     checkpoint_groups: tuple[TensorGroup, ...] = ()
     """The checkpoint's tensors as vLLM places them (planner/checkpoint.py tensor_groups) where they were read (the
     Hub's headers or model.tensorsFile); (): not read, the count decides."""
+    remote_code: str = ""
+    """The config class config.json's auto_map names where vLLM starts the model only with --trust-remote-code
+    (planner/model_config.py remote_code); "" where it does not."""
     unsized: str = ""
     """What in the config marks a layer structure the planner does not size yet (planner/layers.py unsized_reason);
     "" for a model it sizes. Such a model plans with its KV cache counted as full attention

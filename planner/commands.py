@@ -64,6 +64,8 @@ class ServerSpec:
     them as local processes, one API server balancing over them; vllm/config/parallel.py data_parallel_backend)."""
     expert: bool = False
     """--enable-expert-parallel."""
+    trust_remote_code: bool = False
+    """--trust-remote-code (model.trustRemoteCode)."""
 
 
 def compile_cache_key(vllm_image: str, accelerator: str, spec: ServerSpec, model: str) -> str:
@@ -102,6 +104,8 @@ def vllm_command(spec: ServerSpec, python: str = "python3") -> list[str]:
         cmd += ["--enable-expert-parallel"]
     if spec.nodes > 1:
         cmd += ["--distributed-executor-backend", "ray"]
+    if spec.trust_remote_code:
+        cmd += ["--trust-remote-code"]
     return cmd + list(spec.extra_args)
 
 

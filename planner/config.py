@@ -126,6 +126,8 @@ class ModelSettings:
     model.gcsUri at preview."""
     tensors_key: str = ""
     """The stack key that names where they were read: model.tensorsFile, model.gcsUri or model.id."""
+    trust_remote_code: bool = False
+    """model.trustRemoteCode: vLLM runs with --trust-remote-code, the download Job takes the repository's *.py."""
 
 
 @dataclass(frozen=True)
@@ -368,8 +370,14 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
         checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, key)
         if checkpoint:
             arch = replace(arch, checkpoint_groups=tensor_groups(tensors, arch, key))
+    if arch.remote_code and not m.trust_remote_code:
+        raise ConfigError("model.trustRemoteCode", False,
+                          f"config.json's auto_map names {arch.remote_code} for model_type {arch.model_type}, a "
+                          "config class neither transformers nor vLLM has, so vLLM starts this model only with "
+                          "--trust-remote-code; set model.trustRemoteCode: true to run the repository's code")
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
-                         checkpoint, skipped, tensors_from, key if tensors is not None else ""), note
+                         checkpoint, skipped, tensors_from, key if tensors is not None else "",
+                         m.trust_remote_code), note
 
 
 def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> Settings:
@@ -406,6 +414,10 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     vllm = VllmSettings(v.image, max_len, v.gpu_memory_utilization, v.dtype, v.kv_cache_dtype, v.extra_args,
                         v.compile_cache)
     notes = [note] if note else []
+    if model.trust_remote_code:
+        code = model.architecture.remote_code
+        notes.append("model.trustRemoteCode: vLLM runs the model repository's own Python (--trust-remote-code)"
+                     + (f", here its config class {code}" if code else ""))
     notes += vllm_rules(v, model.architecture)
     gpu_rules(accelerator, v)
 

@@ -257,12 +257,45 @@ def _architecture_type(architectures: Any, classes: Mapping[str, Any]) -> str | 
     return found if found in classes else None
 
 
+VLLM_CONFIG_TYPES = frozenset({
+    "RefinedWeb", "RefinedWebModel", "bagel", "bailing_moe_v3_vl", "chatglm", "colpali", "colqwen3", "cosmos3_edge",
+    "deepseek_v32", "deepseek_v4", "deepseek_v41", "deepseek_vl_v2", "dots3_note", "eagle", "funaudiochat", "hy_v4",
+    "hyperclovax", "inkling_mm_model", "inkling_model", "isaac", "k3_dspark", "kimi_k2", "kimi_k25", "kimi_k3",
+    "kimi_linear", "kimi_vl", "medusa", "midashenglm", "minimax_m3_mtp", "minimax_m3_vl", "mlp_speculator",
+    "modernvbert", "moondream3", "moss_transcribe_diarize", "muse_glimmer", "muse_glimmer_assistant",
+    "muse_glimmer_text", "muse_glimmer_vision", "openvla", "ops_colqwen3", "ovis", "qianfan_ocr", "qwen3_asr",
+    "qwen3_vl_nemotron_embed", "speculators", "step3_text", "step3_vl", "step3p5", "ultravox", "unlimited-ocr",
+    "unlimited_ocr"})
+"""The model types vLLM 0.32.0 reads with a config class of its own (vllm/transformers_utils/config.py
+_CONFIG_REGISTRY; tests/engine/test_vllm_reads_configs.py holds the set equal to the installed vLLM's): a config of
+such a type starts without --trust-remote-code even where it names remote code (Kimi-K2's auto_map)."""
+
+REMOTE_CONFIG_BASES = {"nemotron-nas": "llama"}
+"""Remote-code config classes the planner reads without running them: the transformers class each one extends, whose
+defaults fill what config.json leaves out (Llama-Nemotron's configuration_decilm.py: DeciLMConfig(LlamaConfig),
+model_type nemotron-nas; its block_configs are read by planner/layers.py as vLLM's nemotron_nas.py reads them)."""
+
+
+def remote_code(cfg: Mapping[str, Any]) -> str:
+    """The class config.json's auto_map names where vLLM 0.32.0 starts the model only with --trust-remote-code,
+    else "": its model_type has neither a transformers class nor one of vLLM's (VLLM_CONFIG_TYPES), so vLLM loads it
+    through AutoConfig, which runs the repository's code or raises (HFConfigParser.parse: "consider setting
+    `trust_remote_code=True` ... or using the `--trust-remote-code` flag")."""
+    auto_map = cfg.get("auto_map")
+    named = auto_map.get("AutoConfig") if isinstance(auto_map, Mapping) else None
+    model_type = cfg.get("model_type")
+    if not isinstance(named, str) or not named or model_type in VLLM_CONFIG_TYPES:
+        return ""
+    return "" if isinstance(model_type, str) and model_type in _config_classes() else named
+
+
 def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The config as vLLM reads it: vLLM loads config.json through transformers' config class for its model_type
     (vllm/transformers_utils/config.py, get_config), so fields a published config.json leaves out take that class's
     defaults. A model_type transformers has no class for is read through its text_config's class when that one is
     known (a wrapper around a known decoder); a remote-code config (auto_map) through transformers' class for its
-    first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM), and refused otherwise."""
+    first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM) or the class REMOTE_CONFIG_BASES names,
+    and refused otherwise."""
     model_type = cfg.get("model_type")
     classes = _config_classes()
     if isinstance(model_type, str) and model_type in classes:
@@ -270,6 +303,9 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
         return {**cfg, "text_config": _filled(classes[text["model_type"]], text, source) or dict(text)}
+    if model_type in REMOTE_CONFIG_BASES:  # remote code the planner reads through the class it extends
+        base = classes[REMOTE_CONFIG_BASES[model_type]]
+        return {**(_filled(base, cfg, source) or dict(cfg)), "model_type": model_type}
     known = _architecture_type(cfg.get("architectures"), classes)
     if known is not None:  # remote code whose architecture transformers implements (Kimi-K2: DeepseekV3ForCausalLM)
         return _filled(classes[known], {**cfg, "model_type": known}, source) or dict(cfg)
@@ -322,6 +358,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     raw_text = cfg.get("text_config")
     architectures = cfg.get("architectures")
     unsized = unsized_reason(raw_text if isinstance(raw_text, Mapping) else cfg)  # before transformers rewrites them
+    needs_code = remote_code(cfg)
     cfg = as_vllm_reads(cfg, source)
     vision, wrapper = cfg.get("vision_config"), cfg
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
@@ -483,7 +520,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
         rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
-        unsized=unsized[1] if unsized else "",
+        unsized=unsized[1] if unsized else "", remote_code=needs_code,
         engine_counts_experts=not cfg.get(ENGINE_UNSEEN_EXPERTS),
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),
         biased_grouped_router=biased_grouped_router(cfg, experts, top_k),

@@ -249,6 +249,12 @@ class ModelConfig(Section):
                                                         "writes it): the weights are planned from them, not counted "
                                                         "from config.json.")
     weights_gib: Float | None = Field(None, gt=0, le=100_000, description="Overrides the computed weight size.")
+    trust_remote_code: Bool = Field(False, description="Run the model repository's own Python: vLLM starts with "
+                                                       "--trust-remote-code and the download Job takes the "
+                                                       "repository's *.py files. Needed where config.json's "
+                                                       "auto_map names a config class that neither transformers "
+                                                       "nor vLLM has (Llama-Nemotron's nemotron-nas); the plan "
+                                                       "says so. Off: no code from the repository runs.")
     served_name: Text | None = Field(None, description="OpenAI model name (default: id).")
 
     @field_validator("gcs_uri")

@@ -43,6 +43,10 @@ def vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
                               "spelling its parser reads (- or _, =value, an unambiguous prefix)")
         warnings.append(f"vllm.extraArgs: {problem} in vLLM {vllm_flags.FLAGS_VERSION}; not verified for "
                         f"{v.image}, whose parser this plan does not have")
+    if any(word.partition("=")[0] == "--trust-remote-code" for word in vllm_flags.canonical_args(v.extra_args)):
+        raise ConfigError("vllm.extraArgs", list(v.extra_args),
+                          "--trust-remote-code is model.trustRemoteCode: set that to true, which also has the "
+                          "download Job take the repository's *.py files vLLM imports")
     # vllm/model_executor/layers/attention/attention.py _init_kv_cache_quant: "fp8_e5m2 kv-cache is not supported
     # with fp8 checkpoints" wherever the attention layer loads fp8 KV scales.
     if v.kv_cache_dtype == "fp8_e5m2" and _loads_kv_scales(arch):

@@ -24,10 +24,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rendered_leader(model_dir: Path, **sections) -> tuple[list[str], list[dict]]:
-    """The leader container's command and env for a stack serving `model_dir`'s architecture."""
+def rendered_leader(model_dir: Path, model: dict | None = None, **sections) -> tuple[list[str], list[dict]]:
+    """The leader container's command and env for a stack serving `model_dir`'s architecture (`model`: further
+    model keys)."""
     rec = run_program(full_config(model={"id": "test/tiny", "configFile": str(model_dir / "config.json"),
-                                         "servedName": "tiny"}, vllm={"maxModelLen": 1024}, **sections))
+                                         "servedName": "tiny", **(model or {})}, vllm={"maxModelLen": 1024},
+                                  **sections))
     lws = rec.one(LWS_TYPE)
     template = lws.inputs["spec"]["leaderWorkerTemplate"]
     pod = template.get("leaderTemplate") or template["workerTemplate"]

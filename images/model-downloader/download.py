@@ -4,11 +4,13 @@
     download.py --source huggingface --model ORG/NAME --revision REV --dest /data/model
     download.py --source gcs --gcs-uri gs://bucket/path --dest /data/model
     download.py --source local --from DIR --dest DIR          (tests, air-gapped mirrors)
+    ... --code      also the repository's *.py files (model.trustRemoteCode), checked against config.json's auto_map
 
 Standard library only, plus huggingface_hub for --source huggingface and the gcloud CLI for
 --source gcs. Idempotent: a completion marker for the same model and revision skips the work.
 Verification: config.json present, every *.safetensors header parses and its tensors end
-exactly at the end of the file, the total size is at least --min-bytes. Exit 0 on success,
+exactly at the end of the file, the total size is at least --min-bytes; with --code, every module
+config.json's auto_map names is there. Exit 0 on success,
 1 with a one-line reason on any failure, 2 for bad arguments.
 """
 
@@ -25,6 +27,8 @@ from pathlib import Path
 
 MARKER = ".vllm-gke-complete.json"
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "tokenizer*"]
+CODE_PATTERNS = ["*.py"]
+"""The repository's own Python, taken only with --code: what vLLM's --trust-remote-code imports (auto_map)."""
 
 
 class DownloadError(Exception):
@@ -53,9 +57,26 @@ def safetensors_end(path: Path) -> int:
     return 8 + header_len + (max(ends) if ends else 0)
 
 
-def verify(dest: Path, min_bytes: int) -> dict[str, object]:
+def auto_map_modules(config: dict) -> list[str]:
+    """The files config.json's auto_map imports ("configuration_decilm.DeciLMConfig" -> configuration_decilm.py;
+    an entry may name another repository first, "org/repo--module.Class", which is not in this one)."""
+    auto_map = config.get("auto_map")
+    entries = auto_map.values() if isinstance(auto_map, dict) else []
+    names = [n for e in entries for n in (e if isinstance(e, list) else [e]) if isinstance(n, str) and n]
+    return sorted({n.rsplit(".", 1)[0].replace(".", "/") + ".py" for n in names if "--" not in n and "." in n})
+
+
+def verify(dest: Path, min_bytes: int, code: bool = False) -> dict[str, object]:
     if not (dest / "config.json").is_file():
         raise DownloadError(f"config.json missing in {dest}")
+    if code:
+        try:
+            config = json.loads((dest / "config.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DownloadError(f"config.json is not valid JSON ({exc})") from None
+        missing = [m for m in auto_map_modules(config if isinstance(config, dict) else {}) if not (dest / m).is_file()]
+        if missing:
+            raise DownloadError(f"config.json's auto_map names {', '.join(missing)}, missing in {dest}")
     shards = sorted(dest.rglob("*.safetensors"))
     if not shards:
         raise DownloadError(f"no *.safetensors files in {dest}")
@@ -79,7 +100,8 @@ def fetch(args: argparse.Namespace, dest: Path) -> None:
         from huggingface_hub import snapshot_download
 
         snapshot_download(args.model, revision=args.revision, local_dir=str(dest),
-                          allow_patterns=WEIGHT_PATTERNS, token=os.environ.get("HF_TOKEN") or None,
+                          allow_patterns=WEIGHT_PATTERNS + (CODE_PATTERNS if args.code else []),
+                          token=os.environ.get("HF_TOKEN") or None,
                           max_workers=16)
     else:
         uri = args.gcs_uri.rstrip("/") + "/*"
@@ -97,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="from_dir", type=Path, help="directory to copy (source local)")
     parser.add_argument("--dest", type=Path, required=True)
     parser.add_argument("--min-bytes", type=int, default=0, help="fail when the weights total less")
+    parser.add_argument("--code", action="store_true",
+                        help="also take the repository's *.py files (the code --trust-remote-code imports)")
     args = parser.parse_args(argv)
     if args.source == "huggingface" and not args.model:
         parser.error("--model is required with --source huggingface")
@@ -106,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--from DIR (an existing directory) is required with --source local")
 
     identity = {"source": args.source, "model": args.model or args.gcs_uri or str(args.from_dir),
-                "revision": args.revision}
+                "revision": args.revision, **({"code": True} if args.code else {})}
     marker = args.dest / MARKER
     try:
         if marker.is_file() and {k: v for k, v in json.loads(marker.read_text()).items() if k in identity} == identity:
@@ -116,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             args.dest.mkdir(parents=True, exist_ok=True)
             log(f"downloading {identity['model']}@{args.revision} into {args.dest}")
             fetch(args, args.dest)
-        summary = verify(args.dest, args.min_bytes)
+        summary = verify(args.dest, args.min_bytes, args.code)
     except DownloadError as exc:
         print(f"[model-downloader] FAILED: {exc}", file=sys.stderr, flush=True)
         return 1

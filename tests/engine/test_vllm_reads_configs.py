@@ -121,3 +121,47 @@ def test_dbrx_experts_are_unseen_by_vllms_model_config_as_the_planner_reads_them
     ours = parse_hf_config(config, "dbrx", "model.configFile")
     assert ours.num_experts == 16 and not ours.engine_counts_experts and not model.is_moe
     assert runner_v2(ours, engine_settings(PROFILES["0.25.1"], ACCELERATORS["nvidia-h100-80gb"]))
+
+
+REMOTE_CASES = {
+    # name: (config, what its auto_map names where vLLM needs --trust-remote-code, else "")
+    "nemotron-nas (Llama-Nemotron)": ({**json.loads((ROOT / "bench" / "configs" / "nemotron-super-49b.json")
+                                                    .read_text()),
+                                       "auto_map": {"AutoConfig": "configuration_decilm.DeciLMConfig"}},
+                                      "configuration_decilm.DeciLMConfig"),
+    "internlm2, neither class": ({"model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"],
+                                  "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config"},
+                                  "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2},
+                                 "configuration_internlm2.InternLM2Config"),
+    "kimi_k2, vLLM's class": (json.loads((ROOT / "models" / "Kimi-K2-Instruct.json").read_text()), ""),
+    "deepseek_v3, transformers' class": (json.loads((ROOT / "models" / "DeepSeek-V3.json").read_text()), ""),
+}
+
+
+def test_the_model_types_vllm_reads_itself_are_vllm_0_32s():
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    from planner.model_config import VLLM_CONFIG_TYPES
+
+    assert frozenset(_CONFIG_REGISTRY) == VLLM_CONFIG_TYPES
+
+
+@pytest.mark.parametrize("name", sorted(REMOTE_CASES))
+def test_remote_code_is_needed_exactly_where_vllms_config_parser_asks_for_it(name, tmp_path, monkeypatch):
+    """vLLM 0.32.0's own config parser, offline and without --trust-remote-code, on each config: it refuses to run
+    the repository's code exactly where planner/model_config.py remote_code names the auto_map class (the stack
+    then needs model.trustRemoteCode)."""
+    from vllm.transformers_utils.config import HFConfigParser
+
+    from planner.model_config import remote_code
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config, named = REMOTE_CASES[name]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert remote_code(config) == named
+    if named:
+        # vLLM re-raises transformers' refusal where its wording is not the one it rewrites (transformers 5.19)
+        with pytest.raises((RuntimeError, ValueError), match=r"--trust-remote-code|custom code which must be executed"):
+            HFConfigParser().parse(tmp_path, trust_remote_code=False)
+    else:
+        HFConfigParser().parse(tmp_path, trust_remote_code=False)

@@ -63,3 +63,22 @@ def test_missing_config_and_bad_arguments_are_reported(tmp_path):
     assert "config.json missing" in run("--source", "local", "--from", str(src), "--dest", str(tmp_path / "d")).stderr
     bad = run("--source", "gcs", "--gcs-uri", "s3://x", "--dest", str(tmp_path / "d"))
     assert bad.returncode == 2 and "gs://" in bad.stderr
+
+
+def test_with_code_the_modules_auto_map_names_must_be_on_the_disk(tmp_path):
+    """--code (model.trustRemoteCode): the repository's *.py come along, and a download without a module config.json's
+    auto_map imports fails in one line instead of a serving pod that cannot import it."""
+    src = fake_model(tmp_path)
+    (src / "config.json").write_text(json.dumps({"model_type": "nemotron-nas", "auto_map": {
+        "AutoConfig": "configuration_decilm.DeciLMConfig", "AutoModelForCausalLM": "modeling_decilm.DeciLMForCausalLM",
+        "AutoTokenizer": ["other/repo--tokenization_x.XTokenizer", None]}}))
+    (src / "configuration_decilm.py").write_text("# config class\n")
+    failed = run("--source", "local", "--from", str(src), "--dest", str(tmp_path / "a"), "--code")
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1
+    assert "modeling_decilm.py" in failed.stderr and "configuration_decilm.py" not in failed.stderr
+    (src / "modeling_decilm.py").write_text("# model class\n")
+    done = run("--source", "local", "--from", str(src), "--dest", str(tmp_path / "b"), "--code")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "b" / ".vllm-gke-complete.json").read_text())["code"] is True
+    assert run("--source", "local", "--from", str(src), "--dest", str(tmp_path / "c")).returncode == 0, \
+        "without --code the modules are not checked"

@@ -47,3 +47,47 @@ def test_the_rendered_command_is_the_one_that_ran(vllm_server):
     assert command[1].endswith("launcher.py") and command[2] == "leader"
     assert "vllm.entrypoints.openai.api_server" in command
     assert "--api-key" not in command
+
+
+@pytest.fixture(scope="module")
+def nas_model(tiny_model, tmp_path_factory):
+    from tests.tiny_model import build_tiny_nas_model
+
+    return build_tiny_nas_model(tiny_model, tmp_path_factory.mktemp("tiny-nas"))
+
+
+def test_a_remote_code_checkpoint_serves_with_model_trust_remote_code_and_not_without(nas_model, tmp_path):
+    """A Llama-Nemotron-shaped checkpoint (nemotron-nas: per-block KV heads, a block without attention, one without
+    MLP) whose config class is the repository's own code: the command rendered with model.trustRemoteCode starts
+    vLLM 0.32.0 on it and answers; the same command without --trust-remote-code exits at the config."""
+    import os
+    import signal
+
+    from tests.serving_helpers import free_port, remap, rendered_leader, start_server, wait_healthy
+
+    command, _ = rendered_leader(nas_model, model={"trustRemoteCode": True})
+    assert "--trust-remote-code" in command
+    home = {"HOME": str(tmp_path / "home")}  # the pod's HOME: an empty, writable directory for the imported code
+    port, log = free_port(), tmp_path / "server.log"
+    proc = start_server(remap(command, nas_model, port), home, log)
+    try:
+        wait_healthy(proc, port, log)
+        request = {"model": "tiny", "prompt": "hello world", "max_tokens": 8, "ignore_eos": True}
+        status, body = post({"url": f"http://127.0.0.1:{port}"}, "/v1/completions", request)
+        assert status == 200 and body["usage"]["completion_tokens"] == 8
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except Exception:
+                os.killpg(proc.pid, signal.SIGKILL)
+    untrusted = [arg for arg in remap(command, nas_model, free_port()) if arg != "--trust-remote-code"]
+    refused_log = tmp_path / "refused.log"
+    refused = start_server(untrusted, home, refused_log)
+    try:
+        assert refused.wait(240) != 0
+    finally:
+        if refused.poll() is None:
+            os.killpg(refused.pid, signal.SIGKILL)
+    assert "custom code" in refused_log.read_text() or "trust-remote-code" in refused_log.read_text()

@@ -1,10 +1,12 @@
 """ModelWeights under Pulumi's mocks: the disk/snapshot/image chain, the download Job, secrets, GCS access."""
 
+import json
 
-from tests.helpers import full_config, model, node_config
+from tests.helpers import PROJECT_DIR, accel, full_config, model, node_config
 from tools.mocks import Recording, run_program
 
 DISK, JOB = "gcp:compute/disk:Disk", "kubernetes:batch/v1:Job"
+LWS = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
 CHAIN_TYPES = {DISK, "gcp:compute/snapshot:Snapshot", "gcp:compute/image:Image", JOB,
                "kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim"}
 
@@ -137,3 +139,34 @@ def test_the_detach_waiter_may_only_read_volume_attachments():
     binding = rec.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "detach").inputs
     job = rec.one(JOB, "detached").inputs["spec"]["template"]["spec"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": job["serviceAccountName"], "namespace": "vllm"}]
+
+
+def nas_with_remote_code(tmp_path) -> dict:
+    """model section of a Llama-Nemotron (nemotron-nas) config whose config class is remote code (auto_map), as the
+    published checkpoints ship it."""
+    cfg = json.loads((PROJECT_DIR / "bench" / "configs" / "nemotron-super-49b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "auto_map": {"AutoConfig": "configuration_decilm.DeciLMConfig",
+                                                    "AutoModelForCausalLM": "modeling_decilm.DeciLMForCausalLM"}}))
+    return {"id": "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "configFile": str(path)}
+
+
+def test_a_remote_code_model_runs_with_trust_remote_code_and_its_code_on_the_weights_disk(tmp_path):
+    """model.trustRemoteCode: the leader runs vLLM with --trust-remote-code, the download Job takes the repository's
+    *.py (download.py --code), and the weights chain is a new one (the disk's content differs)."""
+    h100 = accel("nvidia-h100-80gb", "a3-highgpu-8g")
+    rec = run_program(full_config(model={**nas_with_remote_code(tmp_path), "trustRemoteCode": True},
+                                  accelerator=h100))
+    job = rec.one(JOB, "download").inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--code" in job
+    leader = rec.one(LWS).inputs["spec"]["leaderWorkerTemplate"]
+    pod = leader.get("leaderTemplate") or leader["workerTemplate"]
+    assert "--trust-remote-code" in pod["spec"]["containers"][0]["command"]
+    without = run_program(full_config(model={**model("Llama-3.1-8B-Instruct"), "trustRemoteCode": True},
+                                      accelerator=h100))
+    plain = run_program(full_config(model=model("Llama-3.1-8B-Instruct"), accelerator=h100))
+    assert set(chain_keys(without)).isdisjoint(chain_keys(plain)), "code on the disk is another disk"
+    plain_job = plain.one(JOB, "download").inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    plain_pod = plain.one(LWS).inputs["spec"]["leaderWorkerTemplate"]
+    plain_pod = plain_pod.get("leaderTemplate") or plain_pod["workerTemplate"]
+    assert "--code" not in plain_job and "--trust-remote-code" not in plain_pod["spec"]["containers"][0]["command"]

@@ -1,6 +1,7 @@
 """A one-zone, one-option stack renders exactly what it rendered before several zones, provisioning lists and
 fallbacks existed (issue 32): every resource's type, logical name and inputs, compared with snapshots taken from
-main at 2b8cf4f (tests/program/golden/, written by the loop below before the change)."""
+main at 2b8cf4f (tests/program/golden/, written by the loop below before the change); the download
+script they carry inline is today's images/model-downloader/download.py."""
 
 import json
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Stack config validation: every bad value is one ConfigError naming key, value and what is accepted."""
 
+import json
+
 import pytest
 
 from planner.config import build_settings, project_defaults
@@ -122,3 +124,29 @@ def test_secrets_are_known_keys_and_only_their_presence_is_kept():
     s = build_settings({**raw(), "hfToken": "hf_abc", "apiKey": "k"})
     assert s.has_hf_token and s.has_api_key
     assert "hf_abc" not in repr(s), "settings must not hold secret values"
+
+
+def test_a_config_class_only_remote_code_has_asks_for_model_trust_remote_code(tmp_path):
+    """Llama-Nemotron's config.json names configuration_decilm.DeciLMConfig (auto_map) for model_type nemotron-nas,
+    which neither transformers nor vLLM 0.32.0 has: vLLM starts it only with --trust-remote-code (held to vLLM's own
+    parser in tests/engine/test_vllm_reads_configs.py), so the plan asks for the key; with it the model plans as
+    the same config without auto_map does. --trust-remote-code in vllm.extraArgs points at the key."""
+    from pathlib import Path
+
+    nas = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" / "nemotron-super-49b.json")
+                     .read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**nas, "auto_map": {"AutoConfig": "configuration_decilm.DeciLMConfig"}}))
+    h100 = accel("nvidia-h100-80gb", "a3-highgpu-8g")
+    nemotron = {"id": "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "configFile": str(path)}
+    with pytest.raises(ConfigError) as err:
+        settings(model=nemotron, accelerator=h100)
+    assert err.value.key == "model.trustRemoteCode" and "configuration_decilm.DeciLMConfig" in str(err.value)
+    assert "\n" not in str(err.value)
+    trusted = settings(model={**nemotron, "trustRemoteCode": True}, accelerator=h100)
+    assert trusted.model.trust_remote_code and trusted.model.architecture.model_type == "nemotron-nas"
+    assert trusted.model.architecture.num_layers == len(nas["block_configs"])
+    assert any("--trust-remote-code" in w and "DeciLMConfig" in w for w in trusted.warnings)
+    with pytest.raises(ConfigError) as err:
+        settings(model=model("Llama-3.1-8B-Instruct"), vllm={"extraArgs": ["--trust_remote_code"]})
+    assert err.value.key == "vllm.extraArgs" and "model.trustRemoteCode" in str(err.value)
