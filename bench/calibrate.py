@@ -27,6 +27,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_TRACE = ROOT / "bench" / "peaktrace"
+REMOTE_CODE = {"nemotron-nas": "configuration_decilm.DeciLMConfig"}
+"""A config class for each model_type whose published class is remote code (planner/model_config.py
+REMOTE_CONFIG_BASES), written for this project under bench/remote_code/: the model directory ships it as its own
+code (auto_map), and vLLM starts with --trust-remote-code, as a stack with model.trustRemoteCode does."""
 """The site hook --trace-peak puts first on the servers' PYTHONPATH (bench/peaktrace/sitecustomize.py)."""
 sys.path.insert(0, str(ROOT))
 
@@ -45,7 +49,7 @@ from bench.harness import (  # noqa: E402
 from bench.models import build_tokenizer  # noqa: E402
 from planner.catalog import ACCELERATORS  # noqa: E402
 from planner.layers import cut_layers  # noqa: E402
-from planner.model_config import as_vllm_reads  # noqa: E402
+from planner.model_config import as_vllm_reads, remote_code  # noqa: E402
 
 LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
 AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
@@ -136,6 +140,10 @@ def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = Fa
     data = entry_config(config, layers, text_mode)
     out = work / "models" / f"{config.stem}-{layers or 'all'}{'-text' if text_mode else ''}"
     out.mkdir(parents=True, exist_ok=True)
+    if (code := REMOTE_CODE.get(str(data.get("model_type")))) is not None:
+        module = code.rsplit(".", 1)[0] + ".py"
+        (out / module).write_text((ROOT / "bench" / "remote_code" / module).read_text())
+        data = {**data, "auto_map": {"AutoConfig": code}}
     (out / "config.json").write_text(json.dumps(name_gptq_layers(data), indent=2))
     filled = as_vllm_reads(data, "calibrate")  # vocab_size and the like as transformers fills them for vLLM
     text = filled.get("text_config", filled)
@@ -181,7 +189,7 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     name = directory.name
     layout = LAYOUTS["tp1"]
     spec = replace(bench.spec(layout, API_PORT + 20, directory), served_name=name,
-                   extra_args=("--load-format", "dummy", *args.extra))
+                   extra_args=("--load-format", "dummy", *args.extra), trust_remote_code=bool(remote_code(data)))
     env = bench.env(layout, [0] if args.gpus else [], f"calibrate-{name}")
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
     if args.runner == "v2":

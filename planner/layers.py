@@ -14,7 +14,7 @@ from typing import Any
 from planner.architecture import ATTENTION_KINDS
 from planner.errors import ConfigError
 
-PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type", "mlp_layer_types")
+PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type", "mlp_layer_types", "block_configs")
 """Lists with one entry per decoder layer: cut with the layers."""
 LAYER_INDEX_LISTS = ("mlp_only_layers", "moe_layers")
 """Lists of layer indices: entries past the cut are dropped."""

@@ -17,4 +17,6 @@ class DeciLMConfig(LlamaConfig):
 
     def __init__(self, block_configs=None, **kwargs):
         self.block_configs = [Section({k: Section(v) for k, v in block.items()}) for block in block_configs or []]
-        super().__init__(**kwargs)
+        # the published configs leave per-layer sizes null at the top (intermediate_size, num_key_value_heads):
+        # LlamaConfig's defaults stand in, which vLLM's nemotron_nas.py never reads
+        super().__init__(**{k: v for k, v in kwargs.items() if v is not None})

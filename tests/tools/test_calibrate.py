@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from transformers import AutoTokenizer
 
 from bench.calibrate import model_dir, parse_entry
@@ -49,3 +50,27 @@ def test_a_bad_entry_is_one_line_and_exit_status():
                               timeout=120)
         assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert entry in proc.stderr
+
+
+def test_a_nas_model_directory_ships_its_config_class_and_vllm_reads_it_as_the_planner(tmp_path):
+    """nemotron-nas's published config class is remote code: the directory carries this project's class
+    (bench/remote_code) under auto_map, cut with its block_configs, and transformers (as vLLM with
+    --trust-remote-code) builds the config from it with each block's sections as attributes."""
+    from transformers import AutoConfig
+
+    from planner.model_config import parse_hf_config, remote_code
+
+    config, layers, _ = parse_entry("bench/configs/nemotron-super-49b.json:7")
+    out, data = model_dir(tmp_path, config, layers)
+    assert remote_code(data) == "configuration_decilm.DeciLMConfig"
+    assert len(data["block_configs"]) == data["num_hidden_layers"] == 7
+    loaded = AutoConfig.from_pretrained(out, trust_remote_code=True)
+    assert [b.attention.no_op for b in loaded.block_configs] == [b["attention"]["no_op"] for b in data["block_configs"]]
+    ours = parse_hf_config(data, "nas", "x")
+    assert ours.layer_kv_heads == tuple(0 if b.attention.no_op else loaded.num_attention_heads
+                                        // b.attention.n_heads_in_group for b in loaded.block_configs)
+    vllm_config = pytest.importorskip("vllm.config")
+    model = vllm_config.ModelConfig(model=str(out), tokenizer=str(out), trust_remote_code=True,
+                                    max_model_len=4096, skip_tokenizer_init=True)
+    assert model.get_total_num_kv_heads() == max(ours.layer_kv_heads)
+    assert model.get_num_layers(vllm_config.ParallelConfig()) == ours.num_layers
