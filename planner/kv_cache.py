@@ -404,14 +404,7 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
         return pool_packed(specs, pp, max_len, available, admission, slots, block, page)
     page, blocks_of = unified_pages(specs, by_kind, block, page)
-    if len(by_kind) == 1:
-        groups = list(by_kind.values())
-    else:
-        size = group_size([len(layers) for layers in by_kind.values()])
-        groups = []
-        for layers in by_kind.values():
-            n = math.ceil(len(layers) / size)
-            groups.extend(layers[i::n] for i in range(n))
+    groups = kind_groups(by_kind)
     widest = [max(sum(1 for layer in g if start <= layer < stop) for g in groups)
               for start, stop in stage_bounds(len(specs), pp, slots)]
     blocks = min(int(available // (page * layers)) for layers in widest if layers)
@@ -419,7 +412,20 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     return int(blocks / per_request * max_len)
 
 
-def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: float, admission: Admission,
+def kind_groups(by_kind: dict[str, list[int]]) -> list[list[int]]:
+    """The KV-cache groups of vLLM 0.32.0's get_kv_cache_groups: one group when every cached layer is of one kind,
+    else each kind's layers dealt round-robin into cdiv(count, group_size) groups."""
+    if len(by_kind) == 1:
+        return list(by_kind.values())
+    size = group_size([len(layers) for layers in by_kind.values()])
+    groups = []
+    for layers in by_kind.values():
+        n = math.ceil(len(layers) / size)
+        groups.extend(layers[i::n] for i in range(n))
+    return groups
+
+
+def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: float | None, admission: Admission,
                 slots: int, block: int, state_page: float) -> int:
     """vLLM 0.32.0's block-outermost packing (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), the
     layout a pooled indexer's ring needs (KpoolTailBackend takes BLHNC only): the layers fall into buckets of one
@@ -449,6 +455,8 @@ def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: 
         groups.extend((layers[i::n], page, request) for i in range(n))
     widest = [max(sum(1 for layer in members if start <= layer < stop) * page for members, page, _ in groups)
               for start, stop in stage_bounds(len(specs), pp, slots)]
+    if available is None:  # block_bytes: what one block takes on the stage with the most
+        return max(widest)  # type: ignore[return-value]
     blocks = min(int(available // width) for width in widest if width)
     return int(blocks / sum(request for *_, request in groups) * max_len)
 
@@ -483,6 +491,32 @@ def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], b
 
 PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission, int], int]
 POOL_RULES: dict[str, PoolRule] = {"first-stage": pool_first_stage, "grouped": pool_grouped}
+
+
+def block_bytes(specs: tuple[LayerSpec, ...], pp: int, rule: str, slots: int = 1) -> float:
+    """The bytes one block of the KV cache takes on the GPU of the stage with the most, by the pool rule (the
+    divisor of available memory in pool_first_stage / pool_grouped / pool_packed): what num_blocks x this allocates
+    (vllm/v1/worker/gpu_model_runner.py _allocate_kv_cache_tensors: a tensor of num_blocks pages per layer of a
+    group's slot); 0 where no layer holds a cache."""
+    if all(isinstance(spec, NoCache) for spec in specs):
+        return 0.0
+    if rule == "first-stage":
+        stage = specs[:math.ceil(len(specs) // slots / pp) * slots]
+        if _full_only(stage):
+            return BLOCK_TOKENS * sum(spec.token_bytes for spec in stage)
+        counts = [len(layers) for layers in _by_kind(stage).values()]
+        return page_bytes(stage, block_tokens(stage)) * group_size(counts)
+    block = block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
+    bounds = stage_bounds(len(specs), pp, slots)
+    if _full_only(specs):
+        return max(sum(spec.page_bytes(block) for spec in specs[start:stop]) for start, stop in bounds)
+    page = page_bytes(specs, block)
+    if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
+        return float(pool_packed(specs, pp, 1, None, Admission(0, 1), slots, block, page))
+    by_kind = _by_kind(specs)
+    page, _ = unified_pages(specs, by_kind, block, page)
+    return page * max(sum(1 for layer in g if start <= layer < stop) for start, stop in bounds
+                      for g in kind_groups(by_kind))
 """The pool rules by the name an engine profile gives them."""
 
 

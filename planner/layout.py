@@ -21,11 +21,12 @@ from planner.engine import (
     profile_for_image,
 )
 from planner.errors import ConfigError
-from planner.kv_cache import bytes_per_token, layer_specs, pp_stages
+from planner.kv_cache import block_bytes, bytes_per_token, layer_specs, pp_stages
 from planner.memory import (
     LOAD_OVERHEAD_GIB,
     default_engine,
     outside_kv_bytes,
+    profiling_cache_blocks,
     rotary_cache_bytes,
     weights_per_gpu_bytes,
 )
@@ -88,6 +89,10 @@ class Fit:
     kv_tokens: int
     """KV tokens of one engine (a data-parallel rank; the whole replica without DP): one sequence must fit here."""
     engines: int = 1
+    start_bytes: float = 0.0
+    """What one GPU holds while vLLM estimates its CUDA graphs: weights, the profiling KV cache
+    (planner/memory.py profiling_cache_blocks) and what sits outside torch. Over the GPU's memory, vLLM runs out of
+    memory before it sizes its cache: the fit then holds no tokens."""
 
     @property
     def weights_fit(self) -> bool:
@@ -150,9 +155,35 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
     length = max_len or arch.context
-    tokens = engine.kv_tokens(layer_specs(arch, layout.tp, kv_bytes), layout.pp, usable, length, arch.cache_slots)
+    specs = layer_specs(arch, layout.tp, kv_bytes)
+    tokens = engine.kv_tokens(specs, layout.pp, usable, length, arch.cache_slots)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
-    return Fit(per_gpu, usable, per_token, tokens, layout.dp)
+    start = (per_gpu + (fitted.baseline_gib(engine.gpu) + fitted.non_torch_gib) * GIB
+             + profiling_cache_bytes(arch, layout, engine, kv_bytes))
+    return Fit(per_gpu, usable, per_token, tokens if start <= acc.memory_bytes else 0, layout.dp, start)
+
+
+def profiling_cache_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings, kv_bytes: float) -> float:
+    """The KV cache vLLM allocates on one GPU to estimate its CUDA graphs (planner/memory.py profiling_cache_blocks
+    blocks of planner/kv_cache.py block_bytes each)."""
+    return profiling_cache_blocks(arch, engine) * block_bytes(layer_specs(arch, layout.tp, kv_bytes), layout.pp,
+                                                              engine.profile.kv_pool, arch.cache_slots)
+
+
+def profiling_cache_text(arch: ModelArchitecture, acc: Accelerator, layout: Layout, engine: EngineSettings,
+                         kv_bytes: float, result: Fit) -> str:
+    """Why vLLM runs out of memory before it sizes its cache at `layout`, and what makes it start."""
+    cache = profiling_cache_bytes(arch, layout, engine, kv_bytes)
+    blocks = profiling_cache_blocks(arch, engine)
+    room = int((acc.memory_bytes - (result.start_bytes - cache)) // (cache / blocks) * 0.9)  # 10% to spare
+    seqs = room if engine.profile.cudagraph_reserved else room // 2  # 0.25.1: the largest capture, 2 x max_num_seqs
+    seqs = seqs // 64 * 64 or seqs
+    fewer = f"vllm.extraArgs [--max-num-seqs, {seqs}] (fewer blocks), " if seqs >= 1 else ""
+    return (f"to estimate its CUDA graphs vLLM first allocates a KV cache of {blocks} blocks, "
+            f"{gib_text(cache)} per GPU at {layout.describe()}, which with {gib_text(result.weights_per_gpu)} of "
+            f"weights is {gib_text(result.start_bytes)}, more than an {acc.display}'s {gib_text(acc.memory_bytes)}, "
+            f"so it runs out of memory before it starts; use {fewer}[--enforce-eager] (no graphs), or more GPUs "
+            "per replica")
 
 
 def place(tp: int, pp: int, gpus_per_node: int) -> int | None:
@@ -331,6 +362,9 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
                           f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
                           f"{outside_kv_bytes(arch, layout, engine) / GIB:.2f} GiB "
                           f"reserve; {_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
+    if result.start_bytes > accs.catalog.memory_bytes:
+        raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
+                          profiling_cache_text(arch, accs.catalog, layout, engine, kv_bytes, result))
     if result.kv_tokens < max_len and not arch.unsized:  # unsized: the plan warns that this is not verified
         alternative = _suggestion(settings, engine, weights_bytes, kv_bytes, max_len).removeprefix(
             "a layout that fits: ")

@@ -140,6 +140,27 @@ CAPTURE_LIMIT = 512
 CAPTURE_LIMIT_BY_GPU = {"nvidia-b200": 1024}
 
 
+def largest_capture(engine: EngineSettings) -> int:
+    """The largest batch a CUDA graph is captured for (CAPTURE_LIMIT)."""
+    return min(2 * engine.max_num_seqs, CAPTURE_LIMIT_BY_GPU.get(engine.gpu, CAPTURE_LIMIT),
+               engine.max_num_batched_tokens)
+
+
+def profiling_cache_blocks(arch: ModelArchitecture, engine: EngineSettings) -> int:
+    """The KV-cache blocks vLLM allocates before the real cache to estimate its CUDA graphs, "the smallest KV cache
+    that still lets every graph be captured": 0.32.0, min(max_num_seqs, the largest capture)
+    (vllm/v1/worker/gpu/cudagraph_utils.py _init_minimal_kv_cache_for_profiling); 0.25.1's V1 runner, the largest
+    capture (gpu_model_runner.py _init_minimal_kv_cache_for_profiling); 0.25.1's Model Runner V2, whose estimate was
+    a stub, and --enforce-eager (no graphs), none. Every layer that holds a cache gets its pages for each block, so
+    for Mamba-style states this is that many whole states a layer (Mamba-Codestral-7B: 64 layers x 512 states of
+    2.06 MiB, 66 GiB, which with its 13.6 GiB of weights an H100 could not hold: validation 34)."""
+    if not engine.cudagraphs:
+        return 0
+    if engine.profile.cudagraph_reserved:
+        return min(engine.max_num_seqs, largest_capture(engine))
+    return 0 if runner_v2(arch, engine) else largest_capture(engine)
+
+
 def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
     """FlashAttention's split-KV accumulator in the largest captured FULL graph on one GPU: under full CUDA graphs the
     attention metadata fixes num_splits at SPLITS_FOR_GRAPHS, and the kernel's intermediate buffers are
@@ -152,8 +173,7 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     them. Measured on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured."""
     if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
         return 0.0
-    limit = CAPTURE_LIMIT_BY_GPU.get(engine.gpu, CAPTURE_LIMIT)
-    batch = min(2 * engine.max_num_seqs, limit, engine.max_num_batched_tokens)
+    batch = largest_capture(engine)
     heads = -(-arch.num_attention_heads // layout.tp)
     width = arch.kv_lora_rank or max(arch.head_dim, arch.global_attention[1])
     return SPLITS_FOR_GRAPHS * batch * heads * width * 4.0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import kv_cache
+from planner import kv_cache, memory
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS, GIB
 from planner.engine import PROFILES, batch_defaults, engine_settings
@@ -813,3 +813,72 @@ def test_a_mutated_nas_rule_disagrees_with_vllm(mutation):
                  if planner_tokens(arch, tp, pp, 30 * GIB, 8192, 8192) != nas_vllm_tokens(raw, tp, pp, 30 * GIB,
                                                                                            8192, 8192)]
     assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+# ------------------------------------------------------------------ the KV cache vLLM allocates to estimate its graphs
+
+def vllm_profiling_cache_bytes(cfg: EngineConfig, specs: dict[int, object], layers: int, pp: int,
+                               blocks: int) -> int:
+    """What vLLM 0.32.0 allocates on the GPU of the stage with the most for a cache of `blocks` blocks, as
+    _init_minimal_kv_cache_for_profiling asks for it (get_kv_cache_groups of the stage's layers,
+    get_kv_cache_config_from_groups with num_gpu_blocks_override and available memory 0): the one backing
+    allocation every KVCacheTensor of a stage's KVCacheConfig shares (vllm/v1/worker/utils.py: the groups overlay
+    it, all tensors carry its size)."""
+    cfg.cache_config.num_gpu_blocks_override = blocks
+    workers = []
+    for rank in range(pp):
+        start, stop = get_pp_indices(layers, rank, pp)
+        workers.append({f"model.layers.{i}.attn.{n}": spec for i in range(start, stop)
+                        for n, spec in enumerate(specs[i] if isinstance(specs.get(i), tuple) else [specs.get(i)])
+                        if spec is not None})
+    configs = [kv_cache_utils.get_kv_cache_config_from_groups(cfg, kv_cache_utils.get_kv_cache_groups(cfg, worker), 0)
+               for worker in workers]
+    assert all(c.num_blocks == blocks for c in configs)
+    sizes = [{t.size for t in c.kv_cache_tensors} for c in configs]
+    assert all(len(size) == 1 for size in sizes)
+    return max(size.pop() for size in sizes)
+
+
+PROFILING_CASES = [(name, tp, pp) for name in ("mamba-codestral-7b", "nemotron-h-8b", "jamba-1.5-mini",
+                                               "falcon-h1-7b", "Llama-3.1-8B-Instruct", "gemma-2-9b-it",
+                                               "Qwen3-Next-80B-A3B-Instruct", "DeepSeek-V3")
+                   for tp, pp in ((1, 1), (2, 1), (1, 3)) if not (name == "mamba-codestral-7b" and pp > 1)]
+
+
+@pytest.mark.parametrize(("name", "tp", "pp"), PROFILING_CASES, ids=[f"{n}-tp{t}-pp{p}" for n, t, p in PROFILING_CASES])
+def test_the_profiling_cache_is_the_one_vllm_0_32_allocates_for_its_graphs(name, tp, pp):
+    """planner/memory.py profiling_cache_blocks x planner/kv_cache.py block_bytes, against vLLM 0.32.0's own
+    KV-cache config for that many blocks: Mamba-2, Mamba-1 and Gated DeltaNet states beside attention, attention
+    alone, sliding windows, latent attention, across tensor and pipeline splits."""
+    if name in HYBRIDS:
+        arch, hf_config = hybrid_config(name)
+    else:
+        arch, hf_config = load(ROOT / "models" / f"{name}.json"), None
+    engine = engine_settings(PROFILE, H200)
+    blocks = memory.profiling_cache_blocks(arch, engine)
+    assert blocks == min(engine.max_num_seqs, 512)
+    cfg = EngineConfig(8192, tp, pp, engine.max_num_batched_tokens, engine.caches_prefixes(
+        kv_cache.layer_specs(arch, tp, 2.0)))
+    theirs = vllm_profiling_cache_bytes(cfg, layer_specs(arch, tp, cfg.cache_config.mamba_cache_mode, hf_config),
+                                        arch.num_layers, pp, blocks)
+    ours = blocks * kv_cache.block_bytes(kv_cache.layer_specs(arch, tp, 2.0), pp, PROFILE.kv_pool, arch.cache_slots)
+    assert ours == theirs, f"{name} tp={tp} pp={pp}: planner {ours / GIB:.3f} GiB, vLLM 0.32.0 {theirs / GIB:.3f}"
+
+
+PROFILING_MUTATIONS = {
+    "max_num_seqs blocks, not min(max_num_seqs, the largest capture)": lambda mp: mp.setattr(
+        memory, "profiling_cache_blocks", lambda arch, engine: engine.max_num_seqs),
+    "every cache layer its own pages, groups not overlaid": lambda mp: mp.setattr(
+        kv_cache, "block_bytes", lambda specs, pp, rule, slots=1: sum(
+            s.page_bytes(kv_cache.block_tokens(specs, kv_cache.MLA_HYBRID_BLOCK_TOKENS)) if not isinstance(
+                s, kv_cache.LinearState) else kv_cache.page_bytes(specs, kv_cache.block_tokens(
+                    specs, kv_cache.MLA_HYBRID_BLOCK_TOKENS)) for s in specs if not isinstance(s, kv_cache.NoCache))),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(PROFILING_MUTATIONS))
+def test_a_mutated_profiling_cache_rule_disagrees_with_vllm(mutation, monkeypatch):
+    PROFILING_MUTATIONS[mutation](monkeypatch)
+    with pytest.raises(AssertionError):
+        for name, tp, pp in PROFILING_CASES:
+            test_the_profiling_cache_is_the_one_vllm_0_32_allocates_for_its_graphs(name, tp, pp)

@@ -318,3 +318,37 @@ def test_a_pipeline_stage_without_an_moe_layer_is_refused_where_vllms_class_need
     assert err.value.key == "parallelism.pipeline" and "layers 0-2, all dense" in str(err.value)
     assert "\n" not in str(err.value)
     assert sizing(model=section, accelerator=h200, parallelism={"tensor": 1, "pipeline": 1}).pipeline_parallel_size == 1
+
+
+def test_a_profiling_cache_over_the_gpu_is_planned_as_vllm_fails_on_it():
+    """vLLM estimates its CUDA graphs with a KV cache of min(max_num_seqs, 512) blocks allocated first: 66 GiB of
+    Mamba-2 states for Mamba-Codestral-7B, which with its 13.6 GiB of weights an H100 does not hold (validation 34:
+    vLLM 0.25.1 ran out of memory there; the same config started on an H200, validation 16). A stated TP=1 on an
+    H100 is refused naming the way out; the automatic layout takes more GPUs; fewer sequences or no graphs start at
+    TP=1; the H200 plans it at TP=1. No started validation row is near the line (tests: the largest is 0.78 of its
+    GPU)."""
+    from planner.catalog import ACCELERATORS
+
+    codestral = json.loads((ROOT / "bench" / "configs" / "mamba-codestral-7b.json").read_text())
+    m = {"id": "mistralai/Mamba-Codestral-7B-v0.1", "architecture": codestral}
+    h100 = accel("nvidia-h100-80gb", "a3-highgpu-8g")
+    with pytest.raises(ConfigError) as err:
+        sizing(model=m, accelerator=h100, parallelism={"tensor": 1}, vllm={"maxModelLen": 8192})
+    assert err.value.key == "parallelism.tensor" and "CUDA graphs" in str(err.value)
+    assert "--max-num-seqs" in str(err.value) and "--enforce-eager" in str(err.value)
+    auto = sizing(model=m, accelerator=h100, vllm={"maxModelLen": 8192})
+    assert auto.tensor_parallel_size * auto.pipeline_parallel_size > 1
+    for args in (["--max-num-seqs", "256"], ["--enforce-eager"]):
+        one = sizing(model=m, accelerator=h100, parallelism={"tensor": 1},
+                     vllm={"maxModelLen": 8192, "extraArgs": args})
+        assert one.tensor_parallel_size == 1
+    h200 = sizing(model=m, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"), parallelism={"tensor": 1},
+                  vllm={"maxModelLen": 8192})
+    assert h200.tensor_parallel_size == 1
+    for row in VALIDATED:
+        a = parse_hf_config(row["config"], row["model"], "validation")
+        f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], v2_everywhere=row["runner"] == "v2",
+                           router_fake=row["router_fake"])
+        assert f.start_bytes < 0.85 * ACCELERATORS[row["accelerator"]].memory_bytes, row["model"]
+    oom = single_gpu_fit(parse_hf_config(codestral, "mamba-codestral-7b", "x"), "nvidia-h100-80gb", 0.9, 8192)
+    assert oom.kv_tokens == 0
