@@ -29,10 +29,8 @@ API_KEY = "test-key-not-a-secret"
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model, tmp_path_factory):
     """A real vLLM (CPU build) started from the leader command the program renders, with an API key."""
-    import os
-    import signal
 
-    from tests.serving_helpers import free_port, remap, rendered_leader, start_server, wait_healthy
+    from tests.serving_helpers import free_port, remap, rendered_leader, start_server, stop_server, wait_healthy
 
     command, env = rendered_leader(tiny_model, apiKey={"secure": "v1:k"})
     assert any(e["name"] == "VLLM_API_KEY" and "valueFrom" in e for e in env), "the key must come from a Secret"
@@ -43,9 +41,4 @@ def vllm_server(tiny_model, tmp_path_factory):
         wait_healthy(proc, port, log)
         yield {"url": f"http://127.0.0.1:{port}", "key": API_KEY, "log": log, "command": command}
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except Exception:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(proc)

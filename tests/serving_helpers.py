@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -55,6 +56,16 @@ def start_server(command: list[str], env: dict[str, str], log: Path) -> subproce
                 "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "2", **env}
     return subprocess.Popen(command, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, SIGKILL it after 60 s: nothing is left behind."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def wait_healthy(proc: subprocess.Popen, port: int, log: Path, timeout: float = 300) -> None:

@@ -63,7 +63,7 @@ def test_a_remote_code_checkpoint_serves_with_model_trust_remote_code_and_not_wi
     import os
     import signal
 
-    from tests.serving_helpers import free_port, remap, rendered_leader, start_server, wait_healthy
+    from tests.serving_helpers import free_port, remap, rendered_leader, start_server, stop_server, wait_healthy
 
     command, _ = rendered_leader(nas_model, model={"trustRemoteCode": True})
     assert "--trust-remote-code" in command
@@ -76,12 +76,7 @@ def test_a_remote_code_checkpoint_serves_with_model_trust_remote_code_and_not_wi
         status, body = post({"url": f"http://127.0.0.1:{port}"}, "/v1/completions", request)
         assert status == 200 and body["usage"]["completion_tokens"] == 8
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except Exception:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(proc)
     untrusted = [arg for arg in remap(command, nas_model, free_port()) if arg != "--trust-remote-code"]
     refused_log = tmp_path / "refused.log"
     refused = start_server(untrusted, home, refused_log)
