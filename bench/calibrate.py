@@ -27,11 +27,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_TRACE = ROOT / "bench" / "peaktrace"
+"""The site hook --trace-peak puts first on the servers' PYTHONPATH (bench/peaktrace/sitecustomize.py)."""
 REMOTE_CODE = {"nemotron-nas": "configuration_decilm.DeciLMConfig"}
 """A config class for each model_type whose published class is remote code (planner/model_config.py
 REMOTE_CONFIG_BASES), written for this project under bench/remote_code/: the model directory ships it as its own
 code (auto_map), and vLLM starts with --trust-remote-code, as a stack with model.trustRemoteCode does."""
-"""The site hook --trace-peak puts first on the servers' PYTHONPATH (bench/peaktrace/sitecustomize.py)."""
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import (  # noqa: E402

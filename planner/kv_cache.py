@@ -425,7 +425,7 @@ def kind_groups(by_kind: dict[str, list[int]]) -> list[list[int]]:
     return groups
 
 
-def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: float | None, admission: Admission,
+def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: float, admission: Admission,
                 slots: int, block: int, state_page: float) -> int:
     """vLLM 0.32.0's block-outermost packing (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), the
     layout a pooled indexer's ring needs (KpoolTailBackend takes BLHNC only): the layers fall into buckets of one
@@ -435,6 +435,14 @@ def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: 
     needs to hold its pages. Each block of the pool is as wide as the widest group on the stage with the most; a
     request holds a block per group (the latent group's max_model_len, two or one per state group under prefix
     caching, one ring)."""
+    widest, requests = packed_blocks(specs, pp, max_len, admission, slots, block, state_page)
+    blocks = min(int(available // width) for width in widest if width)
+    return int(blocks / requests * max_len)
+
+
+def packed_blocks(specs: tuple[LayerSpec, ...], pp: int, max_len: int, admission: Admission, slots: int, block: int,
+                  state_page: float) -> tuple[list[float], int]:
+    """pool_packed's blocks: (the bytes of a block on each pipeline stage, the blocks a request holds)."""
     buckets = []  # (layers, page, blocks a request holds, whether a state)
     for layers in _by_kind(specs).values():
         spec = specs[layers[0]]
@@ -455,10 +463,7 @@ def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: 
         groups.extend((layers[i::n], page, request) for i in range(n))
     widest = [max(sum(1 for layer in members if start <= layer < stop) * page for members, page, _ in groups)
               for start, stop in stage_bounds(len(specs), pp, slots)]
-    if available is None:  # block_bytes: what one block takes on the stage with the most
-        return max(widest)  # type: ignore[return-value]
-    blocks = min(int(available // width) for width in widest if width)
-    return int(blocks / sum(request for *_, request in groups) * max_len)
+    return widest, sum(request for *_, request in groups)
 
 
 def approximate_gcd(values: list[int], lower_bound: int = 1) -> int:
@@ -491,13 +496,14 @@ def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], b
 
 PoolRule = Callable[[tuple[LayerSpec, ...], int, float, int, Admission, int], int]
 POOL_RULES: dict[str, PoolRule] = {"first-stage": pool_first_stage, "grouped": pool_grouped}
+"""The pool rules by the name an engine profile gives them."""
 
 
 def block_bytes(specs: tuple[LayerSpec, ...], pp: int, rule: str, slots: int = 1) -> float:
     """The bytes one block of the KV cache takes on the GPU of the stage with the most, by the pool rule (the
-    divisor of available memory in pool_first_stage / pool_grouped / pool_packed): what num_blocks x this allocates
-    (vllm/v1/worker/gpu_model_runner.py _allocate_kv_cache_tensors: a tensor of num_blocks pages per layer of a
-    group's slot); 0 where no layer holds a cache."""
+    divisor of available memory in pool_first_stage / pool_grouped / pool_packed): num_blocks x this is what the
+    cache allocates (0.32.0: one backing allocation the groups overlay, vllm/v1/worker/utils.py; 0.25.1: a tensor of
+    num_blocks pages per slot of a group); 0 where no layer holds a cache."""
     if all(isinstance(spec, NoCache) for spec in specs):
         return 0.0
     if rule == "first-stage":
@@ -512,12 +518,11 @@ def block_bytes(specs: tuple[LayerSpec, ...], pp: int, rule: str, slots: int = 1
         return max(sum(spec.page_bytes(block) for spec in specs[start:stop]) for start, stop in bounds)
     page = page_bytes(specs, block)
     if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
-        return float(pool_packed(specs, pp, 1, None, Admission(0, 1), slots, block, page))
+        return max(packed_blocks(specs, pp, 1, Admission(0, 1), slots, block, page)[0])
     by_kind = _by_kind(specs)
     page, _ = unified_pages(specs, by_kind, block, page)
     return page * max(sum(1 for layer in g if start <= layer < stop) for start, stop in bounds
                       for g in kind_groups(by_kind))
-"""The pool rules by the name an engine profile gives them."""
 
 
 def stage_bounds(specs: int, pp: int, slots: int = 1) -> list[tuple[int, int]]:
