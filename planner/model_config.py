@@ -289,13 +289,25 @@ def remote_code(cfg: Mapping[str, Any]) -> str:
     return "" if isinstance(model_type, str) and model_type in _config_classes() else named
 
 
+def remote_code_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(key, what it marks) where the config class is remote code the planner has no reading of (remote_code, and
+    neither a transformers class for its architecture nor REMOTE_CONFIG_BASES): it is read as config.json writes it,
+    so the plan takes the stated parallelism and says what it could not verify, as for an unsized layer kind."""
+    named = remote_code(cfg)
+    if not named or cfg.get("model_type") in REMOTE_CONFIG_BASES \
+            or _architecture_type(cfg.get("architectures"), _config_classes()) is not None:
+        return None
+    return "auto_map", (f"auto_map names the config class {named}, remote code the planner does not run (the "
+                        "fields config.json leaves out take none of its defaults)")
+
+
 def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The config as vLLM reads it: vLLM loads config.json through transformers' config class for its model_type
     (vllm/transformers_utils/config.py, get_config), so fields a published config.json leaves out take that class's
     defaults. A model_type transformers has no class for is read through its text_config's class when that one is
     known (a wrapper around a known decoder); a remote-code config (auto_map) through transformers' class for its
     first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM) or the class REMOTE_CONFIG_BASES names,
-    and refused otherwise."""
+    and as config.json writes it otherwise (no defaults filled: the model plans unsized, remote_code_reason)."""
     model_type = cfg.get("model_type")
     classes = _config_classes()
     if isinstance(model_type, str) and model_type in classes:
@@ -309,12 +321,8 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     known = _architecture_type(cfg.get("architectures"), classes)
     if known is not None:  # remote code whose architecture transformers implements (Kimi-K2: DeepseekV3ForCausalLM)
         return _filled(classes[known], {**cfg, "model_type": known}, source) or dict(cfg)
-    if cfg.get("auto_map"):
-        raise ConfigError(source, model_type, "this config needs remote code (auto_map) and transformers has no "
-                                              f"config class for model_type {model_type!r}; set model.architecture "
-                                              "to the config of the architecture it implements (a model_type "
-                                              "transformers knows), or model.weightsGib with parallelism.tensor")
-    return dict(cfg)
+    return dict(cfg)  # a remote-code class the planner does not run: config.json's own fields (parse_hf_config
+    # marks the model unsized, remote_code_reason)
 
 
 def _per_modality_experts(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -358,6 +366,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     raw_text = cfg.get("text_config")
     architectures = cfg.get("architectures")
     unsized = unsized_reason(raw_text if isinstance(raw_text, Mapping) else cfg)  # before transformers rewrites them
+    unsized = unsized or remote_code_reason(cfg)
     needs_code = remote_code(cfg)
     cfg = as_vllm_reads(cfg, source)
     vision, wrapper = cfg.get("vision_config"), cfg

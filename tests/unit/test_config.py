@@ -150,3 +150,21 @@ def test_a_config_class_only_remote_code_has_asks_for_model_trust_remote_code(tm
     with pytest.raises(ConfigError) as err:
         settings(model=model("Llama-3.1-8B-Instruct"), vllm={"extraArgs": ["--trust_remote_code"]})
     assert err.value.key == "vllm.extraArgs" and "model.trustRemoteCode" in str(err.value)
+
+
+def test_a_remote_code_model_the_planner_cannot_read_plans_with_stated_parallelism_and_says_so(tmp_path):
+    """InternLM2's config class is remote code with no reading in the planner: with model.trustRemoteCode, a stated
+    tensor size and model.weightsGib it plans, and the plan names the class and what it did not verify."""
+    from tests.helpers import sizing
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config"}, "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+        "vocab_size": 92544, "max_position_embeddings": 32768}))
+    plan = sizing(model={"id": "internlm/internlm2_5-7b-chat", "configFile": str(path), "weightsGib": 15.5,
+                         "trustRemoteCode": True},
+                  accelerator=accel("nvidia-h100-80gb", "a3-highgpu-1g"), parallelism={"tensor": 1})
+    assert plan.tensor_parallel_size == 1 and plan.weights_gib == 15.5
+    assert any("InternLM2Config" in w and "does not verify the KV tokens" in w for w in plan.warnings)

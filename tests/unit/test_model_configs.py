@@ -61,12 +61,20 @@ def test_an_fp8_ignored_layers_list_keeps_those_layers_in_16_bits():
     assert share["attention"] == pytest.approx(36 / 48) and share["experts"] == 1.0
 
 
-def test_a_config_that_needs_remote_code_and_has_no_known_class_is_refused_naming_the_key():
-    cfg = {"model_type": "my_custom_lm", "auto_map": {"AutoConfig": "configuration_x.XConfig"},
-           "hidden_size": 1024, "num_hidden_layers": 4}
+def test_a_config_whose_class_is_remote_code_the_planner_has_no_reading_of_plans_unsized():
+    """InternLM2 (vLLM serves InternLM2ForCausalLM with --trust-remote-code): read as config.json writes it, marked
+    unsized naming the class, so the plan takes stated parallelism and model.weightsGib and says what it could not
+    verify; a field the plan needs and the config leaves out is still one line naming it."""
+    cfg = {"model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"],
+           "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config"}, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+           "vocab_size": 92544, "max_position_embeddings": 32768}
+    a = parse_hf_config(cfg, "internlm2", "model.configFile")
+    assert a.remote_code == "configuration_internlm2.InternLM2Config" and "InternLM2Config" in a.unsized
+    assert (a.num_layers, a.num_kv_heads, a.head_dim) == (32, 8, 128)
     with pytest.raises(ConfigError) as err:
-        parse_hf_config(cfg, "x", "model.configFile")
-    assert "model.architecture" in str(err.value) and "remote code" in str(err.value)
+        parse_hf_config({k: v for k, v in cfg.items() if k != "num_attention_heads"}, "x", "model.configFile")
+    assert "num_attention_heads" in str(err.value)
 
 
 def test_a_wrapper_transformers_has_no_class_for_is_read_through_its_decoder():
