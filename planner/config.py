@@ -351,6 +351,11 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
         arch, note = _gcs_architecture(m)
     else:
         arch, note = load_architecture(m.id, m.revision, m.config_file, m.architecture, project_dir)
+    if arch.remote_code and not m.trust_remote_code:  # before any read of the checkpoint's headers
+        raise ConfigError("model.trustRemoteCode", False,
+                          f"config.json's auto_map names {arch.remote_code} for model_type {arch.model_type}, a "
+                          "config class neither transformers nor vLLM has, so vLLM starts this model only with "
+                          "--trust-remote-code; set model.trustRemoteCode: true to run the repository's code")
     checkpoint, skipped, tensors, tensors_from = None, 0, None, ""
     key = "model.tensorsFile" if m.tensors_file is not None else "model.gcsUri" if on_gcs else "model.id"
     if m.tensors_file is not None:
@@ -370,11 +375,6 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
         checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, key)
         if checkpoint:
             arch = replace(arch, checkpoint_groups=tensor_groups(tensors, arch, key))
-    if arch.remote_code and not m.trust_remote_code:
-        raise ConfigError("model.trustRemoteCode", False,
-                          f"config.json's auto_map names {arch.remote_code} for model_type {arch.model_type}, a "
-                          "config class neither transformers nor vLLM has, so vLLM starts this model only with "
-                          "--trust-remote-code; set model.trustRemoteCode: true to run the repository's code")
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,
                          checkpoint, skipped, tensors_from, key if tensors is not None else "",
                          m.trust_remote_code), note

@@ -373,17 +373,26 @@ def pool_first_stage(specs: tuple[LayerSpec, ...], pp: int, available: float, ma
     (get_kv_cache_capacity)."""
     if available <= 0:
         return 0
-    stage = specs[:math.ceil(len(specs) // slots / pp) * slots]
-    by_kind = _by_kind(stage)
+    stage = first_stage(specs, pp, slots)
     if _full_only(stage):
         return int(available // sum(spec.token_bytes for spec in stage))
+    width, per_request = first_stage_blocks(stage, max_len, admission)
+    return int(available // width / per_request * max_len)
+
+
+def first_stage(specs: tuple[LayerSpec, ...], pp: int, slots: int) -> tuple[LayerSpec, ...]:
+    """The layers of the first pipeline stage as vLLM 0.25.1's pool reads them."""
+    return specs[:math.ceil(len(specs) // slots / pp) * slots]
+
+
+def first_stage_blocks(stage: tuple[LayerSpec, ...], max_len: int, admission: Admission) -> tuple[float, int]:
+    """pool_first_stage's blocks where kinds mix: (the bytes of a block, the blocks a request holds)."""
+    by_kind = _by_kind(stage)
     block = block_tokens(stage)  # blocks in steps of 16 beside latent attention too
-    counts = [len(layers) for layers in by_kind.values()]
-    size = group_size(counts)
-    blocks = available // (page_bytes(stage, block) * size)
+    size = group_size([len(layers) for layers in by_kind.values()])
     per_request = sum(math.ceil(len(layers) / size) * stage[layers[0]].request_blocks(max_len, block, admission)
                       for layers in by_kind.values())
-    return int(blocks / per_request * max_len)
+    return page_bytes(stage, block) * size, per_request
 
 
 def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_len: int,
@@ -394,22 +403,28 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
     pool, and the size is num_blocks / blocks per request x max_model_len (get_kv_cache_capacity)."""
     if available <= 0:
         return 0
+    width, per_request = grouped_blocks(specs, pp, max_len, admission, slots)
+    return int(int(available // width) / per_request * max_len)
+
+
+def grouped_blocks(specs: tuple[LayerSpec, ...], pp: int, max_len: int, admission: Admission,
+                   slots: int) -> tuple[float, int]:
+    """pool_grouped's blocks: (the bytes of a block on the stage with the most, the blocks a request holds)."""
     block = block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
-    page = page_bytes(specs, block)
-    by_kind = _by_kind(specs)
+    bounds = stage_bounds(len(specs), pp, slots)
     if _full_only(specs):
-        blocks = min(int(available // sum(spec.page_bytes(block) for spec in specs[start:stop]))
-                     for start, stop in stage_bounds(len(specs), pp, slots))
-        return int(blocks / cdiv(max_len, block) * max_len)
+        return (max(sum(spec.page_bytes(block) for spec in specs[start:stop]) for start, stop in bounds),
+                cdiv(max_len, block))
+    page = page_bytes(specs, block)
     if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
-        return pool_packed(specs, pp, max_len, available, admission, slots, block, page)
+        widest, requests = packed_blocks(specs, pp, max_len, admission, slots, block, page)
+        return max(widest), requests
+    by_kind = _by_kind(specs)
     page, blocks_of = unified_pages(specs, by_kind, block, page)
     groups = kind_groups(by_kind)
-    widest = [max(sum(1 for layer in g if start <= layer < stop) for g in groups)
-              for start, stop in stage_bounds(len(specs), pp, slots)]
-    blocks = min(int(available // (page * layers)) for layers in widest if layers)
+    widest = max(sum(1 for layer in g if start <= layer < stop) for start, stop in bounds for g in groups)
     per_request = sum(specs[g[0]].request_blocks(max_len, blocks_of[specs[g[0]].kind], admission) for g in groups)
-    return int(blocks / per_request * max_len)
+    return page * widest, per_request
 
 
 def kind_groups(by_kind: dict[str, list[int]]) -> list[list[int]]:
@@ -425,24 +440,16 @@ def kind_groups(by_kind: dict[str, list[int]]) -> list[list[int]]:
     return groups
 
 
-def pool_packed(specs: tuple[LayerSpec, ...], pp: int, max_len: int, available: float, admission: Admission,
-                slots: int, block: int, state_page: float) -> int:
-    """vLLM 0.32.0's block-outermost packing (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), the
-    layout a pooled indexer's ring needs (KpoolTailBackend takes BLHNC only): the layers fall into buckets of one
-    spec type (the latent layers with their indexer keys, each state kind, the rings), a bucket is dealt into groups
-    of `repeats` layers (approximate_gcd of the buckets' sizes, no fewer than the latent layers), the widest group of
-    the mixed latent bucket sets the bytes of a block, and a state or ring bucket takes as many groups as that block
-    needs to hold its pages. Each block of the pool is as wide as the widest group on the stage with the most; a
-    request holds a block per group (the latent group's max_model_len, two or one per state group under prefix
-    caching, one ring)."""
-    widest, requests = packed_blocks(specs, pp, max_len, admission, slots, block, state_page)
-    blocks = min(int(available // width) for width in widest if width)
-    return int(blocks / requests * max_len)
-
-
 def packed_blocks(specs: tuple[LayerSpec, ...], pp: int, max_len: int, admission: Admission, slots: int, block: int,
                   state_page: float) -> tuple[list[float], int]:
-    """pool_packed's blocks: (the bytes of a block on each pipeline stage, the blocks a request holds)."""
+    """(the bytes of a block on each pipeline stage, the blocks a request holds) under vLLM 0.32.0's block-outermost
+    packing (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), the layout a pooled indexer's ring needs
+    (KpoolTailBackend takes BLHNC only): the layers fall into buckets of one spec type (the latent layers with their
+    indexer keys, each state kind, the rings), a bucket is dealt into groups of `repeats` layers (approximate_gcd of the
+    buckets' sizes, no fewer than the latent layers), the widest group of the mixed latent bucket sets the bytes of a
+    block, and a state or ring bucket takes as many groups as that block needs to hold its pages. Each block of the pool
+    is as wide as the widest group on the stage with the most; a request holds a block per group (the latent group's
+    max_model_len, two or one per state group under prefix caching, one ring)."""
     buckets = []  # (layers, page, blocks a request holds, whether a state)
     for layers in _by_kind(specs).values():
         spec = specs[layers[0]]
@@ -501,28 +508,17 @@ POOL_RULES: dict[str, PoolRule] = {"first-stage": pool_first_stage, "grouped": p
 
 def block_bytes(specs: tuple[LayerSpec, ...], pp: int, rule: str, slots: int = 1) -> float:
     """The bytes one block of the KV cache takes on the GPU of the stage with the most, by the pool rule (the
-    divisor of available memory in pool_first_stage / pool_grouped / pool_packed): num_blocks x this is what the
-    cache allocates (0.32.0: one backing allocation the groups overlay, vllm/v1/worker/utils.py; 0.25.1: a tensor of
-    num_blocks pages per slot of a group); 0 where no layer holds a cache."""
+    divisor of available memory in pool_first_stage / pool_grouped): num_blocks x this is what the cache allocates
+    (0.32.0: one backing allocation the groups overlay, vllm/v1/worker/utils.py; 0.25.1: a tensor of num_blocks
+    pages per slot of a group); 0 where no layer holds a cache."""
     if all(isinstance(spec, NoCache) for spec in specs):
         return 0.0
     if rule == "first-stage":
-        stage = specs[:math.ceil(len(specs) // slots / pp) * slots]
+        stage = first_stage(specs, pp, slots)
         if _full_only(stage):
             return BLOCK_TOKENS * sum(spec.token_bytes for spec in stage)
-        counts = [len(layers) for layers in _by_kind(stage).values()]
-        return page_bytes(stage, block_tokens(stage)) * group_size(counts)
-    block = block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
-    bounds = stage_bounds(len(specs), pp, slots)
-    if _full_only(specs):
-        return max(sum(spec.page_bytes(block) for spec in specs[start:stop]) for start, stop in bounds)
-    page = page_bytes(specs, block)
-    if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
-        return max(packed_blocks(specs, pp, 1, Admission(0, 1), slots, block, page)[0])
-    by_kind = _by_kind(specs)
-    page, _ = unified_pages(specs, by_kind, block, page)
-    return page * max(sum(1 for layer in g if start <= layer < stop) for start, stop in bounds
-                      for g in kind_groups(by_kind))
+        return first_stage_blocks(stage, 1, Admission(0, 1))[0]
+    return grouped_blocks(specs, pp, 1, Admission(0, 1), slots)[0]
 
 
 def stage_bounds(specs: int, pp: int, slots: int = 1) -> list[tuple[int, int]]:

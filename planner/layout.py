@@ -90,9 +90,12 @@ class Fit:
     """KV tokens of one engine (a data-parallel rank; the whole replica without DP): one sequence must fit here."""
     engines: int = 1
     start_bytes: float = 0.0
-    """What one GPU holds while vLLM estimates its CUDA graphs: weights, the profiling KV cache
-    (planner/memory.py profiling_cache_blocks) and what sits outside torch. Over the GPU's memory, vLLM runs out of
-    memory before it sizes its cache: the fit then holds no tokens."""
+    """What one GPU holds while vLLM estimates its CUDA graphs: weights, the profiling KV cache (profiling_bytes) and
+    what sits outside torch. Over the GPU's memory, vLLM runs out of memory before it sizes its cache: the fit then
+    holds no tokens."""
+    profiling_bytes: float = 0.0
+    """The KV cache vLLM allocates on one GPU to estimate its CUDA graphs: planner/memory.py profiling_cache_blocks
+    blocks of planner/kv_cache.py block_bytes each."""
 
     @property
     def weights_fit(self) -> bool:
@@ -158,23 +161,16 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     specs = layer_specs(arch, layout.tp, kv_bytes)
     tokens = engine.kv_tokens(specs, layout.pp, usable, length, arch.cache_slots)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
-    start = (per_gpu + (fitted.baseline_gib(engine.gpu) + fitted.non_torch_gib) * GIB
-             + profiling_cache_bytes(arch, layout, engine, kv_bytes))
-    return Fit(per_gpu, usable, per_token, tokens if start <= acc.memory_bytes else 0, layout.dp, start)
-
-
-def profiling_cache_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings, kv_bytes: float) -> float:
-    """The KV cache vLLM allocates on one GPU to estimate its CUDA graphs (planner/memory.py profiling_cache_blocks
-    blocks of planner/kv_cache.py block_bytes each)."""
-    return profiling_cache_blocks(arch, engine) * block_bytes(layer_specs(arch, layout.tp, kv_bytes), layout.pp,
-                                                              engine.profile.kv_pool, arch.cache_slots)
+    cache = profiling_cache_blocks(arch, engine) * block_bytes(specs, layout.pp, engine.profile.kv_pool,
+                                                               arch.cache_slots)
+    start = per_gpu + (fitted.baseline_gib(engine.gpu) + fitted.non_torch_gib) * GIB + cache
+    return Fit(per_gpu, usable, per_token, tokens if start <= acc.memory_bytes else 0, layout.dp, start, cache)
 
 
 def profiling_cache_text(arch: ModelArchitecture, acc: Accelerator, layout: Layout, engine: EngineSettings,
-                         kv_bytes: float, result: Fit) -> str:
+                         result: Fit) -> str:
     """Why vLLM runs out of memory before it sizes its cache at `layout`, and what makes it start."""
-    cache = profiling_cache_bytes(arch, layout, engine, kv_bytes)
-    blocks = profiling_cache_blocks(arch, engine)
+    cache, blocks = result.profiling_bytes, profiling_cache_blocks(arch, engine)
     room = int((acc.memory_bytes - (result.start_bytes - cache)) // (cache / blocks) * 0.9)  # 10% to spare
     seqs = room if engine.profile.cudagraph_reserved else room // 2  # 0.25.1: the largest capture, 2 x max_num_seqs
     seqs = seqs // 64 * 64 or seqs
@@ -364,7 +360,7 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
                           f"reserve; {_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
     if result.start_bytes > accs.catalog.memory_bytes:
         raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
-                          profiling_cache_text(arch, accs.catalog, layout, engine, kv_bytes, result))
+                          profiling_cache_text(arch, accs.catalog, layout, engine, result))
     if result.kv_tokens < max_len and not arch.unsized:  # unsized: the plan warns that this is not verified
         alternative = _suggestion(settings, engine, weights_bytes, kv_bytes, max_len).removeprefix(
             "a layout that fits: ")

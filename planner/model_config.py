@@ -289,11 +289,10 @@ def remote_code(cfg: Mapping[str, Any]) -> str:
     return "" if isinstance(model_type, str) and model_type in _config_classes() else named
 
 
-def remote_code_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(key, what it marks) where the config class is remote code the planner has no reading of (remote_code, and
-    neither a transformers class for its architecture nor REMOTE_CONFIG_BASES): it is read as config.json writes it,
-    so the plan takes the stated parallelism and says what it could not verify, as for an unsized layer kind."""
-    named = remote_code(cfg)
+def remote_code_reason(cfg: Mapping[str, Any], named: str) -> tuple[str, str] | None:
+    """(key, what it marks) where the config class `named` (remote_code) is remote code the planner has no reading
+    of (neither a transformers class for its architecture nor REMOTE_CONFIG_BASES): it is read as config.json writes
+    it, so the plan takes the stated parallelism and says what it could not verify, as for an unsized layer kind."""
     if not named or cfg.get("model_type") in REMOTE_CONFIG_BASES \
             or _architecture_type(cfg.get("architectures"), _config_classes()) is not None:
         return None
@@ -366,8 +365,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     raw_text = cfg.get("text_config")
     architectures = cfg.get("architectures")
     unsized = unsized_reason(raw_text if isinstance(raw_text, Mapping) else cfg)  # before transformers rewrites them
-    unsized = unsized or remote_code_reason(cfg)
     needs_code = remote_code(cfg)
+    unsized = unsized or remote_code_reason(cfg, needs_code)
     cfg = as_vllm_reads(cfg, source)
     vision, wrapper = cfg.get("vision_config"), cfg
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
