@@ -92,7 +92,7 @@ def parse_entry(entry: str) -> tuple[Path, int | None, bool]:
     return config, int(layers) if layers else None, text
 
 
-TEXT_ARCHITECTURES = {"gemma3_text": "Gemma3ForCausalLM"}
+TEXT_ARCHITECTURES = {"gemma3_text": "Gemma3ForCausalLM", "gemma4_text": "Gemma4ForCausalLM"}
 """The decoder class of a wrapper whose text_config names no architectures."""
 
 

@@ -84,17 +84,20 @@ def context_length(cfg: Mapping[str, Any], source: str) -> int:
     return int(length)
 
 
-def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int) -> int:
+def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int, full_head_dim: int = 0) -> int:
     """Elements of the cos/sin caches vLLM 0.32.0 keeps on each GPU from the load on
     (vllm/model_executor/layers/rotary_embedding/__init__.py get_rope: one cache per distinct set of parameters,
     shared by every layer that uses it; each is positions x rotary_dim, registered in the default dtype). The positions
     are max_position_embeddings, except: `linear` caches factor x that (linear_scaling_rope.py), `yarn` and
     `deepseek_yarn` original_max_position_embeddings x factor (yarn_scaling_rope.py, deepseek_scaling_rope.py),
     `longrope` a short and a long cache (phi3_long_rope_scaled_rope.py) and M-RoPE 4 x (mrope.py positions_factor).
-    Gemma 3 keeps one parameter set per layer type (vllm/model_executor/models/gemma3.py). Latent attention
-    rotates qk_rope_head_dim channels (deepseek_v2.py)."""
+    Gemma 3 keeps one parameter set per layer type (vllm/model_executor/models/gemma3.py); Gemma 4 too, its full
+    layers at their own head size (`full_head_dim`, per_layer_config's), and their `proportional` cache is the whole
+    head wide whatever share it rotates (gemma4_rope.py Gemma4RotaryEmbedding: rotary_dim = head_size). Latent
+    attention rotates qk_rope_head_dim channels (deepseek_v2.py); Kimi Linear's rotates none (vllm/models/kimi_k3:
+    NoPE-only MLA, no get_rope), nor do its delta-attention layers."""
     positions = cfg.get("max_position_embeddings")
-    if not positive_int(positions):
+    if not positive_int(positions) or cfg.get("model_type") == "kimi_linear":
         return 0
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, Mapping):
@@ -102,11 +105,15 @@ def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int) -> int:
     nested = bool(params) and all(isinstance(v, Mapping) for v in params.values())
     sets = {json.dumps(p, sort_keys=True, default=str): p for p in (params.values() if nested else [params])}
     width = int(cfg.get("qk_rope_head_dim") or 0) or head_dim
+    widths = dict.fromkeys(sets, width)
+    if nested and full_head_dim and isinstance(params.get("full_attention"), Mapping):
+        widths[json.dumps(params["full_attention"], sort_keys=True, default=str)] = full_head_dim
     total = 0
-    for p in sets.values():
+    for key, p in sets.items():
         partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor")) or 1.0
-        rotary_dim = int(p.get("rope_dim") or int(width * float(partial)))
         kind = p.get("rope_type") or p.get("type") or "default"
+        rotary_dim = (widths[key] if kind == "proportional"
+                      else int(p.get("rope_dim") or int(widths[key] * float(partial))))
         factor = p.get("factor") or 1
         original = p.get("original_max_position_embeddings") or positions
         if kind == "linear":
@@ -527,7 +534,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
-        rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim)),
+        rotary_cache_elements=rotary_cache_elements(cfg, int(head_dim), hybrid.get("global_attention", (0, 0))[1]),
         unsized=unsized[1] if unsized else "", remote_code=needs_code,
         engine_counts_experts=not cfg.get(ENGINE_UNSEEN_EXPERTS),
         mtp_layers=_count(cfg, source, ("num_nextn_predict_layers",), minimum=0, default=0),

@@ -192,6 +192,20 @@ def vllm_count(cfg: EngineConfig, specs: dict[int, object], layers: int, pp: int
     return tokens
 
 
+def file_vllm_tokens(path: Path, arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int,
+                     batched: int) -> int:
+    """vllm_tokens for a models/ file, its layers declared as its family's vLLM class declares them where the
+    generic declaration falls short: Gemma 4's per-layer head sizes (gemma4_vllm_tokens), Kimi Linear's delta-attention
+    state from vLLM's own KimiLinearConfig."""
+    raw = json.loads(path.read_text())
+    text = raw.get("text_config", raw)
+    if text.get("model_type") == "gemma4_text":
+        return gemma4_vllm_tokens(gemma4_text_config(text), tp, pp, available, max_len, batched)
+    if raw.get("model_type") == "kimi_linear":
+        return vllm_tokens(arch, tp, pp, available, max_len, batched, hf_config=kimi_linear_config(raw))
+    return vllm_tokens(arch, tp, pp, available, max_len, batched)
+
+
 def planner_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
                    prefix_caching: bool = True, async_scheduling: bool = True) -> int:
     admission = kv_cache.Admission(PROFILE.in_flight_tokens(pp, batched, async_scheduling),
@@ -229,11 +243,12 @@ CASES = [(path.stem, tp, pp, max_len) for path in MODELS for (tp, pp) in ((1, 1)
 @pytest.mark.parametrize(("model", "tp", "pp", "max_len"), CASES, ids=[f"{m}-tp{t}-pp{p}-{n // 1024}k"
                                                                          for m, t, p, n in CASES])
 def test_the_planner_counts_the_kv_tokens_vllm_0_32_counts_for_every_models_file(model, tp, pp, max_len):
-    arch = load(ROOT / "models" / f"{model}.json")
+    path = ROOT / "models" / f"{model}.json"
+    arch = load(path)
     available = available_for(arch, tp, pp)
     _, batched = batch_defaults(H200.memory_bytes, H200.device_name, PROFILE)
     ours = planner_tokens(arch, tp, pp, available, max_len, batched)
-    theirs = vllm_tokens(arch, tp, pp, available, max_len, batched)
+    theirs = file_vllm_tokens(path, arch, tp, pp, available, max_len, batched)
     assert ours == theirs, f"{model} tp={tp} pp={pp} {max_len}: planner {ours} tokens, vLLM 0.32.0 {theirs}"
 
 
@@ -287,7 +302,7 @@ def test_a_mutated_rule_disagrees_with_vllm(mutation, monkeypatch):
     for path in MODELS:
         arch = load(path)
         for pp in (1, 2):
-            expected = vllm_tokens(arch, 1, pp, 50 * GIB, 32768, 8192)
+            expected = file_vllm_tokens(path, arch, 1, pp, 50 * GIB, 32768, 8192)
             with monkeypatch.context() as mp:
                 MUTATIONS[mutation](mp)
                 ours = planner_tokens(arch, 1, pp, 50 * GIB, 32768, 8192)
@@ -476,14 +491,19 @@ def test_a_mutated_indexer_rule_disagrees_with_vllm(mutation, monkeypatch):
 
 # ------------------------------------------------------------------------------------------ Kimi Delta Attention
 
-def kimi_linear(**fields):
-    """(planner architecture, vLLM's own KimiLinearConfig) of a Kimi Linear config.json."""
+def kimi_linear_config(raw: dict):
+    """vLLM's own KimiLinearConfig of a Kimi Linear config.json."""
     from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
 
-    raw = {**KIMI_LINEAR, **fields}
-    hf_config = KimiLinearConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+    hf_config = KimiLinearConfig(**{k: v for k, v in raw.items() if k not in ("model_type", "auto_map")})
     hf_config.architectures = raw["architectures"]
-    return parse_hf_config(raw, "kimi-linear", "model.configFile"), hf_config
+    return hf_config
+
+
+def kimi_linear(**fields):
+    """(planner architecture, vLLM's own KimiLinearConfig) of a Kimi Linear config.json."""
+    raw = {**KIMI_LINEAR, **fields}
+    return parse_hf_config(raw, "kimi-linear", "model.configFile"), kimi_linear_config(raw)
 
 
 @pytest.mark.parametrize("pp", [1, 2, 3])
@@ -694,13 +714,17 @@ def test_a_mutated_glm5_next_rule_disagrees_with_vllm(mutation, monkeypatch):
 
 # ------------------------------------------------------------------------------------------ Gemma 4
 
-def gemma4(name: str):
-    """(planner architecture, transformers' Gemma4TextConfig) of a bench/configs Gemma 4 config."""
+def gemma4_text_config(text: dict):
+    """transformers' Gemma4TextConfig of a Gemma 4 decoder config (the wrapper's text_config)."""
     from transformers import CONFIG_MAPPING
 
+    return CONFIG_MAPPING["gemma4_text"](**{k: v for k, v in text.items() if k != "model_type"})
+
+
+def gemma4(name: str):
+    """(planner architecture, transformers' Gemma4TextConfig) of a bench/configs Gemma 4 config."""
     raw = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
-    return parse_hf_config(raw, name, "model.configFile"), CONFIG_MAPPING["gemma4_text"](
-        **{k: v for k, v in raw.items() if k != "model_type"})
+    return parse_hf_config(raw, name, "model.configFile"), gemma4_text_config(raw)
 
 
 def gemma4_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int, batched: int) -> int:

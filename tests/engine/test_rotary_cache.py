@@ -21,7 +21,7 @@ MODEL_FILES = sorted((ROOT / "models").glob("*.json"))
 
 def decoder_config(path: Path) -> dict:
     config = {k: v for k, v in json.loads(path.read_text()).items() if k != "auto_map"}
-    if "text_config" in config:
+    if "text_config" in config and path.stem not in NEEDS_TORCHVISION:
         return entry_config(*parse_entry(f"{path.relative_to(ROOT)}:text"))
     return config
 
@@ -41,16 +41,21 @@ def _cache_elements(model, text, head: int) -> int:
     from vllm.model_executor.layers.rotary_embedding import _ROPE_DICT, get_rope
 
     params = text.rope_parameters or {}
-    sets = list(params.values()) if params and all(isinstance(v, dict) for v in params.values()) else [params]
+    nested = params and all(isinstance(v, dict) for v in params.values())
+    sets = list(params.items()) if nested else [("", params)]
     mla = getattr(model, "use_mla", False)
     total = 0
-    for p in sets:
+    for layer_type, p in sets:
         p = dict(p)
+        layer_head = head
+        if layer_type in (getattr(text, "layer_types", None) or ()) and getattr(text, "per_layer_config", None):
+            # Gemma 4: each layer's attention at per_layer_config[i].head_dim (gemma4.py Gemma4DecoderLayer)
+            layer_head = text.per_layer_config[text.layer_types.index(layer_type)].head_dim
         if mla and p.get("rope_type", "default") != "default":
             p["rope_type"] = "deepseek_yarn"
         _ROPE_DICT.clear()
         with torch.device("meta"), set_current_vllm_config(VllmConfig(model_config=model) if model else VllmConfig()):
-            rope = get_rope(head, max_position=text.max_position_embeddings, rope_parameters=p,
+            rope = get_rope(layer_head, max_position=text.max_position_embeddings, rope_parameters=p,
                             is_neox_style=not mla, dtype=torch.bfloat16)
         total += sum(b.numel() for name, b in rope.named_buffers() if "cos_sin_cache" in name)
     return total
@@ -66,12 +71,18 @@ def transformers_cache_elements(config: dict) -> int:
     return _cache_elements(None, text, text.hidden_size // text.num_attention_heads)
 
 
-NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct"}
+NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct", "Qwen3-VL-8B-Instruct"}
+NO_ROTARY = {"Kimi-Linear-48B-A3B-Instruct"}
+"""Kimi Linear: vLLM 0.32.0 builds it from vllm/models/kimi_k3, whose latent attention is NoPE-only and calls get_rope
+only under use_rope, which the model never passes (test_kimi_linear_builds_no_rotary_cache)."""
 
 
 @pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
 def test_rotary_caches_are_the_ones_vllm_builds(path, tmp_path):
     config = decoder_config(path)
+    if path.stem in NO_ROTARY:
+        assert parse_hf_config(config, path.stem, "x").rotary_cache_elements == 0
+        return
     if path.stem in NEEDS_TORCHVISION:
         assert parse_hf_config(config, path.stem, "x").rotary_cache_elements == transformers_cache_elements(config)
         return
@@ -83,3 +94,19 @@ def test_a_linear_scaled_rope_caches_factor_times_the_positions():
     beside the sliding layers' unscaled cache (64 MiB): what vLLM's load counted over the parameters on the H100."""
     arch = parse_hf_config(decoder_config(ROOT / "models" / "gemma-3-12b-it.json"), "g", "x")
     assert arch.rotary_cache_elements == 131072 * 8 * 256 + 131072 * 256
+
+
+def test_kimi_linear_builds_no_rotary_cache():
+    import inspect
+
+    from vllm.models.kimi_k3.nvidia import mla, model
+
+    assert inspect.signature(mla.MultiHeadLatentAttention.__init__).parameters["use_rope"].default is False
+    assert "use_rope" not in inspect.getsource(model)  # the decoder layer builds its MLA with the default
+
+
+def test_gemma4_full_layers_cache_the_whole_global_head():
+    """gemma-4-31B-it: 262,144 positions x (256 on the sliding layers + 512 on the full ones, whose proportional RoPE
+    rotates a quarter of the head but caches all of it)."""
+    arch = parse_hf_config(decoder_config(ROOT / "models" / "gemma-4-31B-it.json"), "g", "x")
+    assert arch.rotary_cache_elements == 262144 * (256 + 512)

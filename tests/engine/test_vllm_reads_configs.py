@@ -65,7 +65,9 @@ def assert_read_as_vllm(config: dict, name: str, tmp_path: Path) -> None:
         # No per-layer types: vLLM gives the model's window to every layer (CacheConfig.sliding_window).
         assert ours.kinds == ("sliding",) * layers and ours.window == model.get_sliding_window()
     else:
-        assert set(ours.kinds) == {"full"}
+        # DeepSeek V3.2: every latent-attention layer carries the sparse indexer's key cache where the config names
+        # index_topk (deepseek_v2.py: is_v32 = hasattr(config, "index_topk"))
+        assert set(ours.kinds) == {"indexed" if hasattr(model.hf_text_config, "index_topk") else "full"}
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
