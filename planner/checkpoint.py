@@ -263,25 +263,129 @@ def _hub_tensors(repo: str, revision: str) -> tuple[dict[str, dict[str, Any]], l
     return tensors, sorted(meta.files_metadata)
 
 
+RANGES = re.compile(r"\{(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)\}")
+"""A brace group of the compact form: indices and ranges, `{0-2,4,6-60}`."""
+MAX_EXPANDED = 10_000_000
+"""The most tensors a compact file may expand to (the largest checkpoints hold about 10^5)."""
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """The tensor names a compact row stands for: each brace group a set of indices, the names their product in
+    the order written (`model.layers.{0-1}.experts.{0-2}.w1.weight` is 6 names)."""
+    pieces = RANGES.split(pattern)
+    choices: list[list[str]] = []
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            choices.append([piece])
+            continue
+        values: list[str] = []
+        for part in piece.split(","):
+            low, _, high = part.partition("-")
+            values += [str(v) for v in range(int(low), int(high or low) + 1)]
+        choices.append(values)
+    names = [""]
+    for values in choices:
+        if len(names) * len(values) > MAX_EXPANDED:
+            raise ValueError(f"row {pattern!r} stands for more than {MAX_EXPANDED:,} tensors")
+        names = [n + v for n in names for v in values]
+    return names
+
+
+def _index_text(values: Iterable[int]) -> str:
+    """`{0-2,4}` for 0, 1, 2, 4; a single index stays bare."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return str(ordered[0])
+    runs: list[list[int]] = []
+    for v in ordered:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return "{" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) + "}"
+
+
+def _cover(indices: list[tuple[int, ...]]) -> list[tuple[frozenset[int], ...]]:
+    """Index tuples as a union of products of index sets: split on the first index, and merge the first indices
+    whose remaining tuples are covered alike (every layer of 256 experts is one product)."""
+    if not indices[0]:
+        return [()]
+    rest: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+    for t in indices:
+        rest[t[0]].append(t[1:])
+    alike: dict[tuple[tuple[frozenset[int], ...], ...], set[int]] = defaultdict(set)
+    for first, tails in rest.items():
+        alike[tuple(_cover(sorted(set(tails))))].add(first)
+    out = [(frozenset(firsts), *sets) for cover, firsts in alike.items() for sets in cover]
+    return sorted(out, key=lambda sets: [sorted(s) for s in sets])
+
+
+def compact_tensors(tensors: Mapping[str, Mapping[str, Any]]) -> list[list[Any]] | None:
+    """The compact form of a checkpoint's tensors: [pattern, dtype, shape] rows, the names that differ only in
+    their numeric path segments (layer, expert) and share dtype and shape written once with brace groups;
+    expand_pattern reverses it exactly. None where a name holds a brace, which the form could not tell apart."""
+    groups: dict[tuple[tuple[str, ...], str, tuple[int, ...]], list[tuple[int, ...]]] = defaultdict(list)
+    for name, entry in tensors.items():
+        if "{" in name or "}" in name:
+            return None
+        parts = name.split(".")
+        numeric = [p.isdigit() and str(int(p)) == p for p in parts]
+        template = tuple("" if n else p for p, n in zip(parts, numeric, strict=True))
+        groups[template, entry["dtype"], tuple(entry["shape"])].append(
+            tuple(int(p) for p, n in zip(parts, numeric, strict=True) if n))
+    rows = []
+    for (template, dtype, shape), indices in groups.items():
+        for sets in _cover(sorted(set(indices))):
+            filled = iter(sets)
+            rows.append([".".join(p if p else _index_text(next(filled)) for p in template), dtype, list(shape)])
+    return sorted(rows)
+
+
 def load_tensors_file(path_text: str, project_dir: Path) -> dict[str, dict[str, Any]]:
-    """model.tensorsFile: a JSON object {tensor name: {"dtype", "shape"}} (tools/checkpoint_tensors.py writes it)."""
+    """model.tensorsFile: a JSON object with {tensor name: {"dtype", "shape"}} under "tensors", or the compact form's
+    [pattern, dtype, shape] rows under "patterns" (tools/checkpoint_tensors.py writes either)."""
+    key = "model.tensorsFile"
     path = Path(path_text)
     path = path if path.is_absolute() else project_dir / path
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError("model.tensorsFile", path_text, f"no such file ({path})") from None
+        raise ConfigError(key, path_text, f"no such file ({path})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError("model.tensorsFile", path_text, f"not a readable JSON file ({exc})") from None
-    tensors = data.get("tensors") if isinstance(data, Mapping) else None
-    if not isinstance(tensors, Mapping) or not tensors:
-        raise ConfigError("model.tensorsFile", path_text, "expected an object with a non-empty \"tensors\" object "
-                                                          "(python -m tools.checkpoint_tensors writes one)")
-    return dict(tensors)
+        raise ConfigError(key, path_text, f"not a readable JSON file ({exc})") from None
+    data = data if isinstance(data, Mapping) else {}
+    tensors, patterns = data.get("tensors"), data.get("patterns")
+    if isinstance(tensors, Mapping) and tensors:
+        return dict(tensors)
+    if not isinstance(patterns, list) or not patterns:
+        raise ConfigError(key, path_text, "expected an object with a non-empty \"tensors\" object or \"patterns\" "
+                                          "list (python -m tools.checkpoint_tensors writes one)")
+    expanded: dict[str, dict[str, Any]] = {}
+    for row in patterns:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], str)):
+            raise ConfigError(key, path_text, f"patterns row {row!r} is not [pattern, dtype, shape]")
+        try:
+            names = expand_pattern(row[0])
+        except ValueError as exc:
+            raise ConfigError(key, path_text, str(exc)) from None
+        for name in names:
+            if name in expanded:
+                raise ConfigError(key, path_text, f"tensor {name} is named by two patterns rows")
+            expanded[name] = {"dtype": row[1], "shape": row[2]}
+        if len(expanded) > MAX_EXPANDED:
+            raise ConfigError(key, path_text, f"the patterns stand for more than {MAX_EXPANDED:,} tensors")
+    return expanded
 
 
 def write_tensors_file(tensors: Mapping[str, Mapping[str, Any]], where: str, out: Path,
-                       files: Iterable[str] = ()) -> None:
-    """The JSON model.tensorsFile reads, sorted, with where the headers were read."""
-    doc = {"source": where, "files": sorted(files), "tensors": {k: dict(tensors[k]) for k in sorted(tensors)}}
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+                       files: Iterable[str] = (), compact: bool = False) -> None:
+    """The JSON model.tensorsFile reads, sorted, with where the headers were read: every tensor under "tensors", or
+    with compact the [pattern, dtype, shape] rows of compact_tensors under "patterns", a row a line."""
+    head = {"source": where, "files": sorted(files)}
+    rows = compact_tensors(tensors) if compact else None
+    if rows is None:
+        doc = {**head, "tensors": {k: dict(tensors[k]) for k in sorted(tensors)}}
+        out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        return
+    lines = ",\n".join("  " + json.dumps(row) for row in rows)
+    out.write_text(json.dumps(head, indent=1, sort_keys=True)[:-2] + ',\n "patterns": [\n' + lines + "\n ]\n}\n")

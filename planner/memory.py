@@ -267,7 +267,8 @@ def weights_split(arch: ModelArchitecture, layout: Layout, weights_bytes: float)
     them."""
     if arch.checkpoint_groups:
         other, routed = checkpoint_split(arch, layout)
-        scale = weights_bytes / sum(g.bytes for g in arch.checkpoint_groups)
+        # the tied head is a second copy of the input table on a pipeline's last stage, not bytes of the checkpoint
+        scale = weights_bytes / sum(g.bytes for g in arch.checkpoint_groups if g.position != TIED_HEAD)
         return other * scale, routed * scale
     routed = weights_bytes * arch.routed_share()
     if not routed:

@@ -246,8 +246,10 @@ class ModelConfig(Section):
     architecture: dict[str, Any] | None = Field(None, description="The config.json fields inline.")
     tensors_file: Text | None = Field(None, description="The checkpoint's tensors (names, dtypes, shapes from its "
                                                         "safetensors headers; python -m tools.checkpoint_tensors "
-                                                        "writes it): the weights are planned from them, not counted "
-                                                        "from config.json.")
+                                                        "writes it, with --compact a row per run of layers / "
+                                                        "experts): the weights are planned from them, not counted "
+                                                        "from config.json. models/tensors/ holds five real "
+                                                        "checkpoints' files.")
     weights_gib: Float | None = Field(None, gt=0, le=100_000, description="Overrides the computed weight size.")
     trust_remote_code: Bool = Field(False, description="Run the model repository's own Python: vLLM starts with "
                                                        "--trust-remote-code and the download Job takes the "

@@ -3,10 +3,14 @@
     python -m tools.checkpoint_tensors meta-llama/Llama-3.1-8B-Instruct --out models/Llama-3.1-8B-Instruct.tensors.json
     python -m tools.checkpoint_tensors /path/to/checkpoint-dir --out my-model.tensors.json
     python -m tools.checkpoint_tensors gs://my-models/llama-3.1-8b --out my-model.tensors.json
+    python -m tools.checkpoint_tensors deepseek-ai/DeepSeek-V3.2 --compact --out models/tensors/DeepSeek-V3.2.json
 
 A Hub repository is read through huggingface_hub's safetensors metadata functions (HTTP range reads of each file's
 header; HF_TOKEN for gated models); a gs:// prefix through the Cloud Storage JSON API's range reads (planner/gcs.py,
 Application Default Credentials); a local directory from its .safetensors files' headers. No weight is read.
+--compact writes a row per run of tensors that differ only in their layer / expert indices and share dtype and shape
+(`model.layers.{3-61}.mlp.experts.{0-255}.down_proj.weight`): DeepSeek-V3.2's 92,425 tensors are 50 rows, a file to
+review and commit beside model.configFile; the plan expands it to the same tensors.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", help="a Hugging Face repo id, a gs://bucket/prefix, or a local checkpoint directory")
     parser.add_argument("--revision", default="main", help="branch, tag or commit on the Hub (default: main)")
     parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    parser.add_argument("--compact", action="store_true",
+                        help="one row per run of tensors differing only in layer / expert indices")
     args = parser.parse_args(argv)
     local = Path(args.source)
     try:
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: source {args.source}: could not read the safetensors headers ({reason})", file=sys.stderr)
         return 2
-    write_tensors_file(tensors, where, args.out, files)
+    write_tensors_file(tensors, where, args.out, files, compact=args.compact)
     print(f"wrote {len(tensors)} tensors of {len(files)} file(s) from {where} to {args.out}")
     return 0
 
