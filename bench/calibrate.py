@@ -249,7 +249,7 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
 
 def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_model_len: int = 8192,
                 dtype: str = "auto", kv_cache_dtype: str = "auto", runner: str = "default",
-                router_fake: bool = False) -> dict[str, Any]:
+                router_fake: bool = False, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1;
     runner "v2": every model on Model Runner V2, as --runner v2 starts it; router_fake: with 0.32.0's fake of the
     fused router kernel registered, as --router-fake starts it)."""
@@ -261,7 +261,7 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
     fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype,
-                         v2_everywhere=runner == "v2", router_fake=router_fake)
+                         v2_everywhere=runner == "v2", router_fake=router_fake, extra_args=tuple(extra))
     return {"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
             "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
             "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
@@ -274,13 +274,13 @@ def predict(args: argparse.Namespace) -> int:
     rows = []
     for entry in args.entries:
         rows.append(predict_row(entry, args.accelerator, args.gpu_memory_utilization, args.max_model_len, args.dtype,
-                                args.kv_cache_dtype, args.runner, args.router_fake))
+                                args.kv_cache_dtype, args.runner, args.router_fake, tuple(args.extra)))
         log(f"predict {entry}: {rows[-1]}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "predictions.json"
     path.write_text(json.dumps({"settings": {k: getattr(args, k) for k in (
         "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner",
-        "router_fake")},
+        "router_fake", "extra")},
         "profile": "0.25.1", "rows": rows}, indent=2) + "\n")
     return 0
 

@@ -243,7 +243,7 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed, ran, 
         try:
             today = predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
                                 s["dtype"], s["kv_cache_dtype"], s.get("runner", "default"),
-                                s.get("router_fake", False))
+                                s.get("router_fake", False), tuple(s.get("extra", ())))
         except ConfigError:
             assert _entry_key(row["entry"]) in refused, f"{row['entry']}: refused, but vLLM started it"
             continue
