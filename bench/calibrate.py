@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(path.read_text()) if path.exists() else {"rows": []}
     results.update(host=host_info(), settings={k: getattr(args, k) for k in (
         "accelerator", "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "runner",
-        "router_fake")})
+        "router_fake", "extra")})
     bench = Bench(args, args.work, "calibrate", args.work)
     for entry in args.entries:
         row = measure(args, bench, entry)

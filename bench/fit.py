@@ -89,11 +89,11 @@ ACCELERATOR = "nvidia-h200-141gb"
 
 
 @functools.cache
-def calibration_engine(v2: bool, router_fake: bool = False) -> EngineSettings:
+def calibration_engine(v2: bool, router_fake: bool = False, extra_args: tuple[str, ...] = ()) -> EngineSettings:
     """The engine the GPU rows ran: vLLM 0.25.1 on the H200; `v2`: with VLLM_USE_V2_MODEL_RUNNER=1
     (bench/calibrate.py --runner v2); `router_fake`: with 0.32.0's fake of the fused router kernel registered
-    (--router-fake)."""
-    return default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2, router_fake)
+    (--router-fake); `extra_args`: the flags of bench/calibrate.py --extra."""
+    return default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2, router_fake, extra_args)
 
 
 ENGINE = calibration_engine(False)

@@ -170,10 +170,13 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     for 128 latent heads (the segments the capture's graph pool kept in the traces of docs/benchmarks.md "Peak
     traces"), 768 MiB for 96 heads of 128 (GLM-4.5-Air's first FULL capture). None without attention layers. gpt-oss
     (attention sinks, sliding and full layers) kept none in its first FULL capture (validation 29); the plan keeps
-    them. Measured on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured."""
+    them. Measured on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured. The full
+    graphs are decode batches, captured up to max_num_seqs (v1/cudagraph_dispatcher.py: capture sizes <=
+    uniform_decode_query_len x max_num_seqs), so below 512 sequences the batch is max_num_seqs, not the largest
+    piecewise capture (Kimi-Linear at 32 sequences, validation 36: FULL largest 32, PIECEWISE 64, 64 MiB taken)."""
     if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
         return 0.0
-    batch = largest_capture(engine)
+    batch = min(largest_capture(engine), engine.max_num_seqs)
     heads = -(-arch.num_attention_heads // layout.tp)
     width = arch.kv_lora_rank or max(arch.head_dim, arch.global_attention[1])
     return SPLITS_FOR_GRAPHS * batch * heads * width * 4.0

@@ -91,3 +91,19 @@ def test_deepseek_v3s_terms_per_gpu():
     assert tp1 - tp8 == (128 - 16) * per_head
     assert tp8 == 16 * per_head + 8192 * (7168 + 1536 + 512 + 64) * 2 + 8192 * 8 * 2 * 7168 * 2
     assert mla_profile_bytes(arch("Llama-3.1-8B-Instruct"), Layout(1, 1, 1), h200) == 0.0
+
+
+def test_full_graphs_are_decode_batches_captured_up_to_max_num_seqs():
+    """vLLM's dispatcher keys FULL decode graphs only for capture sizes up to uniform_decode_query_len x max_num_seqs,
+    so the split accumulators of the largest FULL graph are max_num_seqs wide below 512 sequences."""
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    source = inspect.getsource(CudagraphDispatcher)
+    assert re.search(r"max_num_tokens = \(\s*uniform_decode_query_len\s*\*\s*self\.vllm_config\.scheduler_config"
+                     r"\.max_num_seqs\s*\)", source)
+    assert "if x <= max_num_tokens and x >= uniform_decode_query_len" in source
+    deepseek = arch("DeepSeek-V3")
+    h200 = ACCELERATORS["nvidia-h200-141gb"]
+    few = split_buffer_bytes(deepseek, Layout(1, 1, 1), default_engine(h200, extra_args=("--max-num-seqs", "32")))
+    full = split_buffer_bytes(deepseek, Layout(1, 1, 1), default_engine(h200))
+    assert few * 512 == full * 32

@@ -439,10 +439,10 @@ def test_the_dense_peak_is_the_traced_phase(row):
 
 FIRST_CAPTURE = re.compile(r"Estimated (FULL|PIECEWISE) CUDA graph memory: ([\d.]+) MiB first-capture \+ \((\d+)-1\) "
                            r"\S+ ([\d.]+) MiB per-graph")
-V1_ESTIMATES = [({**r, "_batch": b["name"]},
+V1_ESTIMATES = [({**r, "_batch": b["name"], "_extra": tuple((b.get("settings") or {}).get("extra", ()))},
                  {m.group(1): m for line in r["graph_estimate_lines"] if (m := FIRST_CAPTURE.search(line))})
                 for b in RESULTS["calibration_validation"]["batches"] for r in b["measured"]
-                if r.get("graph_estimate_lines") and not r.get("runner_v2")]
+                if r.get("graph_estimate_lines") and not r.get("runner_v2") and r.get("kv_cache_tokens_measured")]
 
 
 SPLIT_NOT_TAKEN = {
@@ -463,7 +463,7 @@ def test_the_v1_graph_estimates_first_full_capture_is_flashattentions_split_accu
     larger) plus each mode's growth times its further graphs, the form v1_graph_estimate_bytes plans."""
     a = parse_hf_config(row["config"], row["model"], "x")
     full = float(modes["FULL"].group(2))
-    planned = split_buffer_bytes(a, Layout(1, 1, 1), calibration_engine(False)) / 2**20
+    planned = split_buffer_bytes(a, Layout(1, 1, 1), calibration_engine(False, extra_args=row["_extra"])) / 2**20
     if row["model"] in SPLIT_NOT_TAKEN:
         assert full < planned, "a row now within the rule leaves SPLIT_NOT_TAKEN"
     else:
