@@ -281,6 +281,8 @@ def expand_pattern(pattern: str) -> list[str]:
         values: list[str] = []
         for part in piece.split(","):
             low, _, high = part.partition("-")
+            if int(high or low) < int(low):
+                raise ValueError(f"row {pattern!r} has the range {part}, which runs backwards")
             values += [str(v) for v in range(int(low), int(high or low) + 1)]
         choices.append(values)
     names = [""]

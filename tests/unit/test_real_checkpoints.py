@@ -123,6 +123,7 @@ def test_a_compact_row_stands_for_the_product_of_its_groups():
     ([["a.{0-1}.w", "F16"]], "is not [pattern, dtype, shape]"),
     ([["a.{0-1}.w", "F16", [2]], ["a.1.w", "F16", [2]]], "a.1.w is named by two patterns rows"),
     ([["a.{0-99999}.b.{0-99999}.w", "F16", [2]]], "stands for more than 10,000,000 tensors"),
+    ([["a.{5-2}.w", "F16", [2]]], "has the range 5-2, which runs backwards"),
 ])
 def test_a_bad_compact_file_is_one_line_naming_the_key(tmp_path, patterns, says):
     path = tmp_path / "t.json"
