@@ -85,12 +85,6 @@ UNDER_COUNTED = {
                                   "1.4-1.5 GiB at :8 and :10 and 1.38 planned, was about 0.3 GiB at :12 (3.48 GiB "
                                   "profiled, 4.54 planned before the hold margin), on a 15.9 GiB pool; how much "
                                   "Python's collector leaves depends on the cut. 0.32.0 holds none"),
-    ("Kimi-Linear-48B-A3B-Instruct", 6): (-0.088, "validation 36 (H200, held out, --max-num-seqs 32): off the "
-                                                  "fitted batch settings the plan reserves the latent-attention "
-                                                  "family's 12.5 GiB outside the KV cache, where vLLM held 2.9 GiB; "
-                                                  "its bytes per token are the plan's (2,655.0 / 2,655.05)"),
-    ("Kimi-Linear-48B-A3B-Instruct", "all"): (-0.288, "validation 36: the same 12.5 GiB reserve on a 31.3 GiB pool; "
-                                                      "bytes per token 14,871 measured, 14,874 planned"),
     ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
                                        "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
                                        "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "
