@@ -190,7 +190,7 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     layout = LAYOUTS["tp1"]
     spec = replace(bench.spec(layout, API_PORT + 20, directory), served_name=name,
                    extra_args=("--load-format", "dummy", *args.extra), trust_remote_code=bool(remote_code(data)))
-    env = bench.env(layout, [0] if args.gpus else [], f"calibrate-{name}")
+    env = bench.cold_env(layout, [0] if args.gpus else [], f"calibrate-{name}")
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
     if args.runner == "v2":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1"

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -292,6 +293,16 @@ class Bench:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
         if ip:
             env |= {"POD_IP": ip, "LWS_LEADER_ADDRESS": NODE_IPS[0]}
+        return env
+
+    def cold_env(self, layout: BenchLayout, gpus: list[int], cache: str) -> dict[str, str]:
+        """env() with that cache's directories emptied first: a start that must be cold even when the same name ran
+        before in this work directory. bench/calibrate.py's rows are compared with a plan of a cold start; a warm
+        compile cache skips vLLM 0.25.1's router compile and its hold (validation 41: GLM-4.5-Air:12 rerun under
+        the same name held 1.43 GiB less and took 1.5 GiB more KV cache)."""
+        env = self.env(layout, gpus, cache)
+        for key in ("VLLM_CACHE_ROOT", "VLLM_GKE_STATE_DIR", "HOME", "TORCHINDUCTOR_CACHE_DIR"):
+            shutil.rmtree(env[key], ignore_errors=True)
         return env
 
 

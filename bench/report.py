@@ -532,7 +532,7 @@ def validation_section(found: dict) -> list[str]:
                   f"{batch['planner']}): {inside} of {len(kv_err)} started checkpoints within the KV bound.", ""]
         lines += _table(["entry", "predicted KV tokens", "vLLM KV tokens", "KV error %", "predicted weights GiB",
                          "vLLM weights GiB", "weights error %"], table)
-        notes += [f"First run of {r['model']} not counted: {r['excluded']}."
+        notes += [f"A run of {r['model']} not counted: {r['excluded']}."
                   for r in batch.get("harness_artifacts", [])]
         notes += batch.get("notes", [])
         for note in notes:

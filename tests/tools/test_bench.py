@@ -69,6 +69,22 @@ def test_across_node_layouts_get_one_gpu_per_node_tcp_nccl_and_their_own_compile
     assert "NCCL_P2P_DISABLE" not in b.env(bench_harness.LAYOUTS["tp2-one-node"], [0, 1], "y")
 
 
+def test_cold_env_empties_the_named_caches_and_only_those(tmp_path):
+    b = bench_harness.Bench(args(), Path("/data/model"), "m", tmp_path)
+    layout = bench_harness.LAYOUTS["tp1"]
+    warm = b.env(layout, [0], "calibrate-x")
+    other = b.env(layout, [0], "calibrate-y")
+    for env in (warm, other):
+        for key in ("VLLM_CACHE_ROOT", "VLLM_GKE_STATE_DIR", "HOME", "TORCHINDUCTOR_CACHE_DIR"):
+            Path(env[key], "artifact").parent.mkdir(parents=True, exist_ok=True)
+            Path(env[key], "artifact").write_text("compiled")
+    cold = b.cold_env(layout, [0], "calibrate-x")
+    assert cold == warm
+    for key in ("VLLM_CACHE_ROOT", "VLLM_GKE_STATE_DIR", "HOME", "TORCHINDUCTOR_CACHE_DIR"):
+        assert not Path(cold[key]).exists(), key
+        assert Path(other[key], "artifact").read_text() == "compiled", key
+
+
 @pytest.mark.parametrize("flags, fragment", [
     (["--layouts", "tp3"], "--layouts 'tp3': unknown ['tp3']"),
     (["--accelerator", "nvidia-x"], "--accelerator 'nvidia-x': accepted: none, nvidia-tesla-t4"),
