@@ -389,5 +389,6 @@ def write_tensors_file(tensors: Mapping[str, Mapping[str, Any]], where: str, out
         doc = {**head, "tensors": {k: dict(tensors[k]) for k in sorted(tensors)}}
         out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         return
-    lines = ",\n".join("  " + json.dumps(row) for row in rows)
-    out.write_text(json.dumps(head, indent=1, sort_keys=True)[:-2] + ',\n "patterns": [\n' + lines + "\n ]\n}\n")
+    fields = [f" {json.dumps(key)}: {json.dumps(value)}" for key, value in sorted(head.items())]
+    patterns = ",\n".join(f"  {json.dumps(row)}" for row in rows)
+    out.write_text("{\n" + ",\n".join(fields) + ',\n "patterns": [\n' + patterns + "\n ]\n}\n")

@@ -113,6 +113,11 @@ def sizing(stack: str = "dev", **sections: dict[str, Any] | None) -> Sizing:
     return plan(settings(stack, **sections))
 
 
+def batch_extra(batch: dict[str, Any]) -> tuple[str, ...]:
+    """The vLLM flags a validation batch of docs/benchmarks/results.json started with (bench/calibrate.py --extra)."""
+    return tuple((batch.get("settings") or {}).get("extra", ()))
+
+
 def model(name: str) -> dict[str, str]:
     """model section for a config.json committed under models/."""
     return {"id": f"org/{name}", "configFile": f"models/{name}.json"}

@@ -42,7 +42,7 @@ from planner.memory import (
 from planner.memory_fit import FITTED, MemoryFit
 from planner.model_config import parse_hf_config
 from planner.sizing import single_gpu_fit
-from tests.helpers import arch
+from tests.helpers import arch, batch_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text())
@@ -443,7 +443,7 @@ def test_the_dense_peak_is_the_traced_phase(row):
 
 FIRST_CAPTURE = re.compile(r"Estimated (FULL|PIECEWISE) CUDA graph memory: ([\d.]+) MiB first-capture \+ \((\d+)-1\) "
                            r"\S+ ([\d.]+) MiB per-graph")
-V1_ESTIMATES = [({**r, "_batch": b["name"], "_extra": tuple((b.get("settings") or {}).get("extra", ()))},
+V1_ESTIMATES = [({**r, "_batch": b["name"], "_extra": batch_extra(b)},
                  {m.group(1): m for line in r["graph_estimate_lines"] if (m := FIRST_CAPTURE.search(line))})
                 for b in RESULTS["calibration_validation"]["batches"] for r in b["measured"]
                 if r.get("graph_estimate_lines") and not r.get("runner_v2") and r.get("kv_cache_tokens_measured")]
