@@ -92,7 +92,8 @@ def parse_entry(entry: str) -> tuple[Path, int | None, bool]:
     return config, int(layers) if layers else None, text
 
 
-TEXT_ARCHITECTURES = {"gemma3_text": "Gemma3ForCausalLM", "gemma4_text": "Gemma4ForCausalLM"}
+TEXT_ARCHITECTURES = {"gemma3_text": "Gemma3ForCausalLM", "gemma4_text": "Gemma4ForCausalLM",
+                      "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
 """The decoder class of a wrapper whose text_config names no architectures."""
 
 
@@ -117,6 +118,9 @@ def entry_config(config: Path, layers: int | None, text_mode: bool) -> dict[str,
     return cut_layers(data, layers) if layers is not None else data
 
 
+QWEN3_VL_PROCESSOR_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+"""Wrappers vLLM profiles through Qwen3-VL's processor: Qwen3.5 / 3.6's processing info is Qwen3-VL's
+(vllm/model_executor/models/qwen3_5.py Qwen3_5ProcessingInfo(Qwen3VLProcessingInfo))."""
 GPTQ_METHODS = ("gptq", "gptq_marlin", "auto_gptq")
 GPTQ_LINEAR = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
                "mlp.up_proj", "mlp.down_proj"]
@@ -150,7 +154,7 @@ def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = Fa
     build_tokenizer({**text, **{k: v for k, v in data.items() if k.endswith("token_id")}}, out)
     if data.get("model_type") in ("qwen2_5_vl", "qwen2_vl"):
         add_qwen_vl_processor(out, data, QWEN_VL_PROCESSOR)
-    elif data.get("model_type") in ("qwen3_vl", "qwen3_vl_moe"):
+    elif data.get("model_type") in QWEN3_VL_PROCESSOR_TYPES:
         vision = data.get("vision_config") or {}
         image = {**QWEN_VL_PROCESSOR, "patch_size": vision.get("patch_size", 16),
                  "merge_size": vision.get("spatial_merge_size", 2),

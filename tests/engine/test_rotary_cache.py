@@ -68,10 +68,10 @@ def transformers_cache_elements(config: dict) -> int:
     import transformers
 
     text = transformers.AutoConfig.for_model(**config).get_text_config()
-    return _cache_elements(None, text, text.hidden_size // text.num_attention_heads)
+    return _cache_elements(None, text, getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
 
 
-NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct", "Qwen3-VL-8B-Instruct"}
+NEEDS_TORCHVISION = {"Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct", "Qwen3-VL-8B-Instruct", "Qwen3.6-27B"}
 NO_ROTARY = {"Kimi-Linear-48B-A3B-Instruct"}
 """Kimi Linear: vLLM 0.32.0 builds it from vllm/models/kimi_k3, whose latent attention is NoPE-only and calls get_rope
 only under use_rope, which the model never passes (test_kimi_linear_builds_no_rotary_cache)."""

@@ -32,6 +32,22 @@ def test_a_vision_model_gets_its_image_processor_and_vision_tokens(tmp_path):
     assert tok.convert_tokens_to_ids("<|image_pad|>") == data["image_token_id"]
 
 
+@pytest.mark.parametrize("name", ["Qwen3-VL-8B-Instruct", "Qwen3.6-27B"])
+def test_a_qwen3_vl_processor_family_gets_the_qwen3_vl_processor_and_its_video_processor(tmp_path, name):
+    """Qwen3.6-27B (qwen3_5) is profiled through Qwen3-VL's processor, as vLLM's Qwen3_5ProcessingInfo is Qwen3-VL's:
+    without these files vLLM cannot start its encoder profile."""
+    config, layers, _ = parse_entry(f"models/{name}.json")
+    out, data = model_dir(tmp_path, config, layers)
+    image = json.loads((out / "preprocessor_config.json").read_text())
+    assert image["processor_class"] == "Qwen3VLProcessor"
+    assert image["patch_size"] == data["vision_config"]["patch_size"]
+    assert json.loads((out / "video_preprocessor_config.json").read_text())["video_processor_type"] == \
+        "Qwen3VLVideoProcessor"
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.convert_tokens_to_ids("<|image_pad|>") == data["image_token_id"]
+    assert tok.convert_tokens_to_ids("<|video_pad|>") == data["video_token_id"]
+
+
 def test_a_text_entry_starts_the_decoder_of_a_wrapper_with_the_vocabulary_vllm_reads(tmp_path):
     """gemma-3-27b-it's text_config names no vocab_size: the tokenizer must cover transformers' default (262,208),
     which is what vLLM sizes the embedding with; the decoder runs under Gemma3ForCausalLM."""

@@ -4,6 +4,9 @@ MoE workspace follow vLLM's source."""
 
 import json
 import re
+import subprocess
+import sys
+import warnings
 from dataclasses import FrozenInstanceError, fields, replace
 from pathlib import Path
 
@@ -227,6 +230,20 @@ predictions are kept as made, and its rows check today's planner, fixed before i
 tests/engine/test_families.py."""
 
 
+def _predict_in_a_fresh_interpreter(entry: str, args: tuple) -> dict:
+    """bench/calibrate.py predict_row for one entry in a new Python process; a ConfigError there is raised here."""
+    code = ("import json, sys; from bench.calibrate import predict_row; from planner.errors import ConfigError\n"
+            "entry, args = json.loads(sys.argv[1])\n"
+            "try: print(json.dumps(predict_row(entry, *args[:-1], tuple(args[-1]))))\n"
+            "except ConfigError as e: print(json.dumps({'ConfigError': str(e)}))")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps([entry, list(args)])], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "ConfigError" in out:
+        raise ConfigError(out["ConfigError"])
+    return out
+
+
 @pytest.mark.parametrize("committed, ran, refused", [(c, ran, x) for _, c, ran, x in COMMITTED],
                          ids=[n for n, *_ in COMMITTED])
 def test_committed_predictions_are_what_todays_planner_predicts(committed, ran, refused):
@@ -235,19 +252,26 @@ def test_committed_predictions_are_what_todays_planner_predicts(committed, ran, 
     before the run, and once it has run as a held-out batch, a change that moves them makes it no longer a check of
     today's planner (take it into the fit and hold out a new batch). Today's planner may refuse, or promise no
     tokens to, only a checkpoint vLLM did not start (validation 30: GLM-4.5 cut to its dense layers, which vLLM's
-    class refuses; validation 34: Mamba-Codestral-7B on an H100, whose graph-estimate cache did not fit). A ran batch's
-    rows vLLM did not start checked nothing and are not compared (DeepSeek-V3.2:4 of validation 35 predicted
-    differently in one full `make test` process than alone, cause not found; the message now prints both)."""
+    class refuses; validation 34: Mamba-Codestral-7B on an H100, whose graph-estimate cache did not fit).
+
+    In one full `make test` process (a125343) DeepSeek-V3.2:4 of validation 35 once predicted differently than alone,
+    cause not found (not reproduced after each test directory in turn, 2026-11-28). A prediction that differs here is
+    therefore made again in a fresh interpreter: the planner is held to that one, and a difference between the two is
+    a warning naming the entry, so a leak of state between tests shows in the log without failing the check."""
     from bench.calibrate import predict_row
 
     s = committed["settings"]
+    args = (s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"], s["dtype"], s["kv_cache_dtype"],
+            s.get("runner", "default"), s.get("router_fake", False), list(s.get("extra", ())))
     for row in committed["rows"]:
-        if ran and _entry_key(row["entry"]) in refused:
-            continue  # vLLM did not start it: its prediction checked nothing, and checks nothing now
         try:
-            today = predict_row(row["entry"], s["accelerator"], s["gpu_memory_utilization"], s["max_model_len"],
-                                s["dtype"], s["kv_cache_dtype"], s.get("runner", "default"),
-                                s.get("router_fake", False), tuple(s.get("extra", ())))
+            today = predict_row(row["entry"], *args[:-1], tuple(args[-1]))
+            if (_checked(today) != _checked(row)) if ran else today != row:
+                fresh = _predict_in_a_fresh_interpreter(row["entry"], args)
+                if fresh != today:
+                    warnings.warn(f"{row['entry']}: predicted {today} in this process, {fresh} in a fresh one: "
+                                  "state leaked from an earlier test", stacklevel=1)
+                today = fresh
         except ConfigError:
             assert _entry_key(row["entry"]) in refused, f"{row['entry']}: refused, but vLLM started it"
             continue

@@ -34,6 +34,7 @@ REPORTED = {
     "Qwen3-VL-8B-Instruct": (750, 8_767_123_696, 16.33),
     "MiniMax-M2.7": (96_103, 228_703_644_928, 214.32),
     "gemma-4-31B-it": (1_188, 31_273_088_876, 58.25),
+    "Qwen3.6-27B": (1_199, 27_781_427_952, 51.75),
 }
 H200 = accel("nvidia-h200-141gb", "a3-ultragpu-8g")
 
@@ -57,8 +58,9 @@ def test_the_transcribed_tensors_add_up_to_the_reports_totals(name):
 
 @pytest.mark.parametrize("name", sorted(REPORTED))
 def test_the_plan_weighs_what_the_checkpoint_stores_and_the_count_agrees(name):
-    """The plan's weights are the stored bytes less what vLLM skips (DeepSeek-V3.2's MTP layer 61), and counting
-    config.json's parameters (the fallback when no header can be read) lands within 0.2% of them on each family."""
+    """The plan's weights are the stored bytes less what vLLM skips (DeepSeek-V3.2's MTP layer 61, Qwen3.6-27B's
+    mtp.*), and counting config.json's parameters (the fallback when no header can be read) lands within 0.2% of them
+    on each family."""
     tensors = load_tensors_file(tensors_file(name), PROJECT_DIR)
     from_tensors = sizing(model={**model(name), "tensorsFile": tensors_file(name)}, accelerator=H200,
                           vllm={"maxModelLen": 8192})
@@ -66,7 +68,7 @@ def test_the_plan_weighs_what_the_checkpoint_stores_and_the_count_agrees(name):
     layers = json.loads((PROJECT_DIR / "models" / f"{name}.json").read_text())
     layers = layers.get("text_config", layers)["num_hidden_layers"]
     mtp = {n: e for n, e in tensors.items() if skipped_by_vllm(n, layers, 1)}
-    assert bool(mtp) == (name == "DeepSeek-V3.2")
+    assert bool(mtp) == (name in ("DeepSeek-V3.2", "Qwen3.6-27B"))  # layer 61 / Qwen3.5's mtp.* (15 tensors)
     assert from_tensors.weights_gib == round((stored_bytes(tensors) - stored_bytes(mtp)) / GIB, 2)
     assert counted.weights_gib == pytest.approx(from_tensors.weights_gib, rel=0.002)
     assert not [w for w in from_tensors.warnings if w.startswith("model.tensorsFile")]  # within the 3% it reports
