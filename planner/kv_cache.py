@@ -258,11 +258,13 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
 
 def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
     """One Gated DeltaNet layer's state per request on one GPU: the conv state of (kernel - 1) steps over
-    2 x key + value channels and the v_heads x v_dim x k_dim recurrent state, in the model's dtype
-    (vllm/model_executor/layers/mamba/mamba_utils.py, gated_delta_net_state_shape / _mamba_state_dtype)."""
+    2 x key + value channels in the model's dtype and the v_heads x v_dim x k_dim recurrent state in the SSM-state
+    dtype, the model's unless the family sets one (Qwen3.5: its config's mamba_ssm_dtype, float32 in the published
+    checkpoints; vllm/model_executor/layers/mamba/mamba_utils.py, gated_delta_net_state_shape / _mamba_state_dtype)."""
     k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
     conv = (2 * k_heads * k_dim + v_heads * v_dim) / tp * (kernel - 1)
-    return (conv + v_heads / tp * v_dim * k_dim) * dtype_bytes
+    ssm_bytes = DTYPE_BYTES[arch.mamba_ssm_dtype] if arch.mamba_ssm_dtype else dtype_bytes
+    return conv * dtype_bytes + v_heads / tp * v_dim * k_dim * ssm_bytes
 
 
 def mamba1_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:

@@ -153,6 +153,12 @@ gpt2.py, gpt_j.py fc_in/fc_out, opt.py fc1/fc2, nemotron.py and nemotron_h.py up
 ReLU, nemotron_h's experts too, bloom.py dense_h_to_4h/dense_4h_to_h, cosmos3_edge.py linear_fc1/linear_fc2 with
 squared ReLU). Counted with three they were planned 21-57% heavier than transformers builds them."""
 LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
+SSM_DTYPE_FROM_CONFIG = frozenset({
+    "ColQwen3_5", "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration"})
+"""Architectures whose Gated DeltaNet state vLLM keeps in the config's mamba_ssm_dtype when the engine leaves
+mamba_ssm_cache_dtype at auto (vllm/model_executor/models/config.py Qwen3_5ForConditionalGenerationConfig and the
+classes built on it, by MODELS_CONFIG_MAP). Qwen3-Next is not one: its state is in the model dtype."""
 GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
                                    "muse_glimmer_text", "afmoe"})
 """Families whose full-attention layers are vLLM's Qwen3NextAttention, which projects an output gate beside each
@@ -475,6 +481,13 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                             _count(cfg, source, ("mamba_d_conv",)), _dt_rank(cfg, "mamba_dt_rank", hidden, source),
                             int(cfg.get("mamba_conv_bias", True) is not False), int(bool(cfg.get("mamba_proj_bias"))),
                             1)  # MambaMixer(use_rms_norm=True): dt, B and C norms with weights
+    named_first = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
+    if "linear" in kinds and not unsized and named_first in SSM_DTYPE_FROM_CONFIG \
+            and cfg.get("mamba_ssm_dtype") is not None:
+        ssm = str(cfg["mamba_ssm_dtype"])
+        if ssm not in DTYPE_BYTES:
+            raise ConfigError(source, ssm, f"mamba_ssm_dtype must be one of {', '.join(sorted(DTYPE_BYTES))}")
+        hybrid["mamba_ssm_dtype"] = ssm
     if "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))

@@ -32,7 +32,7 @@ vllm_config_mod = pytest.importorskip("vllm.config")
 from vllm.config import VllmConfig  # noqa: E402
 from vllm.config.cache import _layout_from_name  # noqa: E402
 from vllm.distributed.utils import get_pp_indices  # noqa: E402
-from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator  # noqa: E402
+from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator  # noqa: E402
 from vllm.v1.core import kv_cache_utils  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     ChunkedLocalAttentionSpec,
@@ -91,7 +91,7 @@ def state_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
                                 use_kda_recoverssm=False, enable_prefix_caching=mamba_mode != "none",
                                 mamba_cache_mode=mamba_mode, mamba_block_size=16, block_size=16),
                 model_config=ns(hf_config=hf_config, dtype=torch.bfloat16, architecture=architecture,
-                                max_model_len=8192),
+                                max_model_len=8192, hf_text_config=text_config(hf_config)),
                 scheduler_config=ns(enable_chunked_prefill=True), num_speculative_tokens=0,
                 speculative_config=None)
     if architecture in MODELS_CONFIG_MAP:
@@ -100,6 +100,22 @@ def state_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
     assert model_cls is not None, f"vLLM 0.32.0 has no class for {architecture}"
     return MambaSpec(block_size=16, shapes=model_cls.get_mamba_state_shape_from_config(config),
                      dtypes=model_cls.get_mamba_state_dtype_from_config(config), mamba_cache_mode=mamba_mode)
+
+
+def ssm_cache_dtype(hf_config) -> str:
+    """cache_config.mamba_ssm_cache_dtype after the family's verify_and_update_config (MODELS_CONFIG_MAP), from
+    "auto": Qwen3.5's config class sets the config's mamba_ssm_dtype. The Gated DeltaNet classes' own
+    get_mamba_state_dtype_from_config pass it to gated_delta_net_state_dtype (vllm/model_executor/models/qwen3_5.py;
+    the module imports torchvision, which the test venv leaves out, so its body is called here)."""
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    ns = types.SimpleNamespace
+    cache = ns(mamba_ssm_cache_dtype="auto")
+    architecture = (getattr(hf_config, "architectures", None) or [""])[0]
+    if architecture in MODELS_CONFIG_MAP:
+        MODELS_CONFIG_MAP[architecture].verify_and_update_config(
+            ns(cache_config=cache, model_config=ns(hf_config=hf_config, hf_text_config=text_config(hf_config))))
+    return cache.mamba_ssm_cache_dtype
 
 
 def hybrid_block(attention_token_bytes: int, state_page: int, mla: bool) -> int:
@@ -136,7 +152,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
     if "linear" in arch.kinds:
         k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
-        state = MambaSpec(block_size=16, shapes=shapes, dtypes=(dtype, dtype), mamba_cache_mode=mamba_mode)
+        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, "auto", ssm_cache_dtype(hf_config))
+        state = MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode=mamba_mode)
     elif {"mamba", "mamba1", "kda", "conv"} & set(arch.kinds):
         state = state_spec(hf_config, tp, mamba_mode)
     block = 16
@@ -203,7 +220,22 @@ def file_vllm_tokens(path: Path, arch: ModelArchitecture, tp: int, pp: int, avai
         return gemma4_vllm_tokens(gemma4_text_config(text), tp, pp, available, max_len, batched)
     if raw.get("model_type") == "kimi_linear":
         return vllm_tokens(arch, tp, pp, available, max_len, batched, hf_config=kimi_linear_config(raw))
+    if raw.get("model_type") in ("qwen3_5", "qwen3_5_moe"):  # the SSM state in the config's mamba_ssm_dtype
+        return vllm_tokens(arch, tp, pp, available, max_len, batched, hf_config=transformers_config(raw))
     return vllm_tokens(arch, tp, pp, available, max_len, batched)
+
+
+def transformers_config(raw: dict):
+    """The config object transformers builds from a config.json, as vLLM's ModelConfig holds it."""
+    import transformers
+
+    return transformers.AutoConfig.for_model(**raw)
+
+
+def text_config(hf_config):
+    """ModelConfig.hf_text_config: a wrapper's decoder config, else the config itself."""
+    getter = getattr(hf_config, "get_text_config", None)
+    return getter() if getter is not None else hf_config
 
 
 def planner_tokens(arch: ModelArchitecture, tp: int, pp: int, available: int, max_len: int, batched: int,
