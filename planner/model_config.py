@@ -481,13 +481,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                             _count(cfg, source, ("mamba_d_conv",)), _dt_rank(cfg, "mamba_dt_rank", hidden, source),
                             int(cfg.get("mamba_conv_bias", True) is not False), int(bool(cfg.get("mamba_proj_bias"))),
                             1)  # MambaMixer(use_rms_norm=True): dt, B and C norms with weights
-    named_first = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
-    if "linear" in kinds and not unsized and named_first in SSM_DTYPE_FROM_CONFIG \
+    architecture = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
+    if "linear" in kinds and not unsized and architecture in SSM_DTYPE_FROM_CONFIG \
             and cfg.get("mamba_ssm_dtype") is not None:
-        ssm = str(cfg["mamba_ssm_dtype"])
-        if ssm not in DTYPE_BYTES:
-            raise ConfigError(source, ssm, f"mamba_ssm_dtype must be one of {', '.join(sorted(DTYPE_BYTES))}")
-        hybrid["mamba_ssm_dtype"] = ssm
+        hybrid["mamba_ssm_dtype"] = _state_dtype(str(cfg["mamba_ssm_dtype"]), "mamba_ssm_dtype", source)
     if "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
@@ -519,12 +516,11 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
             hybrid["shared_expert_gate"] = False
         elif shared_inter:
             inter = shared_inter  # no experts: the shared MLP is the layer's MLP
-    named = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
-    if experts and not moe and named in NEEDS_AN_MOE_LAYER:
-        raise ConfigError(source, layers, f"num_hidden_layers {layers} leaves {named} no layer with routed experts "
-                          f"(its first {counts['first_k_dense_replace']} are dense), and vLLM's {named} refuses to "
-                          "build without one (\"No MoE layer found in model.layers\"); use more layers than the "
-                          "dense ones")
+    if experts and not moe and architecture in NEEDS_AN_MOE_LAYER:
+        raise ConfigError(source, layers, f"num_hidden_layers {layers} leaves {architecture} no layer with routed "
+                          f"experts (its first {counts['first_k_dense_replace']} are dense), and vLLM's {architecture} "
+                          "refuses to build without one (\"No MoE layer found in model.layers\"); use more layers "
+                          "than the dense ones")
     return ModelArchitecture(
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
@@ -543,7 +539,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                          and cfg.get(GATE_SWITCH.get(str(cfg.get("model_type")), "attn_output_gate")) is not False),
         linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
-        architecture=named,
+        architecture=architecture,
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,
         checkpoint_kv_dtype=checkpoint_kv_cache_dtype(cfg),
@@ -664,6 +660,13 @@ def _dt_rank(cfg: Mapping[str, Any], key: str, hidden: int, source: str) -> int:
     return -(-hidden // 16) if cfg.get(key) == "auto" else _count(cfg, source, (key,))
 
 
+def _state_dtype(value: str, key: str, source: str) -> str:
+    """A config's SSM-state dtype (`key`), refused in one line where it is not one the planner weighs."""
+    if value not in DTYPE_BYTES:
+        raise ConfigError(source, value, f"{key} must be one of {', '.join(sorted(DTYPE_BYTES))}")
+    return value
+
+
 def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, source: str) -> dict[str, Any]:
     """A Mamba-2 hybrid's mixer dimensions and state dtype, read as vLLM's model class reads them
     (vllm/model_executor/models/nemotron_h.py NemotronHMambaDecoderLayer: intermediate mamba_num_heads x
@@ -685,8 +688,8 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
                 count("mamba_d_state"), count("mamba_d_conv"), int(cfg.get("mamba_conv_bias", True) is not False),
                 int(bool(cfg.get("mamba_proj_bias"))))
         ssm = ""
-    if ssm and ssm not in DTYPE_BYTES:
-        raise ConfigError(source, ssm, f"mamba_ssm_cache_dtype must be one of {', '.join(sorted(DTYPE_BYTES))}")
+    if ssm:
+        _state_dtype(ssm, "mamba_ssm_cache_dtype", source)
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # falcon_h1.py: MambaMixer2(use_rms_norm=mamba_rms_norm)
         return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2,
                 "mamba_norm": cfg.get("mamba_rms_norm") is True}
