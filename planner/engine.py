@@ -11,13 +11,13 @@ and the memory it keeps outside the KV cache differ between releases. Two profil
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.architecture import ATTENTION_KINDS
 from planner.catalog import GIB, Accelerator
 from planner.commands import flag_value
 from planner.errors import ConfigError
-from planner.kv_cache import POOL_RULES, Admission, LayerSpec
+from planner.kv_cache import MAMBA_DTYPES, POOL_RULES, Admission, LayerSpec, StateDtypes
 from planner.versions import VLLM_VERSION
 from planner.vllm_flags import canonical_args, image_version, version_key
 
@@ -174,6 +174,8 @@ class EngineSettings:
     """False with --enforce-eager (no graphs captured, none reserved)."""
     gpu: str = ""
     """The accelerator type (planner/catalog.py) it runs on: what the GPU holds before profiling depends on it."""
+    states: StateDtypes = field(default_factory=StateDtypes)
+    """The dtypes of Mamba-style states: --dtype, --mamba-cache-dtype and --mamba-ssm-cache-dtype."""
 
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
@@ -204,10 +206,17 @@ def _positive(args: tuple[str, ...], flag: str) -> int | None:
     return int(value)
 
 
+def _state_dtype(args: tuple[str, ...], flag: str) -> str:
+    value = flag_value(args, flag) or "auto"
+    if value not in MAMBA_DTYPES:
+        raise ConfigError("vllm.extraArgs", f"{flag} {value}", f"{flag} takes one of {', '.join(MAMBA_DTYPES)}")
+    return value
+
+
 def engine_settings(profile: EngineProfile, accelerator: Accelerator,
-                    extra_args: tuple[str, ...] = ()) -> EngineSettings:
+                    extra_args: tuple[str, ...] = (), dtype: str = "auto") -> EngineSettings:
     """The batch and cache settings the server runs with: vLLM's defaults for this GPU, overridden by the flags in
-    vllm.extraArgs that change them."""
+    vllm.extraArgs that change them; `dtype` is vllm.dtype (--dtype)."""
     seqs, batched = batch_defaults(accelerator.memory_bytes, accelerator.device_name, profile)
     args = canonical_args(extra_args)  # as vLLM's parser reads them: --max_num_seqs=64, --enforce_eager, prefixes
     return EngineSettings(
@@ -219,4 +228,6 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         async_scheduling="--no-async-scheduling" not in args,
         cudagraphs="--enforce-eager" not in args,
         gpu=accelerator.type,
+        states=StateDtypes(4.0 if dtype == "float32" else 2.0, _state_dtype(args, "--mamba-cache-dtype"),
+                           _state_dtype(args, "--mamba-ssm-cache-dtype")),
     )

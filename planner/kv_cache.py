@@ -194,6 +194,41 @@ class NoCache(LayerSpec):
         return 0
 
 
+MAMBA_DTYPES = ("auto", "float32", "float16", "bfloat16")
+"""What --mamba-cache-dtype and --mamba-ssm-cache-dtype accept (vllm/config/cache.py MambaDType)."""
+
+
+@dataclass(frozen=True)
+class StateDtypes:
+    """The dtypes vLLM 0.32.0 keeps Mamba-style states in (vllm/model_executor/layers/mamba/mamba_utils.py
+    MambaStateDtypeCalculator): conv states in --mamba-cache-dtype, the model's under auto; an SSM or recurrent state
+    in --mamba-ssm-cache-dtype, under auto the one the family's config class sets (NemotronH, Qwen3.5:
+    ModelArchitecture.mamba_ssm_dtype), else the conv states'. A Kimi Delta Attention state is float32 under auto."""
+
+    model_bytes: float = 2.0
+    """The model dtype's bytes (--dtype: 4 for float32, else 2)."""
+    cache: str = "auto"
+    """--mamba-cache-dtype."""
+    ssm: str = "auto"
+    """--mamba-ssm-cache-dtype."""
+
+    @property
+    def conv_bytes(self) -> float:
+        return self.model_bytes if self.cache == "auto" else DTYPE_BYTES[self.cache]
+
+    def ssm_bytes(self, family: str = "") -> float:
+        """An SSM state's bytes per element (_mamba_state_dtype), `family` the dtype the model's config class sets
+        under auto ("" for none)."""
+        if self.ssm != "auto":
+            return DTYPE_BYTES[self.ssm]
+        return DTYPE_BYTES[family] if family else self.conv_bytes
+
+    @property
+    def kda_bytes(self) -> float:
+        """A Kimi Delta Attention recurrent state's bytes per element (kda_state_dtype: float32 under auto)."""
+        return 4.0 if self.ssm == "auto" else DTYPE_BYTES[self.ssm]
+
+
 def attention_spec(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float) -> FullAttention:
     """The model's full-attention layer on one GPU of a TP group: MLA's latent vector, replicated on every rank, or K
     and V of its KV heads (a head replicated where TP exceeds them), of the full layers' own shape where it differs
@@ -211,8 +246,8 @@ def full_attention(kv_heads: int, head_dim: int, tp: int, kv_dtype_bytes: float)
 
 
 def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
-                state_dtype_bytes: float = 2.0) -> tuple[LayerSpec, ...]:
-    """One spec per decoder layer of `arch` on one GPU of a TP group."""
+                states: StateDtypes = StateDtypes()) -> tuple[LayerSpec, ...]:
+    """One spec per decoder layer of `arch` on one GPU of a TP group, Mamba-style states in `states`' dtypes."""
     attention = attention_spec(arch, tp, kv_dtype_bytes)
     local = 2 * max(arch.num_kv_heads / tp, 1) * arch.head_dim * kv_dtype_bytes  # sliding and chunked layers
     made: dict[str, LayerSpec] = {"full": attention}
@@ -235,18 +270,18 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                 made[kind] = ChunkedLocal(local, chunk=arch.window)
             elif kind == "linear":
                 made[kind] = LinearState(attention.token_bytes,
-                                         state_bytes=gated_delta_net_state_bytes(arch, tp, state_dtype_bytes))
+                                         state_bytes=gated_delta_net_state_bytes(arch, tp, states))
             elif kind == "mamba":
                 made[kind] = MambaState(attention.token_bytes,
-                                        state_bytes=mamba2_state_bytes(arch, tp, state_dtype_bytes))
+                                        state_bytes=mamba2_state_bytes(arch, tp, states))
             elif kind == "mamba1":
                 made[kind] = Mamba1State(attention.token_bytes,
-                                         state_bytes=mamba1_state_bytes(arch, tp, state_dtype_bytes))
+                                         state_bytes=mamba1_state_bytes(arch, tp, states))
             elif kind == "kda":
-                made[kind] = KDAState(attention.token_bytes, state_bytes=kda_state_bytes(arch, tp, state_dtype_bytes))
+                made[kind] = KDAState(attention.token_bytes, state_bytes=kda_state_bytes(arch, tp, states))
             elif kind == "conv":
                 made[kind] = ShortConvState(attention.token_bytes,
-                                            state_bytes=short_conv_state_bytes(arch, tp, state_dtype_bytes))
+                                            state_bytes=short_conv_state_bytes(arch, tp, states))
             elif kind == "none":
                 made[kind] = NoCache()
             else:
@@ -256,40 +291,40 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
     return tuple(spec if i < first_shared else NoCache() for i, spec in enumerate(specs))
 
 
-def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+def gated_delta_net_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:
     """One Gated DeltaNet layer's state per request on one GPU: the conv state of (kernel - 1) steps over
-    2 x key + value channels in the model's dtype and the v_heads x v_dim x k_dim recurrent state in the SSM-state
-    dtype, the model's unless the family sets one (Qwen3.5: its config's mamba_ssm_dtype, float32 in the published
-    checkpoints; vllm/model_executor/layers/mamba/mamba_utils.py, gated_delta_net_state_shape / _mamba_state_dtype)."""
+    2 x key + value channels in the conv dtype and the v_heads x v_dim x k_dim recurrent state in the SSM-state
+    dtype (Qwen3.5 under auto: its config's mamba_ssm_dtype, float32 in the published checkpoints;
+    vllm/model_executor/layers/mamba/mamba_utils.py, gated_delta_net_state_shape / _mamba_state_dtype)."""
     k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
     conv = (2 * k_heads * k_dim + v_heads * v_dim) / tp * (kernel - 1)
-    ssm_bytes = DTYPE_BYTES[arch.mamba_ssm_dtype] if arch.mamba_ssm_dtype else dtype_bytes
-    return conv * dtype_bytes + v_heads / tp * v_dim * k_dim * ssm_bytes
+    return conv * states.conv_bytes + v_heads / tp * v_dim * k_dim * states.ssm_bytes(arch.mamba_ssm_dtype)
 
 
-def mamba1_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+def mamba1_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:
     """One Mamba-1 layer's state per request on one GPU: the conv state of (kernel - 1) steps over the intermediate
-    size and its intermediate x state_size SSM state, both in the model dtype (vllm/model_executor/layers/mamba/
-    mamba_utils.py, mamba1_state_shape, mamba1_state_dtype under mamba_ssm_cache_dtype auto)."""
+    size in the conv dtype and its intermediate x state_size SSM state in the SSM-state dtype (vllm/model_executor/
+    layers/mamba/mamba_utils.py, mamba1_state_shape, mamba1_state_dtype)."""
     inner, state, kernel = arch.mamba1[:3]
-    return inner // tp * (kernel - 1 + state) * dtype_bytes
+    return inner // tp * ((kernel - 1) * states.conv_bytes + state * states.ssm_bytes(arch.mamba_ssm_dtype))
 
 
-def kda_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+def kda_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:
     """One Kimi Delta Attention layer's state per request on one GPU: the conv state of (kernel - 1) steps over q, k
-    and v (3 x heads x head_dim channels) in the model dtype and the heads x head_dim x head_dim recurrent state in
-    float32, vLLM's choice under mamba_ssm_cache_dtype auto (vllm/model_executor/layers/mamba/mamba_utils.py,
-    kda_state_shape, kda_state_dtype)."""
+    and v (3 x heads x head_dim channels) in the conv dtype and the heads x head_dim x head_dim recurrent state,
+    float32 under mamba_ssm_cache_dtype auto (vllm/model_executor/layers/mamba/mamba_utils.py, kda_state_shape,
+    kda_state_dtype)."""
     heads, head_dim, kernel = arch.kda
-    return 3 * heads * head_dim // tp * (kernel - 1) * dtype_bytes + heads // tp * head_dim * head_dim * 4.0
+    return (3 * heads * head_dim // tp * (kernel - 1) * states.conv_bytes
+            + heads // tp * head_dim * head_dim * states.kda_bytes)
 
 
-def short_conv_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+def short_conv_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:
     """One LFM2 short-convolution layer's state per request on one GPU: kernel - 1 inputs over its channels split over
-    TP, in the model dtype (vllm/model_executor/layers/mamba/mamba_utils.py, short_conv_state_shape /
+    TP, in the conv dtype (vllm/model_executor/layers/mamba/mamba_utils.py, short_conv_state_shape /
     short_conv_state_dtype)."""
     channels, kernel, _ = arch.short_conv
-    return channels // tp * (kernel - 1) * dtype_bytes
+    return channels // tp * (kernel - 1) * states.conv_bytes
 
 
 def indexer_key_bytes(index_head_dim: int) -> int:
@@ -298,16 +333,15 @@ def indexer_key_bytes(index_head_dim: int) -> int:
     return index_head_dim + index_head_dim // 128 * 4
 
 
-def mamba2_state_bytes(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+def mamba2_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:
     """One Mamba-2 layer's state per request on one GPU: the conv state of (kernel - 1) steps over the intermediate
-    size and 2 x groups x state size (groups padded to TP where TP does not divide them), in the model dtype, and the
-    heads x head_dim x state_size SSM state in its own dtype (vllm/model_executor/layers/mamba/mamba_utils.py,
+    size and 2 x groups x state size (groups padded to TP where TP does not divide them), in the conv dtype, and the
+    heads x head_dim x state_size SSM state in the SSM-state dtype (vllm/model_executor/layers/mamba/mamba_utils.py,
     mamba2_state_shape, extra_groups_for_head_shards, _mamba_state_dtype)."""
     inner, groups, heads, head_dim, state, kernel = arch.mamba[:6]
     groups += 0 if groups % tp == 0 else tp - groups
     conv = (inner + 2 * groups * state) // tp * (kernel - 1)
-    ssm_bytes = DTYPE_BYTES[arch.mamba_ssm_dtype] if arch.mamba_ssm_dtype else dtype_bytes
-    return conv * dtype_bytes + heads // tp * head_dim * state * ssm_bytes
+    return conv * states.conv_bytes + heads // tp * head_dim * state * states.ssm_bytes(arch.mamba_ssm_dtype)
 
 
 def bytes_per_token(arch: ModelArchitecture, tp: int, pp: int, kv_dtype_bytes: float) -> float:

@@ -158,7 +158,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
     length = max_len or arch.context
-    specs = layer_specs(arch, layout.tp, kv_bytes)
+    specs = layer_specs(arch, layout.tp, kv_bytes, engine.states)
     tokens = engine.kv_tokens(specs, layout.pp, usable, length, arch.cache_slots)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
     cache = profiling_cache_blocks(arch, engine) * block_bytes(specs, layout.pp, engine.profile.kv_pool,
@@ -222,7 +222,7 @@ def engine_choice(settings: Settings) -> EngineChoice:
 def stack_engine(settings: Settings, choice: EngineChoice) -> EngineSettings:
     """The batch and cache settings the stack's server runs with: its image's profile, its GPU, vllm.extraArgs."""
     acc = settings.accelerator.catalog
-    return engine_settings(choice.profile, acc, settings.vllm.extra_args)
+    return engine_settings(choice.profile, acc, settings.vllm.extra_args, settings.vllm.dtype)
 
 
 def _suggestion(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float,

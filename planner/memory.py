@@ -68,12 +68,12 @@ weights bound (-2.5% on the AWQ 7B)."""
 
 
 def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE, v2_everywhere: bool = False,
-                   router_fake: bool = False, extra_args: tuple[str, ...] = ()) -> EngineSettings:
+                   router_fake: bool = False, extra_args: tuple[str, ...] = (), dtype: str = "auto") -> EngineSettings:
     """The default batch settings of a vLLM release on this GPU, less what `extra_args` (vLLM flags) change;
     `v2_everywhere`: as run with VLLM_USE_V2_MODEL_RUNNER=1 (planner/engine.py forced_v2); `router_fake`: with the
-    fused router kernel's fake registered (with_router_fake)."""
+    fused router kernel's fake registered (with_router_fake); `dtype`: --dtype."""
     profile = forced_v2(PROFILES[version]) if v2_everywhere else PROFILES[version]
-    return engine_settings(with_router_fake(profile) if router_fake else profile, acc, extra_args)
+    return engine_settings(with_router_fake(profile) if router_fake else profile, acc, extra_args, dtype)
 
 
 def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:

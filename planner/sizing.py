@@ -255,7 +255,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
                               f"of notice, less than the group's {DRAIN_SECONDS} s drain, and losing one node "
                               "restarts the whole group; set accelerator.spotMultiNode: true to accept that, or "
                               "drop spot")
-        engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args)
+        engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args, vllm.dtype)
         got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                   vllm.max_model_len, engine)
         if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len and (not arch.unsized
@@ -478,6 +478,6 @@ def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float
     `extra_args`: the vLLM flags the server gets beyond the defaults, bench/calibrate.py --extra)."""
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
-    engine = default_engine(acc, version, v2_everywhere, router_fake, extra_args)
+    engine = default_engine(acc, version, v2_everywhere, router_fake, extra_args, dtype)
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
                kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine, fitted)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from planner import vllm_flags
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS
+from planner.commands import flag_value
 from planner.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -47,6 +48,13 @@ def vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
         raise ConfigError("vllm.extraArgs", list(v.extra_args),
                           "--trust-remote-code is model.trustRemoteCode: set that to true, which also has the "
                           "download Job take the repository's *.py files vLLM imports")
+    # vllm/model_executor/layers/mamba/mamba_utils.py kda_state_dtype: "KDA recurrent state supports only auto,
+    # float32, and bfloat16".
+    ssm = flag_value(vllm_flags.canonical_args(v.extra_args), "--mamba-ssm-cache-dtype")
+    if "kda" in arch.kinds and ssm not in (None, "auto", "float32", "bfloat16"):
+        raise ConfigError("vllm.extraArgs", f"--mamba-ssm-cache-dtype {ssm}",
+                          f"{arch.name}'s Kimi Delta Attention layers keep their recurrent state in auto (float32), "
+                          "float32 or bfloat16 only, and vLLM refuses other dtypes; use one of those")
     # vllm/model_executor/layers/attention/attention.py _init_kv_cache_quant: "fp8_e5m2 kv-cache is not supported
     # with fp8 checkpoints" wherever the attention layer loads fp8 KV scales.
     if v.kv_cache_dtype == "fp8_e5m2" and _loads_kv_scales(arch):

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from planner import kv_cache, memory
-from planner.architecture import ModelArchitecture
+from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.catalog import ACCELERATORS, GIB
 from planner.engine import PROFILES, batch_defaults, engine_settings
+from planner.errors import ConfigError
 from planner.layers import PURE_MAMBA_TYPES
 from planner.layout import Layout, fit
 from planner.memory import model_weight_bytes
@@ -77,17 +78,18 @@ class EngineConfig:
         self.device_config = ns(device_type="cuda")
 
 
-def state_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
+def state_spec(hf_config, tp: int, mamba_mode: str, cache: str = "auto", ssm: str = "auto") -> MambaSpec:
     """A state layer's spec (Mamba-2 mixer, Kimi Delta Attention) as vLLM 0.32.0 builds it: the model class's own
     get_mamba_state_shape_from_config and get_mamba_state_dtype_from_config on the config, after the family's
-    verify_and_update_config (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype)."""
+    verify_and_update_config (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype), with
+    --mamba-cache-dtype `cache` and --mamba-ssm-cache-dtype `ssm`."""
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
     from vllm.model_executor.models.registry import ModelRegistry
 
     ns = types.SimpleNamespace
     architecture = hf_config.architectures[0]
     config = ns(parallel_config=ns(tensor_parallel_size=tp),
-                cache_config=ns(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", use_replayssm=False,
+                cache_config=ns(mamba_cache_dtype=cache, mamba_ssm_cache_dtype=ssm, use_replayssm=False,
                                 use_kda_recoverssm=False, enable_prefix_caching=mamba_mode != "none",
                                 mamba_cache_mode=mamba_mode, mamba_block_size=16, block_size=16),
                 model_config=ns(hf_config=hf_config, dtype=torch.bfloat16, architecture=architecture,
@@ -102,15 +104,16 @@ def state_spec(hf_config, tp: int, mamba_mode: str) -> MambaSpec:
                      dtypes=model_cls.get_mamba_state_dtype_from_config(config), mamba_cache_mode=mamba_mode)
 
 
-def ssm_cache_dtype(hf_config) -> str:
+def ssm_cache_dtype(hf_config, ssm: str = "auto") -> str:
     """cache_config.mamba_ssm_cache_dtype after the family's verify_and_update_config (MODELS_CONFIG_MAP), from
-    "auto": Qwen3.5's config class sets the config's mamba_ssm_dtype. The Gated DeltaNet classes' own
-    get_mamba_state_dtype_from_config pass it to gated_delta_net_state_dtype (vllm/model_executor/models/qwen3_5.py;
-    the module imports torchvision, which the test venv leaves out, so its body is called here)."""
+    --mamba-ssm-cache-dtype `ssm`: under "auto" Qwen3.5's config class sets the config's mamba_ssm_dtype. The Gated
+    DeltaNet classes' own get_mamba_state_dtype_from_config pass it to gated_delta_net_state_dtype
+    (vllm/model_executor/models/qwen3_5.py; the module imports torchvision, which the test venv leaves out, so its body
+    is called here)."""
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
 
     ns = types.SimpleNamespace
-    cache = ns(mamba_ssm_cache_dtype="auto")
+    cache = ns(mamba_ssm_cache_dtype=ssm)
     architecture = (getattr(hf_config, "architectures", None) or [""])[0]
     if architecture in MODELS_CONFIG_MAP:
         MODELS_CONFIG_MAP[architecture].verify_and_update_config(
@@ -137,10 +140,24 @@ def indexer_spec(arch: ModelArchitecture, block: int):
     return DeepseekV32IndexerCache.get_kv_cache_spec(cache, None)
 
 
+def layer_state_spec(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=None, cache: str = "auto",
+                     ssm: str = "auto") -> MambaSpec | None:
+    """The spec of the model's state layers as vLLM's model classes declare it (GatedDeltaNet via
+    MambaStateShapeCalculator, the others via the model class's state functions), None for a model without."""
+    if "linear" in arch.kinds:
+        k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
+        shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
+        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(torch.bfloat16, cache,
+                                                                       ssm_cache_dtype(hf_config, ssm))
+        return MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode=mamba_mode)
+    if {"mamba", "mamba1", "kda", "conv"} & set(arch.kinds):
+        return state_spec(hf_config, tp, mamba_mode, cache, ssm)
+    return None
+
+
 def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=None) -> dict[int, object]:
     """One KVCacheSpec per decoder layer that has one, by layer index, as vLLM's model classes declare them
-    (Attention.get_kv_cache_spec, MLAAttention, GatedDeltaNet via MambaStateShapeCalculator, MambaMixer2 via the
-    model class's state functions); the block grown as vLLM grows it for a hybrid."""
+    (Attention.get_kv_cache_spec, MLAAttention, layer_state_spec); the block grown as vLLM grows it for a hybrid."""
     dtype = torch.bfloat16
     heads = max(arch.num_kv_heads // tp, 1)
     if arch.kv_lora_rank:
@@ -148,14 +165,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
                                 dtype=dtype, cache_dtype_str="auto")
     else:
         full = FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=arch.head_dim, dtype=dtype)
-    state = None
-    if "linear" in arch.kinds:
-        k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
-        shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
-        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, "auto", ssm_cache_dtype(hf_config))
-        state = MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode=mamba_mode)
-    elif {"mamba", "mamba1", "kda", "conv"} & set(arch.kinds):
-        state = state_spec(hf_config, tp, mamba_mode)
+    state = layer_state_spec(arch, tp, mamba_mode, hf_config)
     block = 16
     if state is not None and any(kind in ("full", "sliding", "chunked") for kind in arch.kinds):
         block = hybrid_block(full.page_size_bytes, state.page_size_bytes, bool(arch.kv_lora_rank))
@@ -393,7 +403,7 @@ HYBRID_MUTATIONS = {
             replace(arch, layer_kinds=tuple("full" if k == "none" else k for k in arch.kinds)), *rest)),
     "Jamba's Mamba-1 SSM state in float32, not the model dtype": lambda mp: mp.setattr(
         kv_cache, "mamba1_state_bytes", lambda arch, tp, b: arch.mamba1[0] // tp * (
-            (arch.mamba1[2] - 1) * b + arch.mamba1[1] * 4.0)),
+            (arch.mamba1[2] - 1) * b.conv_bytes + arch.mamba1[1] * 4.0)),
     "a Mamba state of one block under prefix caching":
         lambda mp: mp.setattr(kv_cache.MambaState, "request_blocks", lambda self, n, b, a: 1),
     "Falcon-H1's attention holds no cache beside its Mamba-2 mixer": lambda mp: mp.setattr(
@@ -406,11 +416,11 @@ _layer_specs = kv_cache.layer_specs
 _unified_pages = kv_cache.unified_pages
 
 
-def _groups_unpadded(arch: ModelArchitecture, tp: int, dtype_bytes: float) -> float:
+def _groups_unpadded(arch: ModelArchitecture, tp: int, states: kv_cache.StateDtypes) -> float:
     """mamba2_state_bytes as if each GPU held groups / TP of the groups (no extra_groups_for_head_shards)."""
     inner, groups, heads, head_dim, state, kernel = arch.mamba[:6]
-    ssm = 4.0 if arch.mamba_ssm_dtype == "float32" else dtype_bytes
-    return (inner + 2 * groups * state) / tp * (kernel - 1) * dtype_bytes + heads / tp * head_dim * state * ssm
+    return ((inner + 2 * groups * state) / tp * (kernel - 1) * states.conv_bytes
+            + heads / tp * head_dim * state * states.ssm_bytes(arch.mamba_ssm_dtype))
 
 
 @pytest.mark.parametrize("mutation", sorted(HYBRID_MUTATIONS))
@@ -606,6 +616,102 @@ def test_a_mutated_short_convolution_rule_disagrees_with_vllm(monkeypatch):
     monkeypatch.setattr(kv_cache, "layer_specs", lambda a, *rest: _layer_specs(
         replace(a, layer_kinds=tuple("full" if k == "conv" else k for k in a.kinds)), *rest))
     assert planner_tokens(arch, 1, 1, 19 * GIB, 32768, 8192) != expected
+
+
+# ------------------------------------------------------------------------------------------ state dtypes
+
+def state_families() -> dict[str, tuple[ModelArchitecture, object]]:
+    """(planner architecture, config as vLLM reads it) of one model per state kind and SSM-dtype rule: the Mamba-2 /
+    Mamba-1 hybrids (NemotronH's float32 default among them), Kimi Delta Attention, LFM2's short convolutions, Gated
+    DeltaNet with (Qwen3.5) and without (Qwen3-Next) a config-set SSM dtype."""
+    qwen35 = json.loads((ROOT / "bench" / "configs" / "qwen3.5-0.8b-base.json").read_text())
+    families = {name: hybrid_config(name) for name in HYBRIDS}
+    families["kimi-linear"] = kimi_linear()
+    families["lfm2-1.2b"] = lfm2()
+    families["qwen3.5-0.8b-base"] = (parse_hf_config(qwen35, "qwen3.5", "model.configFile"),
+                                     transformers_config(qwen35))
+    families["Qwen3-Next-80B-A3B-Instruct"] = (load(ROOT / "models" / "Qwen3-Next-80B-A3B-Instruct.json"), None)
+    return families
+
+
+STATE_FLAGS = [(cache, ssm) for cache in kv_cache.MAMBA_DTYPES for ssm in kv_cache.MAMBA_DTYPES]
+
+
+def planner_state_bytes(arch: ModelArchitecture, tp: int, engine) -> float:
+    """One state layer's bytes per request as the planner sizes it under `engine`'s dtypes."""
+    (spec, *_) = [spec for spec in kv_cache.layer_specs(arch, tp, 2.0, engine.states)
+                  if isinstance(spec, kv_cache.LinearState)]
+    return spec.state_bytes
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize(("cache", "ssm"), STATE_FLAGS, ids=[f"{c}-{s}" for c, s in STATE_FLAGS])
+def test_state_dtype_flags_size_states_as_vllm_0_32_sizes_them(cache, ssm, tp):
+    """--mamba-cache-dtype and --mamba-ssm-cache-dtype in vllm.extraArgs against each state kind's own dtype
+    function (MambaStateDtypeCalculator via the model class), after the family's verify_and_update_config: the flag
+    wins over NemotronH's and Qwen3.5's config-set SSM dtype, and KDA's recurrent state is float32 only under auto.
+    vLLM refuses a float16 KDA state; so does the planner (tests/unit/test_bad_input.py)."""
+    engine = engine_settings(PROFILE, H200, ("--mamba-cache-dtype", cache, f"--mamba_ssm_cache_dtype={ssm}"))
+    for name, (arch, hf_config) in state_families().items():
+        if "kda" in arch.kinds and ssm == "float16":
+            with pytest.raises(ValueError, match="KDA recurrent state supports only"):
+                layer_state_spec(arch, tp, "none", hf_config, cache, ssm)
+            continue
+        theirs = layer_state_spec(arch, tp, "none", hf_config, cache, ssm).state_content_size_bytes
+        ours = planner_state_bytes(arch, tp, engine)
+        assert ours == theirs, f"{name} tp={tp}: planner {ours}, vLLM 0.32.0 {theirs} bytes per state"
+
+
+STATE_DTYPE_MUTATIONS = {
+    "--mamba-cache-dtype ignored": lambda mp: mp.setattr(
+        kv_cache.StateDtypes, "conv_bytes", property(lambda self: self.model_bytes)),
+    "--mamba-ssm-cache-dtype ignored": lambda mp: mp.setattr(
+        kv_cache.StateDtypes, "ssm_bytes", lambda self, family="": DTYPE_BYTES[family] if family else self.conv_bytes),
+    "the config's SSM dtype over the flag": lambda mp: mp.setattr(
+        kv_cache.StateDtypes, "ssm_bytes", lambda self, family="": DTYPE_BYTES[family] if family else (
+            self.conv_bytes if self.ssm == "auto" else DTYPE_BYTES[self.ssm])),
+    "the SSM state in the conv dtype under auto": lambda mp: mp.setattr(
+        kv_cache.StateDtypes, "ssm_bytes", lambda self, family="": (
+            self.conv_bytes if self.ssm == "auto" else DTYPE_BYTES[self.ssm])),
+    "KDA's recurrent state in the conv dtype under auto": lambda mp: mp.setattr(
+        kv_cache.StateDtypes, "kda_bytes", property(lambda self: self.ssm_bytes())),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(STATE_DTYPE_MUTATIONS))
+def test_a_mutated_state_dtype_rule_disagrees_with_vllm(mutation, monkeypatch):
+    families, differing = state_families(), []
+    for cache, ssm in STATE_FLAGS:
+        engine = engine_settings(PROFILE, H200, ("--mamba-cache-dtype", cache, "--mamba-ssm-cache-dtype", ssm))
+        for name, (arch, hf_config) in families.items():
+            if "kda" in arch.kinds and ssm == "float16":
+                continue
+            theirs = layer_state_spec(arch, 1, "none", hf_config, cache, ssm).state_content_size_bytes
+            with monkeypatch.context() as mp:
+                STATE_DTYPE_MUTATIONS[mutation](mp)
+                if planner_state_bytes(arch, 1, engine) != theirs:
+                    differing.append((name, cache, ssm))
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+def test_state_dtype_flags_change_the_plan():
+    """The flags reach the plan's KV tokens (layout.fit takes the engine's state dtypes): Qwen3.5-0.8B's float32
+    Gated DeltaNet states are most of its cache bytes, so a bfloat16 SSM state holds more tokens."""
+    arch, _ = state_families()["qwen3.5-0.8b-base"]
+    tokens = {ssm: fit(arch, H200, Layout(1, 1, 1), 0.9, model_weight_bytes(arch, "auto"), 2.0, 8192,
+                       engine_settings(PROFILE, H200, ("--mamba-ssm-cache-dtype", ssm))).kv_tokens
+              for ssm in ("auto", "float32", "bfloat16")}
+    assert tokens["auto"] == tokens["float32"] < tokens["bfloat16"], tokens
+
+
+def test_a_state_dtype_vllms_parser_refuses_is_refused():
+    import typing
+
+    from vllm.config.cache import MambaDType
+
+    assert typing.get_args(MambaDType) == kv_cache.MAMBA_DTYPES, "the choices of vLLM 0.32.0's parser"
+    with pytest.raises(ConfigError, match=r"--mamba-cache-dtype takes one of auto, float32, float16, bfloat16"):
+        engine_settings(PROFILE, H200, ("--mamba-cache-dtype=fp8",))
 
 
 # ------------------------------------------------------------------------------------------ GLM-5-Next

@@ -105,6 +105,11 @@ REFUSED = [
     ({"vllm": {"image": "vllm/vllm-openai:v0.17.1"}}, "vllm.image", "has no --shutdown-timeout"),
     ({"model": model("Qwen3-8B-FP8"), "vllm": {"kvCacheDtype": "fp8_e5m2"}}, "vllm.kvCacheDtype",
      "vLLM refuses fp8_e5m2"),
+    # a Mamba-style state dtype vLLM's parser refuses; a float16 Kimi Delta Attention state, which vLLM refuses
+    ({"vllm": {"extraArgs": ["--mamba-ssm-cache-dtype", "fp8"]}}, "vllm.extraArgs",
+     "takes one of auto, float32, float16, bfloat16"),
+    ({"model": model("Kimi-Linear-48B-A3B-Instruct"), "accelerator": accel("nvidia-h200-141gb"),
+      "vllm": {"extraArgs": ["--mamba_ssm_cache_dtype=float16"]}}, "vllm.extraArgs", "float32 or bfloat16 only"),
     # both bounds where the value breaks the upper one
     ({"serving": {"routing": "epp", "prefixScorer": "off", "routerReplicas": 9}}, "serving.routerReplicas",
      "from 1 to 5"),
@@ -140,6 +145,8 @@ ACCEPTED = [
     {"model": model("Meta-Llama-3.1-8B-Instruct-FP8"), "vllm": {"kvCacheDtype": "fp8_e5m2"}},
     {"vllm": {"image": "us-docker.pkg.dev/my-project/mirror/vllm-openai@sha256:" + "0" * 64}},
     {"vllm": {"image": "localhost:5000/vllm/vllm-openai:v0.18.0"}},
+    {"model": model("Kimi-Linear-48B-A3B-Instruct"), "accelerator": accel("nvidia-h200-141gb"),
+     "vllm": {"extraArgs": ["--mamba-ssm", "bfloat16", "--mamba_cache_dtype=float32"]}},
 ]
 
 
@@ -151,6 +158,14 @@ def test_values_google_cloud_and_vllm_accept_plan(overrides):
 def test_flags_are_planned_as_vllms_parser_reads_them():
     planned = sizing(vllm={"extraArgs": ["--max_num_seqs=64", "--enforce_eager", "--max-num-batched", "4096"]})
     assert (planned.max_num_seqs, planned.max_num_batched_tokens) == (64, 4096)
+
+
+def test_a_state_dtype_flag_reaches_the_plan():
+    """Kimi Linear's float32 delta-attention states (vLLM's default) take more of its cache than bfloat16 ones."""
+    kimi = {"model": model("Kimi-Linear-48B-A3B-Instruct"), "accelerator": accel("nvidia-h200-141gb")}
+    default = sizing(**kimi).kv_cache_tokens_per_replica
+    halved = sizing(**kimi, vllm={"extraArgs": ["--mamba-ssm-cache-dtype", "bfloat16"]}).kv_cache_tokens_per_replica
+    assert halved > default, (default, halved)
 
 
 @pytest.mark.parametrize("arg", ["--enforce-eager", "--max-num-seqs", "--max-num-seqs=64", "64", "-q",
