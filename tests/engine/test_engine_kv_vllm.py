@@ -78,11 +78,12 @@ class EngineConfig:
         self.device_config = ns(device_type="cuda")
 
 
-def state_spec(hf_config, tp: int, mamba_mode: str, cache: str = "auto", ssm: str = "auto") -> MambaSpec:
+def state_spec(hf_config, tp: int, mamba_mode: str, cache: str = "auto", ssm: str = "auto",
+               dtype: torch.dtype = torch.bfloat16) -> MambaSpec:
     """A state layer's spec (Mamba-2 mixer, Kimi Delta Attention) as vLLM 0.32.0 builds it: the model class's own
     get_mamba_state_shape_from_config and get_mamba_state_dtype_from_config on the config, after the family's
     verify_and_update_config (NemotronH: the SSM-state dtype from the config's mamba_ssm_cache_dtype), with
-    --mamba-cache-dtype `cache` and --mamba-ssm-cache-dtype `ssm`."""
+    --mamba-cache-dtype `cache`, --mamba-ssm-cache-dtype `ssm` and model dtype `dtype`."""
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
     from vllm.model_executor.models.registry import ModelRegistry
 
@@ -92,7 +93,7 @@ def state_spec(hf_config, tp: int, mamba_mode: str, cache: str = "auto", ssm: st
                 cache_config=ns(mamba_cache_dtype=cache, mamba_ssm_cache_dtype=ssm, use_replayssm=False,
                                 use_kda_recoverssm=False, enable_prefix_caching=mamba_mode != "none",
                                 mamba_cache_mode=mamba_mode, mamba_block_size=16, block_size=16),
-                model_config=ns(hf_config=hf_config, dtype=torch.bfloat16, architecture=architecture,
+                model_config=ns(hf_config=hf_config, dtype=dtype, architecture=architecture,
                                 max_model_len=8192, hf_text_config=text_config(hf_config)),
                 scheduler_config=ns(enable_chunked_prefill=True), num_speculative_tokens=0,
                 speculative_config=None)
@@ -141,17 +142,17 @@ def indexer_spec(arch: ModelArchitecture, block: int):
 
 
 def layer_state_spec(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=None, cache: str = "auto",
-                     ssm: str = "auto") -> MambaSpec | None:
+                     ssm: str = "auto", dtype: torch.dtype = torch.bfloat16) -> MambaSpec | None:
     """The spec of the model's state layers as vLLM's model classes declare it (GatedDeltaNet via
     MambaStateShapeCalculator, the others via the model class's state functions), None for a model without."""
     if "linear" in arch.kinds:
         k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_attention
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(tp, k_heads, v_heads, k_dim, v_dim, kernel)
-        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(torch.bfloat16, cache,
+        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, cache,
                                                                        ssm_cache_dtype(hf_config, ssm))
         return MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode=mamba_mode)
     if {"mamba", "mamba1", "kda", "conv"} & set(arch.kinds):
-        return state_spec(hf_config, tp, mamba_mode, cache, ssm)
+        return state_spec(hf_config, tp, mamba_mode, cache, ssm, dtype)
     return None
 
 
@@ -660,6 +661,16 @@ def test_state_dtype_flags_size_states_as_vllm_0_32_sizes_them(cache, ssm, tp):
         theirs = layer_state_spec(arch, tp, "none", hf_config, cache, ssm).state_content_size_bytes
         ours = planner_state_bytes(arch, tp, engine)
         assert ours == theirs, f"{name} tp={tp}: planner {ours}, vLLM 0.32.0 {theirs} bytes per state"
+
+
+@pytest.mark.parametrize("cache", ["auto", "bfloat16"])
+def test_a_float32_model_keeps_its_states_as_vllm_0_32_keeps_them(cache):
+    """--dtype float32 (vllm.dtype): conv states, and SSM states under auto, in float32 unless a flag says otherwise."""
+    engine = engine_settings(PROFILE, H200, ("--mamba-cache-dtype", cache), dtype="float32")
+    for name, (arch, hf_config) in state_families().items():
+        theirs = layer_state_spec(arch, 1, "none", hf_config, cache, dtype=torch.float32).state_content_size_bytes
+        ours = planner_state_bytes(arch, 1, engine)
+        assert ours == theirs, f"{name}: planner {ours}, vLLM 0.32.0 {theirs} bytes per state"
 
 
 STATE_DTYPE_MUTATIONS = {
