@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--start-timeout", type=float, default=420)
-    parser.add_argument("--extra", nargs="*", default=[], help="more vLLM flags for every model")
+    parser.add_argument("--extra", nargs="*", action="extend", default=[],
+                        help="more vLLM flags for every model (repeatable: --extra=--a=1 --extra=--b=2)")
     parser.add_argument("--runner", choices=("default", "v2"), default="default",
                         help="v2: start every model on Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1), the runner vLLM "
                              "0.32.0 serves every model on, and predict for it")

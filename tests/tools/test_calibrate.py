@@ -90,3 +90,18 @@ def test_a_nas_model_directory_ships_its_config_class_and_vllm_reads_it_as_the_p
                                     max_model_len=4096, skip_tokenizer_init=True)
     assert model.get_total_num_kv_heads() == max(ours.layer_kv_heads)
     assert model.get_num_layers(vllm_config.ParallelConfig()) == ours.num_layers
+
+
+def test_repeated_extra_flags_all_reach_the_prediction(tmp_path):
+    """--extra repeats (argparse extend): a batch run with --max-num-seqs and a state dtype predicts with both."""
+    proc = subprocess.run([sys.executable, "bench/calibrate.py", "models/Kimi-Linear-48B-A3B-Instruct.json:12",
+                           "--predict-only", "--extra=--max-num-seqs=32", "--extra=--mamba-ssm-cache-dtype=bfloat16",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads((tmp_path / "predictions.json").read_text())
+    assert written["settings"]["extra"] == ["--max-num-seqs=32", "--mamba-ssm-cache-dtype=bfloat16"]
+    from bench.calibrate import predict_row
+
+    both = predict_row("models/Kimi-Linear-48B-A3B-Instruct.json:12", "nvidia-h200-141gb",
+                       extra=("--max-num-seqs=32", "--mamba-ssm-cache-dtype=bfloat16"))
+    assert written["rows"][0]["kv_cache_tokens_predicted"] == both["kv_cache_tokens_predicted"]
