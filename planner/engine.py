@@ -68,6 +68,11 @@ class EngineProfile:
     EngineArgs.get_batch_defaults)."""
     huge_gpu_batched_tokens: int
     """--max-num-batched-tokens for the API server on GPUs of 160 GiB or more (B200/B300): 16384 in 0.32.0."""
+    kda_ssm_flag: bool = True
+    """A Kimi Delta Attention layer's recurrent state follows --mamba-ssm-cache-dtype (0.32.0: kda_state_dtype takes
+    it, float32 under auto, and refuses float16). 0.25.1's kda_state_dtype takes only --mamba-cache-dtype and keeps the
+    recurrent state float32 whatever the flag (its vllm/model_executor/layers/mamba/mamba_utils.py, read on the GPU
+    host; validation 47, docs/benchmarks.md)."""
 
     def __post_init__(self) -> None:
         if self.kv_pool not in POOL_RULES:
@@ -103,7 +108,7 @@ PROFILES = {
     "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, kv_pool="first-stage",
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25, router_compile_hold=True,
-                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192),
+                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192, kda_ssm_flag=False),
 }
 
 def forced_v2(profile: EngineProfile) -> EngineProfile:
@@ -229,5 +234,5 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         cudagraphs="--enforce-eager" not in args,
         gpu=accelerator.type,
         states=StateDtypes(4.0 if dtype == "float32" else 2.0, _state_dtype(args, "--mamba-cache-dtype"),
-                           _state_dtype(args, "--mamba-ssm-cache-dtype")),
+                           _state_dtype(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
     )

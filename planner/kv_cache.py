@@ -211,6 +211,9 @@ class StateDtypes:
     """--mamba-cache-dtype."""
     ssm: str = "auto"
     """--mamba-ssm-cache-dtype."""
+    kda_flag: bool = True
+    """Whether a Kimi Delta Attention recurrent state follows `ssm` (EngineProfile.kda_ssm_flag; 0.25.1: float32
+    always)."""
 
     @property
     def conv_bytes(self) -> float:
@@ -225,8 +228,9 @@ class StateDtypes:
 
     @property
     def kda_bytes(self) -> float:
-        """A Kimi Delta Attention recurrent state's bytes per element (kda_state_dtype: float32 under auto)."""
-        return 4.0 if self.ssm == "auto" else DTYPE_BYTES[self.ssm]
+        """A Kimi Delta Attention recurrent state's bytes per element (kda_state_dtype: float32 under auto, and
+        always where the release ignores the flag)."""
+        return 4.0 if self.ssm == "auto" or not self.kda_flag else DTYPE_BYTES[self.ssm]
 
 
 def attention_spec(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float) -> FullAttention:
