@@ -31,10 +31,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.calibrate import entry_config, model_dir, parse_entry  # noqa: E402
 from bench.harness import Group  # noqa: E402
+from planner.architecture import ModelArchitecture  # noqa: E402
 from planner.catalog import GIB  # noqa: E402
 from planner.checkpoint import tensor_groups  # noqa: E402
 from planner.layout import Layout  # noqa: E402
-from planner.memory import LOAD_OVERHEAD_GIB, checkpoint_stages, rotary_cache_bytes, weights_split  # noqa: E402
+from planner.memory import LOAD_OVERHEAD_GIB, checkpoint_stages, rotary_cache_bytes, routed_fraction  # noqa: E402
 from planner.model_config import parse_hf_config  # noqa: E402
 
 LOADED = re.compile(r"^\((\w+) pid=\d+\).*Model loading took ([\d.]+) GiB", re.M)
@@ -73,7 +74,16 @@ def predict(entry: str, tp: int, pp: int) -> dict[str, Any]:
     layout = Layout(tp, pp, 1)
     return {"entry": entry, "tp": tp, "pp": pp,
             "stages_gib_predicted": [round(sum(s) / GIB + extra, 3) for s in checkpoint_stages(placed, layout)],
-            "even_split_gib": round(sum(weights_split(arch, layout, total)) / GIB + extra, 3)}
+            "even_split_gib": round(even_split_bytes(arch, layout, total) / GIB + extra, 3)}
+
+
+def even_split_bytes(arch: ModelArchitecture, layout: Layout, total: float) -> float:
+    """The baseline these runs compare with, the planner's placement before it read tensors or placed the count by
+    stage (planner/memory.py counted_groups): everything but the routed experts evenly over tensor x pipeline, the
+    routed experts as expert_shard places them, evenly over the stages."""
+    routed = total * arch.routed_share()
+    experts = routed * routed_fraction(arch, layout) / layout.pp if routed else 0.0
+    return (total - routed) / layout.engine_gpus + experts
 
 
 def measure(entry: str, tp: int, pp: int, work: Path, port: int, timeout: float) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from planner.catalog import (
     GIB,
     Accelerator,
 )
+from planner.checkpoint import HEAD_ON_EVERY_STAGE, INPUT_ON_EVERY_STAGE
 from planner.engine import (
     DEFAULT_PROFILE,
     PROFILES,
@@ -264,23 +265,53 @@ def expert_shard(arch: ModelArchitecture, layout: Layout) -> ExpertShard:
 
 
 def weights_split(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> tuple[float, float]:
-    """(other weights, routed experts) the most loaded GPU of `layout` holds. Where the checkpoint's tensors were read
-    (arch.checkpoint_groups), each group as vLLM places it (checkpoint_split), scaled to `weights_bytes` where the
-    total came from elsewhere (model.weightsGib). Otherwise from the count: everything but the routed experts split
-    over tensor x pipeline (each data-parallel rank keeps its own copy), the routed experts as expert_shard places
-    them."""
-    if arch.checkpoint_groups:
-        other, routed = checkpoint_split(arch, layout)
-        # the tied head is a second copy of the input table on a pipeline's last stage, not bytes of the checkpoint
-        scale = weights_bytes / sum(g.bytes for g in arch.checkpoint_groups if g.position != TIED_HEAD)
-        return other * scale, routed * scale
-    routed = weights_bytes * arch.routed_share()
-    if not routed:
-        return weights_bytes / layout.engine_gpus, 0.0
-    return (weights_bytes - routed) / layout.engine_gpus, routed * _routed_fraction(arch, layout) / layout.pp
+    """(other weights, routed experts) the most loaded GPU of `layout` holds: each group of the checkpoint's tensors
+    (arch.checkpoint_groups), else of the count (counted_groups), as vLLM places it (checkpoint_stages' fullest
+    stage; each data-parallel rank keeps its own copy), scaled to `weights_bytes` where the total came from elsewhere
+    (model.weightsGib)."""
+    groups = arch.checkpoint_groups or counted_groups(arch)
+    other, routed = checkpoint_split(arch, layout, groups)
+    # the tied head is a second copy of the input table on a pipeline's last stage, not bytes of the checkpoint
+    scale = weights_bytes / sum(g.bytes for g in groups if g.position != TIED_HEAD)
+    return other * scale, routed * scale
 
 
-def _routed_fraction(arch: ModelArchitecture, layout: Layout) -> float:
+def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> tuple[TensorGroup, ...]:
+    """The counted weights (parameter_parts) placed as tensor_groups places a checkpoint's tensors, for a plan without
+    them: each decoder layer's share on its stage, the routed experts on the MoE layers (the last moe_layers, after
+    the first dense ones), the input table on the first stage and the head on the last (every stage for the families
+    of INPUT_ON_EVERY_STAGE / HEAD_ON_EVERY_STAGE; a tied head's copy on the last), and the vision tower and its
+    projector on every stage, since vLLM builds them outside make_layers. Every group but the routed experts is
+    split over tensor ranks (no vocabulary padding or KV-head replication: the count does not know the tensors)."""
+    share = dict(arch.quantized_share)
+
+    def part_bytes(part: str) -> float:
+        return arch.parameter_parts()[part] * (share.get(part, 0.0) * arch.weight_bytes_per_param
+                                               + (1 - share.get(part, 0.0)) * unquantized_bytes)
+
+    total = arch.weight_bytes(unquantized_bytes)
+    routed = arch.routed_expert_bytes(unquantized_bytes) if arch.num_experts else 0.0
+    table = part_bytes("embeddings") / (1 if arch.tie_word_embeddings else 2)
+    vision = part_bytes("vision")
+    layer = (total - routed - vision - table * (1 if arch.tie_word_embeddings else 2)) / arch.num_layers
+    first_moe = arch.num_layers - arch.moe_layers
+    groups = [TensorGroup(i, "split", layer) for i in range(arch.num_layers)]
+    groups += [TensorGroup(i, "routed", routed / arch.moe_layers) for i in range(first_moe, arch.num_layers)
+               if routed]
+    groups.append(TensorGroup(EVERY_STAGE if arch.architecture in INPUT_ON_EVERY_STAGE else FIRST_STAGE, "split",
+                              table))
+    if arch.tie_word_embeddings:
+        if arch.architecture not in INPUT_ON_EVERY_STAGE:  # the table every stage holds serves as the head too
+            groups.append(TensorGroup(TIED_HEAD, "split", table))
+    else:
+        groups.append(TensorGroup(EVERY_STAGE if arch.architecture in HEAD_ON_EVERY_STAGE else LAST_STAGE, "split",
+                                  table))
+    if vision:
+        groups.append(TensorGroup(EVERY_STAGE, "split", vision))
+    return tuple(g for g in groups if g.bytes)
+
+
+def routed_fraction(arch: ModelArchitecture, layout: Layout) -> float:
     """The share of each routed expert layer's bytes on the most loaded GPU (expert_shard)."""
     shard = expert_shard(arch, layout)
     full_width = arch.moe_intermediate_size or arch.intermediate_size
@@ -305,31 +336,34 @@ VOCAB_PADDING = 64
 DEFAULT_VOCAB_PADDING_SIZE)."""
 
 
-def checkpoint_stages(arch: ModelArchitecture, layout: Layout) -> list[tuple[float, float]]:
+def checkpoint_stages(arch: ModelArchitecture, layout: Layout,
+                      groups: tuple[TensorGroup, ...] | None = None) -> list[tuple[float, float]]:
     """(other weights, routed experts) of each pipeline stage (pp_stages: vLLM's get_pp_indices) on its first tensor
-    rank (the one that holds the extra expert where they do not divide evenly)."""
+    rank (the one that holds the extra expert where they do not divide evenly), of the checkpoint's groups or
+    `groups`."""
     stages = pp_stages(arch.num_layers, layout.pp)
-    routed_fraction = _routed_fraction(arch, layout) if arch.num_experts else 1.0 / (layout.tp * layout.dp)
+    routed_share = routed_fraction(arch, layout) if arch.num_experts else 1.0 / (layout.tp * layout.dp)
     held = []
     for index, (start, stop) in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
         other = routed = 0.0
-        for group in arch.checkpoint_groups:
+        for group in arch.checkpoint_groups if groups is None else groups:
             p = group.position
             if not (start <= p < stop or p == EVERY_STAGE or (p == FIRST_STAGE and first)
                     or (p == LAST_STAGE and last) or (p == TIED_HEAD and last and not first)):
                 continue
             if group.rule == "routed":
-                routed += group.bytes * routed_fraction
+                routed += group.bytes * routed_share
             else:
                 other += group_bytes_per_rank(group, layout.tp, arch.num_kv_heads)
         held.append((other, routed))
     return held
 
 
-def checkpoint_split(arch: ModelArchitecture, layout: Layout) -> tuple[float, float]:
+def checkpoint_split(arch: ModelArchitecture, layout: Layout,
+                     groups: tuple[TensorGroup, ...] | None = None) -> tuple[float, float]:
     """checkpoint_stages of the stage that holds the most."""
-    return max(checkpoint_stages(arch, layout), key=sum)
+    return max(checkpoint_stages(arch, layout, groups), key=sum)
 
 
 def weights_per_gpu_bytes(arch: ModelArchitecture, layout: Layout, weights_bytes: float) -> float:
