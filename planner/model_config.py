@@ -178,14 +178,44 @@ WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddi
 """What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
 
 
+class _BuiltinConfigClasses(Mapping[str, Any]):
+    """transformers' built-in config classes by model_type (CONFIG_MAPPING_NAMES), not the classes a process has
+    registered since: vLLM's get_config registers its own under transformers' names (AutoConfig.register with
+    exist_ok: DeepseekV3Config as deepseek_v32 and as kimi_k2, vllm/transformers_utils/config.py
+    _register_config_class), so in a process that has loaded such a config through vLLM, CONFIG_MAPPING would read
+    DeepSeek-V3.2 through another class than the planner does in its own process."""
+
+    def __getitem__(self, model_type: str) -> Any:
+        import importlib
+
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
+
+        name = CONFIG_MAPPING_NAMES[model_type]
+        module = importlib.import_module(f".{model_type_to_module_name(model_type)}", "transformers.models")
+        return getattr(module, name, None) or getattr(importlib.import_module("transformers"), name)
+
+    def __iter__(self) -> Any:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        return iter(CONFIG_MAPPING_NAMES)
+
+    def __len__(self) -> int:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        return len(CONFIG_MAPPING_NAMES)
+
+    def __contains__(self, model_type: object) -> bool:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        return model_type in CONFIG_MAPPING_NAMES
+
+
 def _config_classes() -> Mapping[str, Any]:
-    """transformers' registry of built-in config classes by model_type (no remote code is ever run). The Pulumi
-    program's environment has transformers without torch, which is enough for configs; its import-time notice
+    """transformers' built-in config classes by model_type (no remote code is ever run; _BuiltinConfigClasses). The
+    Pulumi program's environment has transformers without torch, which is enough for configs; its import-time notice
     about the missing torch is kept off the plan's output."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import CONFIG_MAPPING
-
-    return CONFIG_MAPPING
+    return _BuiltinConfigClasses()
 
 
 ARCHITECTURE_VALIDATOR = "validate_architecture"
@@ -200,13 +230,29 @@ def _filled(cls: Any, cfg: Mapping[str, Any], source: str) -> dict[str, Any] | N
     refuses the values; the planner's own checks then name the key. A refusal of the architecture's shape
     (ARCHITECTURE_VALIDATOR), which no check of the planner's repeats, is refused here in one line."""
     try:
-        return dict(cls(**{k: v for k, v in cfg.items() if k != "auto_map"}).to_dict())
+        filled = dict(cls(**{k: v for k, v in cfg.items() if k != "auto_map"}).to_dict())
     except Exception as exc:  # transformers raises many kinds on bad values; our checks below give the one line
         if ARCHITECTURE_VALIDATOR in str(exc):
             reason = str(exc).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
             raise ConfigError(source, cfg.get("model_type"), f"transformers' {cls.__name__} refuses this config, "
                                                              f"so vLLM cannot load it: {reason}") from None
         return None
+    # to_dict writes the class attribute, which vLLM's get_config reassigns in a process that loaded a config through
+    # it (DeepseekV3Config.model_type = "kimi_k2"); the class's own model type is the one its module is named for
+    own = _builtin_model_type(cls)
+    return {**filled, "model_type": own} if own else filled
+
+
+def _builtin_model_type(cls: Any) -> str | None:
+    """The model_type transformers gives a built-in config class: the CONFIG_MAPPING_NAMES key naming it whose module
+    defines it (GPT2Config: gpt2, not gpt-sw3, which maps to it too), None for a class outside transformers.models."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
+
+    parts = cls.__module__.split(".")
+    if parts[:2] != ["transformers", "models"] or len(parts) < 3:
+        return None
+    return next((key for key, name in CONFIG_MAPPING_NAMES.items()
+                 if name == cls.__name__ and model_type_to_module_name(key) == parts[2]), None)
 
 
 ALIASED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings")

@@ -167,3 +167,27 @@ def test_remote_code_is_needed_exactly_where_vllms_config_parser_asks_for_it(nam
             HFConfigParser().parse(tmp_path, trust_remote_code=False)
     else:
         HFConfigParser().parse(tmp_path, trust_remote_code=False)
+
+
+def test_a_config_vllm_loaded_earlier_in_the_process_does_not_move_the_plan(monkeypatch):
+    """vLLM's get_config registers its own config classes under transformers' model types and renames them
+    (vllm/transformers_utils/config.py _register_config_class: DeepseekV3Config as deepseek_v32, then as kimi_k2),
+    so in a process that loaded those configs through vLLM (this test run does), transformers' registry reads
+    DeepSeek-V3.2 through DeepseekV3Config and labels it kimi_k2. The planner reads transformers' built-in classes and
+    keeps the config's own model_type; before, the full `make test` run planned DeepSeek-V3.2:4 with Kimi-K2's router
+    compile hold (9,015,896 KV tokens on an H100 against 9,632,790 in a fresh process)."""
+    from transformers import CONFIG_MAPPING
+    from vllm.transformers_utils import config as vllm_config
+
+    from bench.calibrate import predict_row
+
+    fresh = predict_row("models/DeepSeek-V3.2.json:4", "nvidia-h100-80gb")
+    renamed = vllm_config._CONFIG_REGISTRY["kimi_k2"]
+    monkeypatch.setattr(renamed, "model_type", renamed.model_type)  # restored after the test, as the registry is
+    monkeypatch.setattr(CONFIG_MAPPING, "_extra_content", dict(CONFIG_MAPPING._extra_content))
+    vllm_config._register_config_class("deepseek_v32", renamed)
+    vllm_config._register_config_class("kimi_k2", renamed)
+    assert CONFIG_MAPPING["deepseek_v32"] is renamed and renamed.model_type == "kimi_k2"
+    config = json.loads((ROOT / "models" / "DeepSeek-V3.2.json").read_text())
+    assert parse_hf_config(config, "DeepSeek-V3.2", "model.configFile").model_type == "deepseek_v32"
+    assert predict_row("models/DeepSeek-V3.2.json:4", "nvidia-h100-80gb") == fresh

@@ -480,6 +480,14 @@ SPLIT_NOT_TAKEN = {
     "gpt-oss-20b": "validation 33 (H100, held out): 2 MiB, as gpt-oss-120b",
 }
 """V1 rows whose first FULL capture held less than the split accumulators the rule plans, and why."""
+FEWER_GRAPHS = {
+    ("validation 48", "nemotron-nano-9b"): "--max-num-seqs 32: vLLM captured 11 PIECEWISE graphs (largest 64) and 7 "
+                                           "FULL (largest 32) where the line counts 51 and 51, growth 0.045 GiB "
+                                           "against 0.28 planned, and its first FULL capture took 2 MiB against 20. "
+                                           "The plan keeps the default graph count (0.24 GiB over, the safe side: "
+                                           "-0.22% KV on the row)",
+}
+"""V1 rows run with fewer CUDA graphs than vLLM's default capture sizes, which the V1 rules count; and why."""
 
 
 @pytest.mark.parametrize(("row", "modes"), V1_ESTIMATES, ids=[f"{r['model']}-{r['layers']}" for r, _ in V1_ESTIMATES])
@@ -492,8 +500,8 @@ def test_the_v1_graph_estimates_first_full_capture_is_flashattentions_split_accu
     a = parse_hf_config(row["config"], row["model"], "x")
     full = float(modes["FULL"].group(2))
     planned = split_buffer_bytes(a, Layout(1, 1, 1), calibration_engine(False, extra_args=row["_extra"])) / 2**20
-    if row["model"] in SPLIT_NOT_TAKEN:
-        assert full < planned, "a row now within the rule leaves SPLIT_NOT_TAKEN"
+    if row["model"] in SPLIT_NOT_TAKEN or (row["_batch"], row["model"]) in FEWER_GRAPHS:
+        assert full < planned, "a row now within the rule leaves SPLIT_NOT_TAKEN / FEWER_GRAPHS"
     else:
         assert 0 <= full - planned <= 48, (full, planned)
     [total] = [float(m.group(1)) for line in row["cudagraph_lines"] if (m := re.match(r"CUDA graph memory: ([\d.]+)",
@@ -539,6 +547,8 @@ def test_the_v1_growth_line_holds_on_the_v1_rows_it_was_not_fitted_on(row, modes
                + FITTED.graphs_v1_growth_per_100_pieces_gib * graph_pieces(a, Layout(1, 1, 1)) / 100)
     if row["model"] in GROWTH_OVER_THE_LINE:
         assert logged - planned > 0.20, "a row now on the line leaves GROWTH_OVER_THE_LINE"
+    elif (row["_batch"], row["model"]) in FEWER_GRAPHS:
+        assert planned - logged > 0.20, "a row now on the line leaves FEWER_GRAPHS"
     else:
         assert planned == pytest.approx(logged, abs=0.20)
 
