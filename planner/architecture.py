@@ -334,10 +334,15 @@ class ModelArchitecture:
 
     def weight_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of all weights: the quantized parts at the checkpoint's rate, the rest at `unquantized_bytes`."""
+        return sum(self.part_bytes(unquantized_bytes).values())
+
+    def part_bytes(self, unquantized_bytes: float) -> dict[str, float]:
+        """Bytes of each part (parameter_parts): its quantized share at the checkpoint's rate, the rest at
+        `unquantized_bytes`."""
         share = dict(self.quantized_share)
-        return sum(count * (share.get(part, 0.0) * self.weight_bytes_per_param
-                            + (1 - share.get(part, 0.0)) * unquantized_bytes)
-                   for part, count in self.parameter_parts().items())
+        return {part: count * (share.get(part, 0.0) * self.weight_bytes_per_param
+                               + (1 - share.get(part, 0.0)) * unquantized_bytes)
+                for part, count in self.parameter_parts().items()}
 
     def routed_share(self, unquantized_bytes: float = 2.0) -> float:
         """The fraction of the weights in routed experts, as counted."""
@@ -346,9 +351,7 @@ class ModelArchitecture:
 
     def routed_expert_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of the routed experts alone (weight_bytes' "experts" part): what expert parallelism splits whole."""
-        share = dict(self.quantized_share).get("experts", 0.0)
-        return self.parameter_parts()["experts"] * (share * self.weight_bytes_per_param
-                                                    + (1 - share) * unquantized_bytes)
+        return self.part_bytes(unquantized_bytes)["experts"]
 
     def parameter_count(self) -> int:
         """Parameters of the whole checkpoint vLLM loads (every expert counted, vision tower included)."""

@@ -211,7 +211,7 @@ def _positive(args: tuple[str, ...], flag: str) -> int | None:
     return int(value)
 
 
-def _state_dtype(args: tuple[str, ...], flag: str) -> str:
+def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
     value = flag_value(args, flag) or "auto"
     if value not in MAMBA_DTYPES:
         raise ConfigError("vllm.extraArgs", f"{flag} {value}", f"{flag} takes one of {', '.join(MAMBA_DTYPES)}")
@@ -233,6 +233,6 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         async_scheduling="--no-async-scheduling" not in args,
         cudagraphs="--enforce-eager" not in args,
         gpu=accelerator.type,
-        states=StateDtypes(4.0 if dtype == "float32" else 2.0, _state_dtype(args, "--mamba-cache-dtype"),
-                           _state_dtype(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
+        states=StateDtypes(4.0 if dtype == "float32" else 2.0, _mamba_dtype_flag(args, "--mamba-cache-dtype"),
+                           _mamba_dtype_flag(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
     )

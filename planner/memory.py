@@ -283,17 +283,11 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     of INPUT_ON_EVERY_STAGE / HEAD_ON_EVERY_STAGE; a tied head's copy on the last), and the vision tower and its
     projector on every stage, since vLLM builds them outside make_layers. Every group but the routed experts is
     split over tensor ranks (no vocabulary padding or KV-head replication: the count does not know the tensors)."""
-    share = dict(arch.quantized_share)
-
-    def part_bytes(part: str) -> float:
-        return arch.parameter_parts()[part] * (share.get(part, 0.0) * arch.weight_bytes_per_param
-                                               + (1 - share.get(part, 0.0)) * unquantized_bytes)
-
-    total = arch.weight_bytes(unquantized_bytes)
-    routed = arch.routed_expert_bytes(unquantized_bytes) if arch.num_experts else 0.0
-    table = part_bytes("embeddings") / (1 if arch.tie_word_embeddings else 2)
-    vision = part_bytes("vision")
-    layer = (total - routed - vision - table * (1 if arch.tie_word_embeddings else 2)) / arch.num_layers
+    parts = arch.part_bytes(unquantized_bytes)
+    routed = parts["experts"] if arch.num_experts else 0.0
+    table = parts["embeddings"] / (1 if arch.tie_word_embeddings else 2)
+    vision = parts["vision"]
+    layer = (sum(parts.values()) - routed - vision - parts["embeddings"]) / arch.num_layers
     first_moe = arch.num_layers - arch.moe_layers
     groups = [TensorGroup(i, "split", layer) for i in range(arch.num_layers)]
     groups += [TensorGroup(i, "routed", routed / arch.moe_layers) for i in range(first_moe, arch.num_layers)

@@ -5,6 +5,7 @@ model_type where vLLM does the same."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -178,44 +179,19 @@ WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddi
 """What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
 
 
-class _BuiltinConfigClasses(Mapping[str, Any]):
-    """transformers' built-in config classes by model_type (CONFIG_MAPPING_NAMES), not the classes a process has
-    registered since: vLLM's get_config registers its own under transformers' names (AutoConfig.register with
-    exist_ok: DeepseekV3Config as deepseek_v32 and as kimi_k2, vllm/transformers_utils/config.py
-    _register_config_class), so in a process that has loaded such a config through vLLM, CONFIG_MAPPING would read
-    DeepSeek-V3.2 through another class than the planner does in its own process."""
-
-    def __getitem__(self, model_type: str) -> Any:
-        import importlib
-
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
-
-        name = CONFIG_MAPPING_NAMES[model_type]
-        module = importlib.import_module(f".{model_type_to_module_name(model_type)}", "transformers.models")
-        return getattr(module, name, None) or getattr(importlib.import_module("transformers"), name)
-
-    def __iter__(self) -> Any:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-        return iter(CONFIG_MAPPING_NAMES)
-
-    def __len__(self) -> int:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-        return len(CONFIG_MAPPING_NAMES)
-
-    def __contains__(self, model_type: object) -> bool:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-        return model_type in CONFIG_MAPPING_NAMES
-
-
+@functools.cache
 def _config_classes() -> Mapping[str, Any]:
-    """transformers' built-in config classes by model_type (no remote code is ever run; _BuiltinConfigClasses). The
-    Pulumi program's environment has transformers without torch, which is enough for configs; its import-time notice
-    about the missing torch is kept off the plan's output."""
+    """transformers' built-in config classes by model_type (no remote code is ever run): a mapping of its own kind over
+    CONFIG_MAPPING_NAMES, without what a process registered since in transformers' CONFIG_MAPPING. vLLM's get_config
+    registers its classes under transformers' names (AutoConfig.register with exist_ok: DeepseekV3Config as
+    deepseek_v32 and as kimi_k2, vllm/transformers_utils/config.py _register_config_class), so in a process that has
+    loaded such a config through vLLM, CONFIG_MAPPING would read DeepSeek-V3.2 through another class. The Pulumi
+    program's environment has transformers without torch, which is enough for configs; its import-time notice about
+    the missing torch is kept off the plan's output."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    return _BuiltinConfigClasses()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, _LazyConfigMapping
+
+    return _LazyConfigMapping(CONFIG_MAPPING_NAMES)
 
 
 ARCHITECTURE_VALIDATOR = "validate_architecture"

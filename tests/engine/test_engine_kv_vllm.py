@@ -10,6 +10,7 @@ The scheduler numbers (max_in_flight_tokens, max_concurrent_batches) come from V
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from dataclasses import replace
@@ -621,6 +622,7 @@ def test_a_mutated_short_convolution_rule_disagrees_with_vllm(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ state dtypes
 
+@functools.cache
 def state_families() -> dict[str, tuple[ModelArchitecture, object]]:
     """(planner architecture, config as vLLM reads it) of one model per state kind and SSM-dtype rule: the Mamba-2 /
     Mamba-1 hybrids (NemotronH's float32 default among them), Kimi Delta Attention, LFM2's short convolutions, Gated
