@@ -11,6 +11,7 @@ and the memory it keeps outside the KV cache differ between releases. Two profil
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 from planner.architecture import ATTENTION_KINDS
@@ -181,6 +182,10 @@ class EngineSettings:
     """The accelerator type (planner/catalog.py) it runs on: what the GPU holds before profiling depends on it."""
     states: StateDtypes = field(default_factory=StateDtypes)
     """The dtypes of Mamba-style states: --dtype, --mamba-cache-dtype and --mamba-ssm-cache-dtype."""
+    max_capture: int | None = None
+    """--max-cudagraph-capture-size as given (planner/memory.py capture_sizes)."""
+    capture_list: tuple[int, ...] | None = None
+    """--cudagraph-capture-sizes as given (planner/memory.py capture_sizes)."""
 
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
@@ -211,6 +216,23 @@ def _positive(args: tuple[str, ...], flag: str) -> int | None:
     return int(value)
 
 
+def _positive_list(args: tuple[str, ...], flag: str) -> tuple[int, ...] | None:
+    """A flag of one or more positive integers, as vLLM's parser reads a list[int] option: `--flag 1 2 4` (the
+    words up to the next flag) or `--flag=8`."""
+    for i, word in enumerate(args):
+        if word == flag:
+            values = list(itertools.takewhile(lambda w: not w.startswith("-"), args[i + 1:]))
+        elif word.startswith(flag + "="):
+            values = [word.split("=", 1)[1]]
+        else:
+            continue
+        if not values or not all(v.isascii() and v.isdigit() and int(v) >= 1 for v in values):
+            raise ConfigError("vllm.extraArgs", f"{flag} {' '.join(values)}".rstrip(),
+                              f"{flag} takes one or more positive integers, as separate words")
+        return tuple(int(v) for v in values)
+    return None
+
+
 def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
     value = flag_value(args, flag) or "auto"
     if value not in MAMBA_DTYPES:
@@ -235,4 +257,6 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         gpu=accelerator.type,
         states=StateDtypes(4.0 if dtype == "float32" else 2.0, _mamba_dtype_flag(args, "--mamba-cache-dtype"),
                            _mamba_dtype_flag(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
+        max_capture=_positive(args, "--max-cudagraph-capture-size"),
+        capture_list=_positive_list(args, "--cudagraph-capture-sizes"),
     )

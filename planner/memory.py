@@ -114,12 +114,20 @@ def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: Eng
     rows in docs/benchmarks/results.json, graph_estimate_lines; 26 runs, 0-4 MiB over the accumulators with attention
     but gpt-oss, which kept none). The growths (1-27 MiB per graph, 50 further graphs): a line in the graph's
     pieces on one GPU (graph_pieces; fitted.graphs_v1_growth_base_gib, graphs_v1_growth_per_100_pieces_gib). MLA
-    keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted on rows without the debug lines."""
+    keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted on rows without the debug lines. The line is
+    the growth at DEFAULT_GRAPHS a mode; other capture sizes scale it by their further graphs (graph_scale: Kimi-
+    Linear and Nemotron-Nano-9B at 32 sequences logged 11 + 7 graphs, MiniMax-M2.7 at 128 35 + 19, gpt-oss 83 + 83)."""
     if arch.kv_lora_rank:
         return fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
     growth = (fitted.graphs_v1_growth_base_gib
               + fitted.graphs_v1_growth_per_100_pieces_gib * graph_pieces(arch, layout) / 100)
-    return split_buffer_bytes(arch, layout, engine) + growth * GIB
+    return split_buffer_bytes(arch, layout, engine) + growth * graph_scale(arch, engine) * GIB
+
+
+def graph_scale(arch: ModelArchitecture, engine: EngineSettings) -> float:
+    """The V1 estimate's further graphs (each mode's count less its first) against DEFAULT_GRAPHS'; 1.0 at vLLM's
+    default sizes on an H100 or H200."""
+    return sum(max(n - 1, 0) for n in graph_counts(arch, engine)) / (2 * (DEFAULT_GRAPHS - 1))
 
 
 def graph_pieces(arch: ModelArchitecture, layout: Layout) -> int:
@@ -140,12 +148,49 @@ CAPTURE_LIMIT = 512
 """The largest batch vLLM 0.32.0 captures a graph for by default: min(2 x max_num_seqs, 512, max_num_batched_tokens),
 1,024 in place of 512 on data-center Blackwell (config/vllm.py _set_cudagraph_sizes, without speculative tokens)."""
 CAPTURE_LIMIT_BY_GPU = {"nvidia-b200": 1024}
+DEFAULT_GRAPHS = 51
+"""The graphs of each mode at vLLM's default sizes on an H100 or H200 (1, 2, 4, 8..248 by 8, 256..512 by 16): what
+the V1 growth line (v1_graph_estimate_bytes) was fitted at."""
 
 
-def largest_capture(engine: EngineSettings) -> int:
-    """The largest batch a CUDA graph is captured for (CAPTURE_LIMIT)."""
-    return min(2 * engine.max_num_seqs, CAPTURE_LIMIT_BY_GPU.get(engine.gpu, CAPTURE_LIMIT),
-               engine.max_num_batched_tokens)
+def capture_sizes(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, ...]:
+    """The batch sizes vLLM 0.32.0 captures CUDA graphs for (config/vllm.py _set_cudagraph_sizes, one token a
+    decode step): --cudagraph-capture-sizes as given, up to max_num_batched_tokens; else 1, 2, 4, every 8 below 256
+    and every 16 from 256 up to the limit (--max-cudagraph-capture-size, else min(2 x max_num_seqs, CAPTURE_LIMIT)),
+    never above max_num_batched_tokens, which is added where it is under the limit, as is max_num_seqs where the
+    limit is the default. PIECEWISE graphs are captured for every size, FULL (decode) graphs for the sizes up to
+    max_num_seqs (graph_counts). None with --enforce-eager.
+
+    Not planned: vLLM's gpt-oss hook sets the limit to 1,024 when no capture flag is given
+    (model_executor/models/config.py GptOssForCausalLMConfig; 83 graphs a mode logged in validations 29 and 33).
+    Both gpt-oss rows are in the V1 growth line's fit at 51 graphs, so taking it moves every fitted V1 constant."""
+    if not engine.cudagraphs:
+        return ()
+    tokens = engine.max_num_batched_tokens
+    if engine.capture_list is not None:
+        return tuple(sorted({s for s in engine.capture_list if s <= tokens}))
+    limit = engine.max_capture
+    decode = []
+    if limit is None:
+        limit = min(2 * engine.max_num_seqs, CAPTURE_LIMIT_BY_GPU.get(engine.gpu, CAPTURE_LIMIT))
+        decode = [engine.max_num_seqs] if engine.max_num_seqs <= limit else []
+    limit = min(limit, tokens)
+    grid = [*(s for s in (1, 2, 4) if s <= limit), *range(8, min(limit + 1, 256), 8), *range(256, limit + 1, 16)]
+    extra = [tokens] if tokens <= limit else []
+    return tuple(sorted({*grid, *extra, *(s for s in decode if s <= tokens)}))
+
+
+def graph_counts(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, int]:
+    """(PIECEWISE, FULL) graphs the V1 runner captures and its estimate counts (`Estimated PIECEWISE CUDA graph
+    memory: ... + (N-1)`): every capture size, and the decode sizes up to max_num_seqs
+    (v1/cudagraph_dispatcher.py)."""
+    sizes = capture_sizes(arch, engine)
+    return len(sizes), sum(s <= engine.max_num_seqs for s in sizes)
+
+
+def largest_capture(arch: ModelArchitecture, engine: EngineSettings) -> int:
+    """The largest batch a CUDA graph is captured for (capture_sizes); 0 without graphs."""
+    return max(capture_sizes(arch, engine), default=0)
 
 
 def profiling_cache_blocks(arch: ModelArchitecture, engine: EngineSettings) -> int:
@@ -159,8 +204,8 @@ def profiling_cache_blocks(arch: ModelArchitecture, engine: EngineSettings) -> i
     if not engine.cudagraphs:
         return 0
     if engine.profile.cudagraph_reserved:
-        return min(engine.max_num_seqs, largest_capture(engine))
-    return 0 if runner_v2(arch, engine) else largest_capture(engine)
+        return min(engine.max_num_seqs, largest_capture(arch, engine))
+    return 0 if runner_v2(arch, engine) else largest_capture(arch, engine)
 
 
 def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
@@ -178,7 +223,7 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     piecewise capture (Kimi-Linear at 32 sequences, validation 36: FULL largest 32, PIECEWISE 64, 64 MiB taken)."""
     if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
         return 0.0
-    batch = min(largest_capture(engine), engine.max_num_seqs)
+    batch = min(largest_capture(arch, engine), engine.max_num_seqs)
     heads = -(-arch.num_attention_heads // layout.tp)
     width = arch.kv_lora_rank or max(arch.head_dim, arch.global_attention[1])
     return SPLITS_FOR_GRAPHS * batch * heads * width * 4.0

@@ -107,3 +107,88 @@ def test_full_graphs_are_decode_batches_captured_up_to_max_num_seqs():
     few = split_buffer_bytes(deepseek, Layout(1, 1, 1), default_engine(h200, extra_args=("--max-num-seqs", "32")))
     full = split_buffer_bytes(deepseek, Layout(1, 1, 1), default_engine(h200))
     assert few * 512 == full * 32
+
+
+def _vllm_capture_sizes(monkeypatch, seqs: int, tokens: int, flags: dict, blackwell: bool) -> tuple[int, ...]:
+    """vLLM 0.32.0's VllmConfig._set_cudagraph_sizes run on a stand-in config (one token a decode step, no
+    speculative decoding, FULL_AND_PIECEWISE), the device capability answered as the GPU would."""
+    from vllm.config.compilation import CompilationConfig, CUDAGraphMode
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(type(current_platform), "is_device_capability_family",
+                        classmethod(lambda cls, family, device_id=0: blackwell and family == 100), raising=False)
+    compilation = CompilationConfig(**flags)
+    compilation.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    config = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(enforce_eager=False), compilation_config=compilation,
+        scheduler_config=types.SimpleNamespace(max_num_seqs=seqs, max_num_batched_tokens=tokens),
+        speculative_config=None, performance_mode="throughput", uniform_decode_query_len=1)
+    VllmConfig._set_cudagraph_sizes(config)
+    return tuple(compilation.cudagraph_capture_sizes)
+
+
+CAPTURE_CASES = [
+    # (max_num_seqs, max_num_batched_tokens, flags, GPU): vLLM's defaults, each rule's edge: max_num_seqs off the grid
+    # (100, 7), max_num_batched_tokens under the limit (50), the flags
+    (1024, 8192, {}, "nvidia-h200-141gb"), (1024, 16384, {}, "nvidia-b200"), (256, 2048, {}, "nvidia-l4"),
+    (128, 8192, {}, "nvidia-h100-80gb"), (32, 8192, {}, "nvidia-h200-141gb"), (100, 8192, {}, "nvidia-h100-80gb"),
+    (7, 8192, {}, "nvidia-h100-80gb"), (1024, 50, {}, "nvidia-h100-80gb"), (300, 8192, {}, "nvidia-b200"),
+    (1024, 8192, {"max_cudagraph_capture_size": 300}, "nvidia-h200-141gb"),
+    (64, 8192, {"max_cudagraph_capture_size": 1024}, "nvidia-h200-141gb"),
+    (1024, 100, {"cudagraph_capture_sizes": [1, 3, 64, 99, 512]}, "nvidia-h100-80gb"),
+]
+
+
+def _flag_words(flags: dict) -> tuple[str, ...]:
+    if "max_cudagraph_capture_size" in flags:
+        return ("--max-cudagraph-capture-size", str(flags["max_cudagraph_capture_size"]))
+    if "cudagraph_capture_sizes" in flags:
+        return ("--cudagraph-capture-sizes", *map(str, flags["cudagraph_capture_sizes"]))
+    return ()
+
+
+@pytest.mark.parametrize(("seqs", "tokens", "flags", "gpu"), CAPTURE_CASES, ids=lambda v: str(v))
+def test_the_capture_sizes_are_vllms(monkeypatch, seqs, tokens, flags, gpu):
+    """planner/memory.py capture_sizes against vLLM 0.32.0's own _set_cudagraph_sizes, and graph_counts' FULL graphs
+    as its dispatcher keys them (sizes up to max_num_seqs); graph_scale is 1 at the H200's defaults."""
+    from planner.memory import capture_sizes, graph_counts, graph_scale
+
+    engine = default_engine(ACCELERATORS[gpu], extra_args=("--max-num-seqs", str(seqs), "--max-num-batched-tokens",
+                                                           str(tokens), *_flag_words(flags)))
+    llama = arch("Llama-3.1-8B-Instruct")
+    ours = capture_sizes(llama, engine)
+    assert ours == _vllm_capture_sizes(monkeypatch, seqs, tokens, flags, gpu == "nvidia-b200")
+    assert graph_counts(llama, engine) == (len(ours), sum(s <= seqs for s in ours))
+    if (seqs, tokens, flags, gpu) == CAPTURE_CASES[0]:
+        assert graph_counts(llama, engine) == (51, 51) and graph_scale(llama, engine) == 1.0
+    assert capture_sizes(llama, default_engine(ACCELERATORS[gpu], extra_args=("--enforce-eager",))) == ()
+
+
+@pytest.mark.parametrize("rule", ["max_num_seqs", "max_num_batched_tokens", "grid"])
+def test_each_capture_size_rule_is_held(monkeypatch, rule):
+    """A one-rule mutation of capture_sizes fails test_the_capture_sizes_are_vllms on some case: without the decode
+    size, without max_num_batched_tokens, or with 2 in place of 1, 2, 4's first size."""
+    from planner import memory
+
+    original = memory.capture_sizes
+
+    def mutated(arch_, engine):
+        sizes = set(original(arch_, engine))
+        if rule == "max_num_seqs" and engine.max_num_seqs not in (1, 2, 4) and engine.max_num_seqs % 8:
+            sizes.discard(engine.max_num_seqs)
+        if rule == "max_num_batched_tokens" and engine.max_num_batched_tokens % 8:
+            sizes.discard(engine.max_num_batched_tokens)
+        if rule == "grid":
+            sizes.discard(1)
+        return tuple(sorted(sizes))
+
+    monkeypatch.setattr(memory, "capture_sizes", mutated)
+    differ = 0
+    for seqs, tokens, flags, gpu in CAPTURE_CASES:
+        if flags:
+            continue
+        engine = default_engine(ACCELERATORS[gpu], extra_args=("--max-num-seqs", str(seqs),
+                                                               "--max-num-batched-tokens", str(tokens)))
+        vllm_sizes = _vllm_capture_sizes(monkeypatch, seqs, tokens, flags, gpu == "nvidia-b200")
+        differ += memory.capture_sizes(arch("Llama-3.1-8B-Instruct"), engine) != vllm_sizes
+    assert differ

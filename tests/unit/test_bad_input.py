@@ -110,6 +110,13 @@ REFUSED = [
      "takes one of auto, float32, float16, bfloat16"),
     ({"model": model("Kimi-Linear-48B-A3B-Instruct"), "accelerator": accel("nvidia-h200-141gb"),
       "vllm": {"extraArgs": ["--mamba_ssm_cache_dtype=float16"]}}, "vllm.extraArgs", "float32 or bfloat16 only"),
+    # CUDA-graph capture sizes vLLM's parser refuses (list[int] options take separate words)
+    ({"vllm": {"extraArgs": ["--cudagraph-capture-sizes=1,2,4"]}}, "vllm.extraArgs",
+     "--cudagraph-capture-sizes takes one or more positive integers, as separate words"),
+    ({"vllm": {"extraArgs": ["--cudagraph-capture-sizes", "--enforce-eager"]}}, "vllm.extraArgs",
+     "--cudagraph-capture-sizes takes one or more positive integers"),
+    ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "0"]}}, "vllm.extraArgs",
+     "--max-cudagraph-capture-size takes a positive integer"),
     # both bounds where the value breaks the upper one
     ({"serving": {"routing": "epp", "prefixScorer": "off", "routerReplicas": 9}}, "serving.routerReplicas",
      "from 1 to 5"),
@@ -156,6 +163,20 @@ ACCEPTED = [
 @pytest.mark.parametrize("overrides", ACCEPTED, ids=[str(i) for i in range(len(ACCEPTED))])
 def test_values_google_cloud_and_vllm_accept_plan(overrides):
     assert sizing(**overrides).max_nodes >= 1
+
+
+def test_fewer_cuda_graphs_leave_more_kv_cache():
+    """A V1-runner model (Qwen3-Next's hybrid on vLLM 0.25.1) at 32 sequences captures 11 + 7 graphs, not 51 + 51:
+    the V1 estimate's growth shrinks with them (planner/memory.py graph_scale); --max-cudagraph-capture-size 512
+    captures 51 + 7 and leaves less."""
+    base = {"model": model("Qwen3-Next-80B-A3B-Instruct"), "accelerator": accel("nvidia-h200-141gb")}
+    image = "vllm/vllm-openai:v0.25.1"
+    default = sizing(**base, vllm={"image": image, "extraArgs": ["--max-num-seqs", "32"],
+                                   "maxModelLen": 8192}).kv_cache_tokens_per_replica
+    captured = sizing(**base, vllm={"image": image, "extraArgs": ["--max-num-seqs", "32",
+                                                                  "--max-cudagraph-capture-size", "512"],
+                                    "maxModelLen": 8192}).kv_cache_tokens_per_replica
+    assert default > captured
 
 
 def test_flags_are_planned_as_vllms_parser_reads_them():
