@@ -66,7 +66,6 @@ from planner.memory import (  # noqa: E402
     fitted_peak_gib,
     forward_line_gib,
     graph_pieces,
-    graph_scale,
     margin_kind,
     peak_features,
     query_excess,
@@ -234,8 +233,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
                                              [float(r.graphs_captured or 0) for r in graphs])
     v1 = [r for r in data if not r.v2]
     growths = [(float(graph_pieces(r.arch, Layout(1, 1, 1))),
-                (float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB)
-                / graph_scale(r.arch, ENGINE))
+                float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB)
                for r in v1 if r.source != "ablation" and not r.arch.kv_lora_rank]
     growth_base, growth_per_piece = _theil_sen(growths)
     without_terms = MemoryFit(

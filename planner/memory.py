@@ -115,19 +115,20 @@ def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: Eng
     but gpt-oss, which kept none). The growths (1-27 MiB per graph, 50 further graphs): a line in the graph's
     pieces on one GPU (graph_pieces; fitted.graphs_v1_growth_base_gib, graphs_v1_growth_per_100_pieces_gib). MLA
     keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted on rows without the debug lines. The line is
-    the growth at DEFAULT_GRAPHS a mode; other capture sizes scale it by their further graphs (graph_scale: Kimi-
-    Linear and Nemotron-Nano-9B at 32 sequences logged 11 + 7 graphs, MiniMax-M2.7 at 128 35 + 19, gpt-oss 83 + 83)."""
+    the growth at DEFAULT_GRAPHS a mode (bench/fit.py fits it on rows run at vLLM's default sizes); other capture
+    sizes scale it by their further graphs (graph_scale: vLLM logged 11 + 7 graphs at 32 sequences, 19 + 11 at 64,
+    35 + 19 at 128)."""
     if arch.kv_lora_rank:
         return fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
     growth = (fitted.graphs_v1_growth_base_gib
               + fitted.graphs_v1_growth_per_100_pieces_gib * graph_pieces(arch, layout) / 100)
-    return split_buffer_bytes(arch, layout, engine) + growth * graph_scale(arch, engine) * GIB
+    return split_buffer_bytes(arch, layout, engine) + growth * graph_scale(engine) * GIB
 
 
-def graph_scale(arch: ModelArchitecture, engine: EngineSettings) -> float:
+def graph_scale(engine: EngineSettings) -> float:
     """The V1 estimate's further graphs (each mode's count less its first) against DEFAULT_GRAPHS'; 1.0 at vLLM's
     default sizes on an H100 or H200."""
-    return sum(max(n - 1, 0) for n in graph_counts(arch, engine)) / (2 * (DEFAULT_GRAPHS - 1))
+    return sum(max(n - 1, 0) for n in graph_counts(engine)) / (2 * (DEFAULT_GRAPHS - 1))
 
 
 def graph_pieces(arch: ModelArchitecture, layout: Layout) -> int:
@@ -153,7 +154,7 @@ DEFAULT_GRAPHS = 51
 the V1 growth line (v1_graph_estimate_bytes) was fitted at."""
 
 
-def capture_sizes(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, ...]:
+def capture_sizes(engine: EngineSettings) -> tuple[int, ...]:
     """The batch sizes vLLM 0.32.0 captures CUDA graphs for (config/vllm.py _set_cudagraph_sizes, one token a
     decode step): --cudagraph-capture-sizes as given, up to max_num_batched_tokens; else 1, 2, 4, every 8 below 256
     and every 16 from 256 up to the limit (--max-cudagraph-capture-size, else min(2 x max_num_seqs, CAPTURE_LIMIT)),
@@ -180,17 +181,17 @@ def capture_sizes(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int,
     return tuple(sorted({*grid, *extra, *(s for s in decode if s <= tokens)}))
 
 
-def graph_counts(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, int]:
+def graph_counts(engine: EngineSettings) -> tuple[int, int]:
     """(PIECEWISE, FULL) graphs the V1 runner captures and its estimate counts (`Estimated PIECEWISE CUDA graph
     memory: ... + (N-1)`): every capture size, and the decode sizes up to max_num_seqs
     (v1/cudagraph_dispatcher.py)."""
-    sizes = capture_sizes(arch, engine)
+    sizes = capture_sizes(engine)
     return len(sizes), sum(s <= engine.max_num_seqs for s in sizes)
 
 
-def largest_capture(arch: ModelArchitecture, engine: EngineSettings) -> int:
+def largest_capture(engine: EngineSettings) -> int:
     """The largest batch a CUDA graph is captured for (capture_sizes); 0 without graphs."""
-    return max(capture_sizes(arch, engine), default=0)
+    return max(capture_sizes(engine), default=0)
 
 
 def profiling_cache_blocks(arch: ModelArchitecture, engine: EngineSettings) -> int:
@@ -204,8 +205,8 @@ def profiling_cache_blocks(arch: ModelArchitecture, engine: EngineSettings) -> i
     if not engine.cudagraphs:
         return 0
     if engine.profile.cudagraph_reserved:
-        return min(engine.max_num_seqs, largest_capture(arch, engine))
-    return 0 if runner_v2(arch, engine) else largest_capture(arch, engine)
+        return min(engine.max_num_seqs, largest_capture(engine))
+    return 0 if runner_v2(arch, engine) else largest_capture(engine)
 
 
 def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
@@ -223,7 +224,7 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     piecewise capture (Kimi-Linear at 32 sequences, validation 36: FULL largest 32, PIECEWISE 64, 64 MiB taken)."""
     if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
         return 0.0
-    batch = min(largest_capture(arch, engine), engine.max_num_seqs)
+    batch = min(largest_capture(engine), engine.max_num_seqs)
     heads = -(-arch.num_attention_heads // layout.tp)
     width = arch.kv_lora_rank or max(arch.head_dim, arch.global_attention[1])
     return SPLITS_FOR_GRAPHS * batch * heads * width * 4.0

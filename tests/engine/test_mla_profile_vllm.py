@@ -155,13 +155,12 @@ def test_the_capture_sizes_are_vllms(monkeypatch, seqs, tokens, flags, gpu):
 
     engine = default_engine(ACCELERATORS[gpu], extra_args=("--max-num-seqs", str(seqs), "--max-num-batched-tokens",
                                                            str(tokens), *_flag_words(flags)))
-    llama = arch("Llama-3.1-8B-Instruct")
-    ours = capture_sizes(llama, engine)
+    ours = capture_sizes(engine)
     assert ours == _vllm_capture_sizes(monkeypatch, seqs, tokens, flags, gpu == "nvidia-b200")
-    assert graph_counts(llama, engine) == (len(ours), sum(s <= seqs for s in ours))
+    assert graph_counts(engine) == (len(ours), sum(s <= seqs for s in ours))
     if (seqs, tokens, flags, gpu) == CAPTURE_CASES[0]:
-        assert graph_counts(llama, engine) == (51, 51) and graph_scale(llama, engine) == 1.0
-    assert capture_sizes(llama, default_engine(ACCELERATORS[gpu], extra_args=("--enforce-eager",))) == ()
+        assert graph_counts(engine) == (51, 51) and graph_scale(engine) == 1.0
+    assert capture_sizes(default_engine(ACCELERATORS[gpu], extra_args=("--enforce-eager",))) == ()
 
 
 @pytest.mark.parametrize("rule", ["max_num_seqs", "max_num_batched_tokens", "grid"])
@@ -172,8 +171,8 @@ def test_each_capture_size_rule_is_held(monkeypatch, rule):
 
     original = memory.capture_sizes
 
-    def mutated(arch_, engine):
-        sizes = set(original(arch_, engine))
+    def mutated(engine):
+        sizes = set(original(engine))
         if rule == "max_num_seqs" and engine.max_num_seqs not in (1, 2, 4) and engine.max_num_seqs % 8:
             sizes.discard(engine.max_num_seqs)
         if rule == "max_num_batched_tokens" and engine.max_num_batched_tokens % 8:
@@ -190,5 +189,5 @@ def test_each_capture_size_rule_is_held(monkeypatch, rule):
         engine = default_engine(ACCELERATORS[gpu], extra_args=("--max-num-seqs", str(seqs),
                                                                "--max-num-batched-tokens", str(tokens)))
         vllm_sizes = _vllm_capture_sizes(monkeypatch, seqs, tokens, flags, gpu == "nvidia-b200")
-        differ += memory.capture_sizes(arch("Llama-3.1-8B-Instruct"), engine) != vllm_sizes
+        differ += memory.capture_sizes(engine) != vllm_sizes
     assert differ

@@ -552,10 +552,10 @@ def test_the_v1_growth_line_holds_on_the_v1_rows_it_was_not_fitted_on(row, modes
     engine = calibration_engine(False, extra_args=row["_extra"])
     logged_counts = (int(modes["PIECEWISE"].group(3)), int(modes["FULL"].group(3)))
     # gpt-oss: vLLM's hook captures up to 1,024, which the plan does not take (capture_sizes says why)
-    assert logged_counts == ((83, 83) if row["model"].startswith("gpt-oss") else graph_counts(a, engine))
+    assert logged_counts == ((83, 83) if row["model"].startswith("gpt-oss") else graph_counts(engine))
     logged = sum((int(m.group(3)) - 1) * float(m.group(4)) for m in modes.values()) / 1024
     planned = (FITTED.graphs_v1_growth_base_gib + FITTED.graphs_v1_growth_per_100_pieces_gib
-               * graph_pieces(a, Layout(1, 1, 1)) / 100) * graph_scale(a, engine)
+               * graph_pieces(a, Layout(1, 1, 1)) / 100) * graph_scale(engine)
     if row["model"] in GROWTH_OVER_THE_LINE:
         assert logged - planned > 0.20, "a row now on the line leaves GROWTH_OVER_THE_LINE"
     else:
