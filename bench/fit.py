@@ -218,7 +218,7 @@ def _theil_sen(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
-        v1_margin_gib: float = FITTED.v1_peak_margin_gib,
+        moe_margin_gib: float = FITTED.moe_peak_margin_gib, v1_margin_gib: float = FITTED.v1_peak_margin_gib,
         v1_hold_margin_gib: float = FITTED.v1_hold_peak_margin_gib) -> MemoryFit:
     """The constants of planner/memory.py's parts model from these rows (planner/memory_fit.py MemoryFit), with the
     runners' peak margins (smallest_margin searches them against the KV rows)."""
@@ -246,7 +246,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
         graphs_moe_v2_per_kquery_excess=0.0,
         graphs_v1_growth_base_gib=growth_base, graphs_v1_growth_per_100_pieces_gib=100 * growth_per_piece,
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
-        peak_margin_gib=margin_gib, v1_peak_margin_gib=v1_margin_gib, v1_hold_peak_margin_gib=v1_hold_margin_gib)
+        peak_margin_gib=margin_gib, moe_peak_margin_gib=moe_margin_gib,
+        v1_peak_margin_gib=v1_margin_gib, v1_hold_peak_margin_gib=v1_hold_margin_gib)
     held = [r for r in data if r.v2 and r.features.router_hold]
     [hold] = _lstsq([[r.features.query] for r in held],
                     [r.peak - fitted_peak_gib(r.features, without_terms) for r in held])

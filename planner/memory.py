@@ -578,15 +578,17 @@ def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: Engin
     return (fitted_peak_gib(f, fitted) + getattr(fitted, MARGIN_FIELDS[margin_kind(f)])) * GIB
 
 
-MARGIN_FIELDS = {"v2": "peak_margin_gib", "v1": "v1_peak_margin_gib", "v1-hold": "v1_hold_peak_margin_gib"}
-"""The MemoryFit field of each margin kind: Model Runner V2, the V1 runner, the V1 runner with 0.25.1's router
-compile hold (whose size depends on when Python's collector runs)."""
+MARGIN_FIELDS = {"v2": "peak_margin_gib", "v2-moe": "moe_peak_margin_gib", "v1": "v1_peak_margin_gib",
+                 "v1-hold": "v1_hold_peak_margin_gib"}
+"""The MemoryFit field of each margin kind: Model Runner V2 without experts, and with them (on the fused-MoE
+workspace), the V1 runner, the V1 runner with 0.25.1's router compile hold (whose size depends on when Python's
+collector runs)."""
 
 
 def margin_kind(f: PeakFeatures) -> str:
     """Which margin a peak takes (MARGIN_FIELDS)."""
     if not f.v1:
-        return "v2"
+        return "v2-moe" if f.moe else "v2"
     return "v1-hold" if f.router_hold else "v1"
 
 

@@ -89,11 +89,17 @@ class MemoryFit:
     reserved 3.4 GiB too much for Moonlight. On Model Runner V2 (0.32.0) the plan keeps the larger of this and the
     FlashAttention split buffers the capture keeps (planner/memory.py mla_graph_buffers)."""
     peak_margin_gib: float
-    """Added to every fitted peak on Model Runner V2 (every model vLLM 0.32.0 serves), to the safe side: at least the
-    largest peak the parts model leaves under among the V2 rows of the fit (bench/fit.py peak_floor), and more if a
-    calibration row or a row of a batch in the fit that ran on V2 were still over +0.5% KV with it (with
-    LOAD_OVERHEAD_GIB; bench/fit.py smallest_margin). The KV bound alone would allow less: a row's KV error scales
-    with 1 / its pool, and the largest under (Mixtral-8x7B on V2, 0.20 GiB) ran on a 100 GiB pool."""
+    """Added to every fitted peak of a model without experts on Model Runner V2 (every model vLLM 0.32.0 serves), to
+    the safe side: at least the largest peak the parts model leaves under among those rows of the fit (bench/fit.py
+    peak_floor), and more if a calibration row or a row of a batch in the fit that ran on V2 were still over +0.5% KV
+    with it (with LOAD_OVERHEAD_GIB; bench/fit.py smallest_margin). A row's KV error scales with 1 / its pool, so the
+    margin covers the largest miss whatever the pool. It was 0.20 GiB, one V2 margin for dense and MoE models, set
+    by Mixtral-8x7B on V2: the dense rows' largest miss is a quarter of that (starcoder2-3b), and the 0.14 GiB more
+    left dense rows of 8-20 GiB H100 pools 0.7-1.7% under (Qwen2.5-32B, Llama-3.1-70B:28)."""
+    moe_peak_margin_gib: float
+    """As peak_margin_gib, for a mixture-of-experts model on Model Runner V2: its peak stands on the fused-MoE
+    workspace (planner/memory.py moe_workspace_bytes, from vLLM's source, not fitted) and leaves more under
+    (Mixtral-8x7B on V2, +0.20 GiB; GLM-4.5-Air on V2, +0.09)."""
     v1_peak_margin_gib: float
     """Added to every fitted peak on the V1 runner (MoE, MLA and hybrid models on vLLM 0.25.1; 0.32.0 serves none
     there) without 0.25.1's router compile hold, as peak_margin_gib on V2: at least the largest V1 peak the parts
@@ -125,7 +131,8 @@ FITTED = MemoryFit(
     graphs_v1_growth_base_gib=0.0900,
     graphs_v1_growth_per_100_pieces_gib=0.6250,
     graphs_mla_per_khidden_gib=0.5971,
-    peak_margin_gib=0.20,
+    peak_margin_gib=0.06,
+    moe_peak_margin_gib=0.20,
     v1_peak_margin_gib=0.04,
     v1_hold_peak_margin_gib=0.24,
 )

@@ -73,13 +73,12 @@ UNDER_COUNTED = {
                                              "were (bench/harness.py cold_env now starts each calibrate run cold); "
                                              "the plan takes a cold start. A fit row: excluding it moves the graph "
                                              "constants, so it stays"),
-    ("Llama-3.1-70B-Instruct", 28): (-0.013, "validation 34 (H100, held out): a KV pool of 20.3 GiB, where the 0.20 "
-                                             "GiB peak margin and the 0.05 GiB load overhead alone are 1.2%; the same "
-                                             "cut on an H200 (validation 30) was -0.33%"),
-    ("Qwen2.5-32B-Instruct", "all"): (-0.030, "batch 6 (H100): a KV pool of 8.4 GiB, where the 0.20 GiB peak margin "
-                                              "and the 0.05 GiB load overhead alone are 2.9%"),
-    ("Qwen2-57B-A14B-Instruct", 14): (-0.012, "batch 6 (H100): a KV pool of 14.2 GiB, where the peak margin and the "
-                                              "load overhead are 1.8%"),
+    ("Qwen2.5-32B-Instruct", "all"): (-0.013, "batch 6 (H100): a KV pool of 8.4 GiB, where the dense V2 peak margin "
+                                              "(0.06 GiB) and the load overhead (0.05 GiB, 0.006 loaded beyond its "
+                                              "parameters) alone are 1.3%; its fitted peak was exact (1.606 GiB, 1.61 "
+                                              "profiled)"),
+    ("Qwen2-57B-A14B-Instruct", 14): (-0.012, "batch 6 (H100): a KV pool of 14.2 GiB, where the MoE V2 peak margin "
+                                              "(0.20 GiB) and the load overhead are 1.8%"),
     ("Moonlight-16B-A3B-Instruct", "all"): (-0.025, "batch 5 (H100), V1 runner: it held none of the router compile "
                                                     "hold the plan keeps for its biased router (0.34 GiB; neither did "
                                                     "its V2 row), its V1 graph estimate 0.33 GiB under the MLA graph "
@@ -90,10 +89,6 @@ UNDER_COUNTED = {
                                   "Python's generation-2 collection comes after it: with the allocator tracer on (49's "
                                   "diagnostic start) it was, 4.63 GiB and -1.22%, as on the H200 (41: -0.26%). 0.32.0 "
                                   "holds none"),
-    ("Qwen3-VL-8B-Instruct", "all"): (-0.011, "validation 37 (H100, held out, --max-num-seqs 128): its plan's peak "
-                                              "is the forward phase, which fewer sequences do not move, where "
-                                              "vLLM's fell by 0.19 GiB with the sampler's logits (-0.66% at 1,024 "
-                                              "sequences in validation 35)"),
     ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
                                        "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
                                        "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "

@@ -309,11 +309,13 @@ def test_the_peak_margin_is_the_smallest_that_keeps_every_fit_row_within_the_ove
         assert smallest_margin(RESULTS, kind=kind, floor=floor)[0] == pytest.approx(getattr(FITTED, field)), kind
     assert smallest_margin(RESULTS, floor=0.0)[0] < FITTED.peak_margin_gib, "the floor sets the V2 margin today"
     assert FITTED.v1_peak_margin_gib < FITTED.v1_hold_peak_margin_gib, "the hold's timing needs the larger margin"
+    assert FITTED.peak_margin_gib < FITTED.moe_peak_margin_gib, "the MoE workspace's V2 rows need the larger margin"
     # the search hands the planner a copy per candidate (fitted=), which takes FITTED when given none
     arch = parse_hf_config(RESULTS["calibration_families"]["rows"][0]["config"], "row", "results.json")
     tokens = [single_gpu_fit(arch, "nvidia-h200-141gb", 0.9, 8192, **extra).kv_tokens
               for extra in ({}, {"fitted": FITTED},
                             {"fitted": replace(FITTED, peak_margin_gib=FITTED.peak_margin_gib + 1,
+                                               moe_peak_margin_gib=FITTED.moe_peak_margin_gib + 1,
                                                v1_peak_margin_gib=FITTED.v1_peak_margin_gib + 1,
                                                v1_hold_peak_margin_gib=FITTED.v1_hold_peak_margin_gib + 1)})]
     assert tokens[0] == tokens[1] > tokens[2]
