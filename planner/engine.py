@@ -233,6 +233,20 @@ def _positive_list(args: tuple[str, ...], flag: str) -> tuple[int, ...] | None:
     return None
 
 
+def _consistent_capture_flags(max_capture: int | None, capture_list: tuple[int, ...] | None, tokens: int) -> None:
+    """Both capture flags given: vLLM 0.32.0 (config/vllm.py _set_cudagraph_sizes) raises "customized
+    max_cudagraph_capture_size ... should be consistent with the max value of cudagraph_capture_sizes" unless the
+    first is the largest of the sizes it keeps (those up to max_num_batched_tokens)."""
+    if max_capture is None or capture_list is None:
+        return
+    largest = max((s for s in capture_list if s <= tokens), default=0)
+    if max_capture != largest:
+        raise ConfigError("vllm.extraArgs", f"--max-cudagraph-capture-size {max_capture} with "
+                          f"--cudagraph-capture-sizes {' '.join(map(str, capture_list))}",
+                          f"vLLM refuses a --max-cudagraph-capture-size other than the largest capture size up to "
+                          f"max_num_batched_tokens ({tokens}), here {largest}; give one of the two flags")
+
+
 def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
     value = flag_value(args, flag) or "auto"
     if value not in MAMBA_DTYPES:
@@ -246,10 +260,14 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
     vllm.extraArgs that change them; `dtype` is vllm.dtype (--dtype)."""
     seqs, batched = batch_defaults(accelerator.memory_bytes, accelerator.device_name, profile)
     args = canonical_args(extra_args)  # as vLLM's parser reads them: --max_num_seqs=64, --enforce_eager, prefixes
+    max_num_batched_tokens = _positive(args, "--max-num-batched-tokens") or batched
+    max_capture = _positive(args, "--max-cudagraph-capture-size")
+    capture_list = _positive_list(args, "--cudagraph-capture-sizes")
+    _consistent_capture_flags(max_capture, capture_list, max_num_batched_tokens)
     return EngineSettings(
         profile=profile,
         max_num_seqs=_positive(args, "--max-num-seqs") or seqs,
-        max_num_batched_tokens=_positive(args, "--max-num-batched-tokens") or batched,
+        max_num_batched_tokens=max_num_batched_tokens,
         prefix_caching=(False if "--no-enable-prefix-caching" in args else
                         True if "--enable-prefix-caching" in args else None),
         async_scheduling="--no-async-scheduling" not in args,
@@ -257,6 +275,6 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         gpu=accelerator.type,
         states=StateDtypes(4.0 if dtype == "float32" else 2.0, _mamba_dtype_flag(args, "--mamba-cache-dtype"),
                            _mamba_dtype_flag(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
-        max_capture=_positive(args, "--max-cudagraph-capture-size"),
-        capture_list=_positive_list(args, "--cudagraph-capture-sizes"),
+        max_capture=max_capture,
+        capture_list=capture_list,
     )

@@ -17,6 +17,7 @@ import types
 import pytest
 
 from planner.catalog import ACCELERATORS
+from planner.errors import ConfigError
 from planner.layout import Layout
 from planner.memory import (
     CAPTURE_LIMIT,
@@ -161,6 +162,29 @@ def test_the_capture_sizes_are_vllms(monkeypatch, seqs, tokens, flags, gpu):
     if (seqs, tokens, flags, gpu) == CAPTURE_CASES[0]:
         assert graph_counts(engine) == (51, 51) and graph_scale(engine) == 1.0
     assert capture_sizes(default_engine(ACCELERATORS[gpu], extra_args=("--enforce-eager",))) == ()
+
+
+@pytest.mark.parametrize(("max_size", "sizes", "tokens"), [(64, [8, 16, 64], 8192), (32, [8, 16, 64], 8192),
+                                                         (16, [8, 16, 64], 32), (64, [8, 16, 64], 32)])
+def test_both_capture_flags_are_refused_where_vllm_refuses_them(monkeypatch, max_size, sizes, tokens):
+    """--max-cudagraph-capture-size with --cudagraph-capture-sizes: vLLM 0.32.0's _set_cudagraph_sizes raises unless
+    the first is the largest size it keeps (up to max_num_batched_tokens); the planner refuses the same pairs in one
+    line and plans the others."""
+    flags = {"max_cudagraph_capture_size": max_size, "cudagraph_capture_sizes": sizes}
+    try:
+        _vllm_capture_sizes(monkeypatch, 1024, tokens, flags, False)
+        vllm_refuses = False
+    except ValueError as e:
+        assert "should be consistent with the max value of cudagraph_capture_sizes" in str(e)
+        vllm_refuses = True
+    words = ("--max-num-batched-tokens", str(tokens), "--max-cudagraph-capture-size", str(max_size),
+             "--cudagraph-capture-sizes", *map(str, sizes))
+    if vllm_refuses:
+        with pytest.raises(ConfigError, match="other than the largest capture size"):
+            default_engine(ACCELERATORS["nvidia-h100-80gb"], extra_args=words)
+    else:
+        assert default_engine(ACCELERATORS["nvidia-h100-80gb"], extra_args=words).capture_list == tuple(sizes)
+    assert vllm_refuses == (max_size != max(s for s in sizes if s <= tokens))
 
 
 @pytest.mark.parametrize("rule", ["max_num_seqs", "max_num_batched_tokens", "grid"])

@@ -117,6 +117,8 @@ REFUSED = [
      "--cudagraph-capture-sizes takes one or more positive integers"),
     ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "0"]}}, "vllm.extraArgs",
      "--max-cudagraph-capture-size takes a positive integer"),
+    ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "32", "--cudagraph-capture-sizes", "8", "16", "64"]}},
+     "vllm.extraArgs", "other than the largest capture size up to max_num_batched_tokens (2048), here 64"),
     # both bounds where the value breaks the upper one
     ({"serving": {"routing": "epp", "prefixScorer": "off", "routerReplicas": 9}}, "serving.routerReplicas",
      "from 1 to 5"),
