@@ -75,6 +75,10 @@ QWEN3_VL_VIDEO = {"video_processor_type": "Qwen3VLVideoProcessor", "fps": 2, "mi
 0.5 mean / std), which vLLM's Qwen3VLProcessor loads with the tokenizer."""
 QWEN_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>",
                   "image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}
+GEMMA3_TOKENS = {"boi_token_index": "<start_of_image>", "eoi_token_index": "<end_of_image>",
+                 "image_token_index": "<image_soft_token>"}
+"""Gemma 3's image tokens by the config keys that give their ids; the tokenizer names them as Gemma3Processor reads
+them (tokenizer.boi_token, .eoi_token, .image_token)."""
 
 
 def parse_entry(entry: str) -> tuple[Path, int | None, bool]:
@@ -165,17 +169,19 @@ def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = Fa
         video = {**QWEN3_VL_VIDEO, **{k: image[k] for k in ("patch_size", "merge_size", "temporal_patch_size",
                                                              "image_mean", "image_std", "processor_class")}}
         (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
+    elif data.get("model_type") == "gemma3":
+        add_gemma3_processor(out, data)
     return out, data
 
 
-def add_qwen_vl_processor(out: Path, config: dict[str, Any], processor: dict[str, Any]) -> None:
-    """Name the vision token ids in the word-level tokenizer and write the image processor's config."""
+def name_vision_tokens(out: Path, config: dict[str, Any], tokens: dict[str, str]) -> None:
+    """Name the vision token ids (`tokens`: config key -> token) in the word-level tokenizer, as special tokens."""
     tok_path = out / "tokenizer.json"
     tok = json.loads(tok_path.read_text())
     vocab = tok["model"]["vocab"]
     by_id = {i: t for t, i in vocab.items()}
     added = []
-    for key, name in QWEN_VL_TOKENS.items():
+    for key, name in tokens.items():
         ident = config.get(key)
         if isinstance(ident, int) and ident in by_id:
             del vocab[by_id[ident]]
@@ -184,7 +190,35 @@ def add_qwen_vl_processor(out: Path, config: dict[str, Any], processor: dict[str
                           "normalized": False, "special": True})
     tok["added_tokens"] = [*tok.get("added_tokens", []), *added]
     tok_path.write_text(json.dumps(tok))
+
+
+def add_qwen_vl_processor(out: Path, config: dict[str, Any], processor: dict[str, Any]) -> None:
+    """Name the vision token ids in the word-level tokenizer and write the image processor's config."""
+    name_vision_tokens(out, config, QWEN_VL_TOKENS)
     (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
+
+
+def add_gemma3_processor(out: Path, config: dict[str, Any]) -> None:
+    """Gemma3Processor's files: the image tokens named in the tokenizer and given to it as its boi / eoi / image
+    tokens (tokenizer_config.json extra_special_tokens), the SigLIP image processor at the vision tower's image size
+    with Gemma 3's 0.5 mean / std, and the tokens an image becomes (mm_tokens_per_image), as google/gemma-3-*-it
+    publish them."""
+    name_vision_tokens(out, config, GEMMA3_TOKENS)
+    tok_config_path = out / "tokenizer_config.json"
+    tok_config = json.loads(tok_config_path.read_text())
+    tok_config["extra_special_tokens"] = {"boi_token": GEMMA3_TOKENS["boi_token_index"],
+                                          "eoi_token": GEMMA3_TOKENS["eoi_token_index"],
+                                          "image_token": GEMMA3_TOKENS["image_token_index"]}
+    tok_config_path.write_text(json.dumps(tok_config, indent=2))
+    side = int((config.get("vision_config") or {}).get("image_size", 896))
+    tokens = int(config.get("mm_tokens_per_image", 256))
+    image = {"image_processor_type": "Gemma3ImageProcessor", "processor_class": "Gemma3Processor",
+             "size": {"height": side, "width": side}, "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+             "resample": 2, "rescale_factor": 1 / 255, "do_normalize": True, "do_rescale": True, "do_resize": True,
+             "do_convert_rgb": None, "do_pan_and_scan": None, "image_seq_length": tokens}
+    (out / "preprocessor_config.json").write_text(json.dumps(image, indent=2))
+    (out / "processor_config.json").write_text(json.dumps({"image_seq_length": tokens,
+                                                           "processor_class": "Gemma3Processor"}, indent=2))
 
 
 def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any]:

@@ -48,6 +48,32 @@ def test_a_qwen3_vl_processor_family_gets_the_qwen3_vl_processor_and_its_video_p
     assert tok.convert_tokens_to_ids("<|video_pad|>") == data["video_token_id"]
 
 
+@pytest.mark.parametrize("name", ["gemma-3-4b-it", "gemma-3-12b-it"])
+def test_a_gemma3_wrapper_gets_the_processor_that_expands_an_image_into_its_tokens(tmp_path, name):
+    """vLLM profiles Gemma 3's vision tower through transformers' Gemma3Processor, loaded from the model directory:
+    built here from the written files (the PIL image processor: the test environment has no torchvision), it turns
+    the begin-of-image token of a prompt and one image at the tower's size into begin, mm_tokens_per_image image
+    tokens and end, with the ids the config gives them."""
+    from PIL import Image
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+    from transformers.models.gemma3.processing_gemma3 import Gemma3Processor
+
+    config, layers, _ = parse_entry(f"models/{name}.json")
+    out, data = model_dir(tmp_path, config, layers)
+    image = json.loads((out / "preprocessor_config.json").read_text())
+    assert (image["image_processor_type"], image["processor_class"]) == ("Gemma3ImageProcessor", "Gemma3Processor")
+    side = data["vision_config"]["image_size"]
+    assert image["size"] == {"height": side, "width": side}
+    tokens = json.loads((out / "processor_config.json").read_text())["image_seq_length"]
+    assert tokens == data["mm_tokens_per_image"]
+    tok = AutoTokenizer.from_pretrained(out)
+    settings = {k: v for k, v in image.items() if k not in ("image_processor_type", "processor_class")}
+    processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(**settings), tokenizer=tok,
+                                image_seq_length=tokens)
+    ids = list(processor(text=tok.boi_token, images=[Image.new("RGB", (side, side))])["input_ids"][0])
+    assert ids == [data["boi_token_index"], *[data["image_token_index"]] * tokens, data["eoi_token_index"]]
+
+
 def test_a_text_entry_starts_the_decoder_of_a_wrapper_with_the_vocabulary_vllm_reads(tmp_path):
     """gemma-3-27b-it's text_config names no vocab_size: the tokenizer must cover transformers' default (262,208),
     which is what vLLM sizes the embedding with; the decoder runs under Gemma3ForCausalLM."""
