@@ -79,6 +79,11 @@ GEMMA3_TOKENS = {"boi_token_index": "<start_of_image>", "eoi_token_index": "<end
                  "image_token_index": "<image_soft_token>"}
 """Gemma 3's image tokens by the config keys that give their ids; the tokenizer names them as Gemma3Processor reads
 them (tokenizer.boi_token, .eoi_token, .image_token)."""
+GEMMA3_NEWLINES = {107: "\n", 108: "\n\n", 109: "\n\n\n", 110: "\n\n\n\n"}
+"""Newline runs vLLM's Gemma 3 processor looks up in the vocabulary by text, to merge those its image sequence puts
+beside a prompt's (model_executor/models/gemma3_mm.py _apply_token_matches: vocab["\n"] .. vocab["\n\n\n\n"]; a
+KeyError at engine start without them, validation 52's first call). Gemma's tokenizer has them as ordinary tokens
+(107 is "\n", 108 "\n\n"); the word-level tokenizer here drops whitespace, so only their presence matters."""
 
 
 def parse_entry(entry: str) -> tuple[Path, int | None, bool]:
@@ -204,6 +209,14 @@ def add_gemma3_processor(out: Path, config: dict[str, Any]) -> None:
     with Gemma 3's 0.5 mean / std, and the tokens an image becomes (mm_tokens_per_image), as google/gemma-3-*-it
     publish them."""
     name_vision_tokens(out, config, GEMMA3_TOKENS)
+    tok_path = out / "tokenizer.json"
+    tok = json.loads(tok_path.read_text())
+    vocab = tok["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    for ident, text in GEMMA3_NEWLINES.items():
+        del vocab[by_id[ident]]
+        vocab[text] = ident
+    tok_path.write_text(json.dumps(tok))
     tok_config_path = out / "tokenizer_config.json"
     tok_config = json.loads(tok_config_path.read_text())
     tok_config["extra_special_tokens"] = {"boi_token": GEMMA3_TOKENS["boi_token_index"],
