@@ -12,6 +12,7 @@ and the memory it keeps outside the KV cache differ between releases. Two profil
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field, replace
 
 from planner.architecture import ATTENTION_KINDS
@@ -186,6 +187,9 @@ class EngineSettings:
     """--max-cudagraph-capture-size as given (planner/memory.py capture_sizes)."""
     capture_list: tuple[int, ...] | None = None
     """--cudagraph-capture-sizes as given (planner/memory.py capture_sizes)."""
+    text_only: bool = False
+    """A multimodal model run without multimodal inputs: --language-model-only, or --limit-mm-per-prompt with every
+    modality at 0 (vLLM's ModelConfig._supports_multimodal_inputs is then False)."""
 
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
@@ -247,6 +251,26 @@ def _consistent_capture_flags(max_capture: int | None, capture_list: tuple[int, 
                           f"max_num_batched_tokens ({tokens}), here {largest}; give one of the two flags")
 
 
+def _text_only(args: tuple[str, ...]) -> bool:
+    """Whether the flags turn a multimodal model's inputs off (EngineSettings.text_only): --language-model-only, or
+    --limit-mm-per-prompt as JSON whose every modality's limit (a count, or an object's "count") is 0."""
+    if "--language-model-only" in args:
+        return True
+    value = flag_value(args, "--limit-mm-per-prompt")
+    if value is None:
+        return False
+    try:
+        limits = json.loads(value)
+    except ValueError:
+        raise ConfigError("vllm.extraArgs", f"--limit-mm-per-prompt {value}",
+                          "--limit-mm-per-prompt takes a JSON object, e.g. '{\"image\": 0, \"video\": 0}'") from None
+    if not isinstance(limits, dict):
+        raise ConfigError("vllm.extraArgs", f"--limit-mm-per-prompt {value}",
+                          "--limit-mm-per-prompt takes a JSON object of modality limits")
+    counts = [v.get("count", 999) if isinstance(v, dict) else v for v in limits.values()]
+    return bool(counts) and all(c == 0 for c in counts)
+
+
 def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
     value = flag_value(args, flag) or "auto"
     if value not in MAMBA_DTYPES:
@@ -277,4 +301,5 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
                            _mamba_dtype_flag(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
         max_capture=max_capture,
         capture_list=capture_list,
+        text_only=_text_only(args),
     )

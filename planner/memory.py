@@ -460,7 +460,7 @@ class PeakFeatures:
     embedding: float = 0.0
     """The input embedding's table on this GPU in the 16-bit serving dtype (vocabulary padded as vLLM pads it, split
     over the tensor ranks as VocabParallelEmbedding splits it): the size of the block the first compile holds
-    (compile_line_gib)."""
+    (compile_line_gib). None for a multimodal model served with its multimodal inputs (embeds_outside_graph)."""
     topk_buffer: float = 0.0
     """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
     multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
@@ -484,8 +484,20 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         * 2 / GIB,
         v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
         router_hold=engine.profile.router_compile_hold and arch.biased_grouped_router and arch.moe_layers > 0,
-        embedding=padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
+        embedding=0.0 if embeds_outside_graph(arch, engine) else
+        padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
         topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB)
+
+
+def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> bool:
+    """Whether the compiled forward takes inputs_embeds, so no piece of it holds the input embedding: a multimodal
+    wrapper (a vision tower loaded) served with multimodal inputs, whose runner embeds the tokens eagerly before the
+    compiled model (vLLM 0.32.0 v1/worker/gpu_model_runner.py _dummy_run: _prepare_mm_inputs when
+    supports_mm_inputs; Model Runner V2 model_runner.py: dummy_inputs_embeds when uses_inputs_embeds). The allocator
+    trace of Qwen3-VL-8B-Instruct at 128 sequences on an H200 (run t50, cold) peaked at 0.78 GiB in its forward (the
+    MLP's 0.375 + 0.1875 and three 0.0625 hidden states) with no embedding-sized block, where the compile line was
+    1.28."""
+    return bool(arch.vision_parameters) and not engine.text_only
 
 
 def padded_vocab(rows: int) -> int:

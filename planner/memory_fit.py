@@ -121,7 +121,7 @@ class MemoryFit:
 FITTED = MemoryFit(
     sampler_base_gib=0.0706,
     forward_base_gib=0.0847,
-    v1_attention_per_query=4.5650,
+    v1_attention_per_query=4.5681,
     router_hold_per_query=7.3354,
     non_torch_gib=0.2231,
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),

@@ -117,6 +117,10 @@ REFUSED = [
      "--cudagraph-capture-sizes takes one or more positive integers"),
     ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "0"]}}, "vllm.extraArgs",
      "--max-cudagraph-capture-size takes a positive integer"),
+    ({"vllm": {"extraArgs": ["--limit-mm-per-prompt", "image=0"]}}, "vllm.extraArgs",
+     "--limit-mm-per-prompt takes a JSON object"),
+    ({"vllm": {"extraArgs": ["--limit-mm-per-prompt", "[0]"]}}, "vllm.extraArgs",
+     "--limit-mm-per-prompt takes a JSON object of modality limits"),
     ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "32", "--cudagraph-capture-sizes", "8", "16", "64"]}},
      "vllm.extraArgs", "other than the largest capture size up to max_num_batched_tokens (2048), here 64"),
     # both bounds where the value breaks the upper one
@@ -179,6 +183,20 @@ def test_fewer_cuda_graphs_leave_more_kv_cache():
                                                                   "--max-cudagraph-capture-size", "512"],
                                     "maxModelLen": 8192}).kv_cache_tokens_per_replica
     assert default > captured
+
+
+@pytest.mark.parametrize("flags", [["--language-model-only"], ["--limit-mm-per-prompt", '{"image": 0, "video": 0}'],
+                                   ["--limit-mm-per-prompt", '{"image": {"count": 0}, "video": 0}']])
+def test_a_multimodal_wrapper_served_text_only_plans_the_first_compiles_block(flags):
+    """Served with multimodal inputs, Gemma 3's runner embeds the tokens outside the compiled graph, so no
+    embedding-sized block is planned (planner/memory.py embeds_outside_graph); with every modality off (vLLM's
+    ModelConfig._supports_multimodal_inputs is False) the compiled forward embeds them, and the block is planned:
+    fewer KV tokens."""
+    gemma = {"model": model("gemma-3-27b-it"), "accelerator": accel("nvidia-h200-141gb")}
+    served = sizing(**gemma).kv_cache_tokens_per_replica
+    text = sizing(**gemma, vllm={"extraArgs": flags}).kv_cache_tokens_per_replica
+    some_images = sizing(**gemma, vllm={"extraArgs": ["--limit-mm-per-prompt", '{"image": 1, "video": 0}']})
+    assert text < served == some_images.kv_cache_tokens_per_replica
 
 
 def test_flags_are_planned_as_vllms_parser_reads_them():
