@@ -179,12 +179,17 @@ def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = Fa
     return out, data
 
 
-def name_vision_tokens(out: Path, config: dict[str, Any], tokens: dict[str, str]) -> None:
-    """Name the vision token ids (`tokens`: config key -> token) in the word-level tokenizer, as special tokens."""
+def name_vision_tokens(out: Path, config: dict[str, Any], tokens: dict[str, str],
+                       ordinary: dict[int, str] | None = None) -> None:
+    """Name the vision token ids (`tokens`: config key -> token) in the word-level tokenizer, as special tokens, and
+    the ids of `ordinary` (id -> text) as ordinary vocabulary entries."""
     tok_path = out / "tokenizer.json"
     tok = json.loads(tok_path.read_text())
     vocab = tok["model"]["vocab"]
     by_id = {i: t for t, i in vocab.items()}
+    for ident, text in (ordinary or {}).items():
+        del vocab[by_id[ident]]
+        vocab[text] = ident
     added = []
     for key, name in tokens.items():
         ident = config.get(key)
@@ -208,15 +213,7 @@ def add_gemma3_processor(out: Path, config: dict[str, Any]) -> None:
     tokens (tokenizer_config.json extra_special_tokens), the SigLIP image processor at the vision tower's image size
     with Gemma 3's 0.5 mean / std, and the tokens an image becomes (mm_tokens_per_image), as google/gemma-3-*-it
     publish them."""
-    name_vision_tokens(out, config, GEMMA3_TOKENS)
-    tok_path = out / "tokenizer.json"
-    tok = json.loads(tok_path.read_text())
-    vocab = tok["model"]["vocab"]
-    by_id = {i: t for t, i in vocab.items()}
-    for ident, text in GEMMA3_NEWLINES.items():
-        del vocab[by_id[ident]]
-        vocab[text] = ident
-    tok_path.write_text(json.dumps(tok))
+    name_vision_tokens(out, config, GEMMA3_TOKENS, ordinary=GEMMA3_NEWLINES)
     tok_config_path = out / "tokenizer_config.json"
     tok_config = json.loads(tok_config_path.read_text())
     tok_config["extra_special_tokens"] = {"boi_token": GEMMA3_TOKENS["boi_token_index"],

@@ -267,7 +267,7 @@ def _text_only(args: tuple[str, ...]) -> bool:
     if not isinstance(limits, dict):
         raise ConfigError("vllm.extraArgs", f"--limit-mm-per-prompt {value}",
                           "--limit-mm-per-prompt takes a JSON object of modality limits")
-    counts = [v.get("count", 999) if isinstance(v, dict) else v for v in limits.values()]
+    counts = [v.get("count") if isinstance(v, dict) else v for v in limits.values()]
     return bool(counts) and all(c == 0 for c in counts)
 
 

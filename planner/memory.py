@@ -460,7 +460,7 @@ class PeakFeatures:
     embedding: float = 0.0
     """The input embedding's table on this GPU in the 16-bit serving dtype (vocabulary padded as vLLM pads it, split
     over the tensor ranks as VocabParallelEmbedding splits it): the size of the block the first compile holds
-    (compile_line_gib). None for a multimodal model served with its multimodal inputs (embeds_outside_graph)."""
+    (compile_line_gib). 0 for a multimodal model served with its multimodal inputs (embeds_outside_graph)."""
     topk_buffer: float = 0.0
     """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
     multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
