@@ -165,7 +165,10 @@ def model_dir(work: Path, config: Path, layers: int | None, text_mode: bool = Fa
         add_qwen_vl_processor(out, data, QWEN_VL_PROCESSOR)
     elif data.get("model_type") in QWEN3_VL_PROCESSOR_TYPES:
         vision = data.get("vision_config") or {}
-        image = {**QWEN_VL_PROCESSOR, "patch_size": vision.get("patch_size", 16),
+        # as Qwen3-VL and Qwen3.5 publish it: the largest image by size.longest_edge alone (a max_pixels key would
+        # win over it, and the encoder profile would run a smaller image than a deployment's)
+        image = {**{k: v for k, v in QWEN_VL_PROCESSOR.items() if k not in ("min_pixels", "max_pixels")},
+                 "patch_size": vision.get("patch_size", 16),
                  "merge_size": vision.get("spatial_merge_size", 2),
                  "temporal_patch_size": vision.get("temporal_patch_size", 2), "image_mean": [0.5] * 3,
                  "image_std": [0.5] * 3, "image_processor_type": "Qwen2VLImageProcessorFast",
@@ -240,8 +243,8 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
                    extra_args=("--load-format", "dummy", *args.extra), trust_remote_code=bool(remote_code(data)))
     env = bench.cold_env(layout, [0] if args.gpus else [], f"calibrate-{name}")
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
-    if args.runner == "v2":
-        env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    if args.runner != "default":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
     if args.trace_peak or args.trace_capture or args.trace_graphs or args.router_fake:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PEAK_TRACE), env.get("PYTHONPATH")]))
     if args.trace_peak or args.trace_capture or args.trace_graphs:
@@ -299,8 +302,8 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
                 dtype: str = "auto", kv_cache_dtype: str = "auto", runner: str = "default",
                 router_fake: bool = False, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The planner's numbers for one entry under the settings the GPU run uses (vLLM 0.25.1's profile, TP=1;
-    runner "v2": every model on Model Runner V2, as --runner v2 starts it; router_fake: with 0.32.0's fake of the
-    fused router kernel registered, as --router-fake starts it)."""
+    runner "v2" / "v1": every model on Model Runner V2 / the V1 runner, as --runner starts it; router_fake: with
+    0.32.0's fake of the fused router kernel registered, as --router-fake starts it)."""
     from planner.layout import Layout
     from planner.memory import cudagraph_bytes, default_engine
     from planner.model_config import parse_hf_config
@@ -309,7 +312,8 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
     fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype,
-                         v2_everywhere=runner == "v2", router_fake=router_fake, extra_args=tuple(extra))
+                         v2_everywhere=runner == "v2", router_fake=router_fake, extra_args=tuple(extra),
+                         v1_everywhere=runner == "v1")
     return {"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
             "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
             "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),
@@ -345,9 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout", type=float, default=420)
     parser.add_argument("--extra", nargs="*", action="extend", default=[],
                         help="more vLLM flags for every model (repeatable: --extra=--a=1 --extra=--b=2)")
-    parser.add_argument("--runner", choices=("default", "v2"), default="default",
+    parser.add_argument("--runner", choices=("default", "v2", "v1"), default="default",
                         help="v2: start every model on Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1), the runner vLLM "
-                             "0.32.0 serves every model on, and predict for it")
+                             "0.32.0 serves every model on, and predict for it; v1: every model on the V1 runner "
+                             "(VLLM_USE_V2_MODEL_RUNNER=0), whose profile runs the multimodal encoder in 0.25.1 as "
+                             "both runners of 0.32.0 do")
     parser.add_argument("--trace-peak", action="store_true",
                         help="record every CUDA allocation of the profile run and write the blocks live at its peak, "
                              "with the code that allocated them, to OUT/peak-trace/<model>.json (bench/peaktrace)")

@@ -70,6 +70,14 @@ class EngineProfile:
     EngineArgs.get_batch_defaults)."""
     huge_gpu_batched_tokens: int
     """--max-num-batched-tokens for the API server on GPUs of 160 GiB or more (B200/B300): 16384 in 0.32.0."""
+    v2_encoder_profile: bool = True
+    """Model Runner V2's profile runs the multimodal encoder on its largest dummy batch and keeps the outputs through
+    the decoder's dummy run (0.32.0 v1/worker/gpu/model_runner.py profile_run -> encoder_runner.profile_encoder_cache,
+    as the V1 runner's profile_run always does). 0.25.1's V2 profile_run runs no encoder (its
+    v1/worker/gpu/model_runner.py, read from the GPU host's wheel): its V2 multimodal rows profiled the decoder
+    alone."""
+    v2_runner: bool = True
+    """False under VLLM_USE_V2_MODEL_RUNNER=0, which makes vLLM serve every model on the V1 runner (forced_v1)."""
     kda_ssm_flag: bool = True
     """A Kimi Delta Attention layer's recurrent state follows --mamba-ssm-cache-dtype (0.32.0: kda_state_dtype takes
     it, float32 under auto, and refuses float16). 0.25.1's kda_state_dtype takes only --mamba-cache-dtype and keeps the
@@ -95,6 +103,8 @@ class EngineProfile:
 
     def runner_v2(self, architecture: str, moe: bool, hybrid: bool) -> bool:
         """Whether Model Runner V2 serves a model of this class (`architecture`, the config's first entry)."""
+        if not self.v2_runner:
+            return False
         if self.v2_moe_architectures is None:
             return True
         return not hybrid and (not moe or architecture in self.v2_moe_architectures)
@@ -110,7 +120,8 @@ PROFILES = {
     "0.25.1": EngineProfile("0.25.1", async_batches=False, linear_state_blocks=1, kv_pool="first-stage",
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25, router_compile_hold=True,
-                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192, kda_ssm_flag=False),
+                            large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192, kda_ssm_flag=False,
+                            v2_encoder_profile=False),
 }
 
 def forced_v2(profile: EngineProfile) -> EngineProfile:
@@ -118,6 +129,13 @@ def forced_v2(profile: EngineProfile) -> EngineProfile:
     (VllmConfig.use_v2_model_runner returns the variable before any default): how bench/calibrate.py --runner v2
     measures MoE models on the runner vLLM 0.32.0 serves them on."""
     return replace(profile, v2_moe_architectures=None)
+
+
+def forced_v1(profile: EngineProfile) -> EngineProfile:
+    """`profile` under VLLM_USE_V2_MODEL_RUNNER=0 (VllmConfig.use_v2_model_runner returns the variable before any
+    default): every model on the V1 runner, whose profile runs the multimodal encoder in 0.25.1 too (bench/calibrate.py
+    --runner v1)."""
+    return replace(profile, v2_runner=False)
 
 
 def with_router_fake(profile: EngineProfile) -> EngineProfile:

@@ -572,6 +572,44 @@ def checkpoint_kv_cache_dtype(cfg: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------------------- vision towers
 
+QWEN_VL_MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216,
+                      "qwen3_vl_moe": 16_777_216, "qwen3_5": 16_777_216, "qwen3_5_moe": 16_777_216}
+"""The largest image, in pixels, of each Qwen-VL family's published image processor (preprocessor_config.json:
+Qwen2-VL and Qwen2.5-VL max_pixels; Qwen3-VL, whose processor Qwen3.5 uses, size.longest_edge): vLLM profiles the
+encoder with one image of that size (vllm/model_executor/models/qwen2_vl.py get_image_size_with_most_features)."""
+
+
+def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hidden: int) -> tuple[int, ...]:
+    """What vLLM's encoder profile runs for one multimodal item of the largest kind (ModelArchitecture.encoder_input):
+    (patches, input values per patch, the tower's width, the item's tokens in the decoder, the width of the
+    encoder's output per token), or () for a tower whose profile input is not read yet. The Qwen-VL families: one
+    image of the processor's largest size, max_pixels / (patch x merge)^2 tokens of merge^2 patches each, each patch
+    channels x temporal_patch_size x patch^2 values; the output is out_hidden_size wide, once more per deepstack
+    layer (Qwen3-VL concatenates them). Gemma 3: a SigLIP image of image_size^2 pixels, mm_tokens_per_image tokens
+    of the decoder's width (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by default)."""
+    kind = str(wrapper.get("model_type", ""))
+    def integer(name: str, default: int) -> int:
+        value = vision.get(name)
+        return value if positive_int(value) else default
+    if kind in QWEN_VL_MAX_PIXELS:
+        wide = "embed_dim" if str(vision.get("model_type", "")) == "qwen2_vl_vision" else "hidden_size"
+        width = integer(wide, 0)
+        patch, merge = integer("patch_size", 14), integer("spatial_merge_size", 2)
+        tokens = QWEN_VL_MAX_PIXELS[kind] // (patch * merge) ** 2
+        values = integer("in_chans", integer("in_channels", 3)) * integer("temporal_patch_size", 2) * patch ** 2
+        deepstack = vision.get("deepstack_visual_indexes")
+        out = (integer("hidden_size", text_hidden) if wide == "embed_dim" else integer("out_hidden_size", text_hidden))
+        out *= 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
+        return (tokens * merge * merge, values, width, tokens, out) if width else ()
+    if kind == "gemma3":
+        side, patch = integer("image_size", 0), integer("patch_size", 14)
+        tokens = wrapper.get("mm_tokens_per_image", 256)
+        width = integer("hidden_size", 0)
+        if side and width and positive_int(tokens):
+            return ((side // patch) ** 2, integer("num_channels", 3) * patch ** 2, width, tokens, text_hidden)
+    return ()
+
+
 def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapping[str, Any] | None = None) -> int:
     """A vision tower's parameters (transformer blocks, patch embedding, projector into the decoder), as vLLM builds
     the tower of each family (vllm/model_executor/models/<family>.py; transformers builds the same). Gated (SwiGLU)

@@ -33,6 +33,7 @@ from planner.engine import (
     EngineProfile,
     EngineSettings,
     engine_settings,
+    forced_v1,
     forced_v2,
     with_router_fake,
 )
@@ -69,11 +70,13 @@ weights bound (-2.5% on the AWQ 7B)."""
 
 
 def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE, v2_everywhere: bool = False,
-                   router_fake: bool = False, extra_args: tuple[str, ...] = (), dtype: str = "auto") -> EngineSettings:
+                   router_fake: bool = False, extra_args: tuple[str, ...] = (), dtype: str = "auto",
+                   v1_everywhere: bool = False) -> EngineSettings:
     """The default batch settings of a vLLM release on this GPU, less what `extra_args` (vLLM flags) change;
-    `v2_everywhere`: as run with VLLM_USE_V2_MODEL_RUNNER=1 (planner/engine.py forced_v2); `router_fake`: with the
-    fused router kernel's fake registered (with_router_fake); `dtype`: --dtype."""
+    `v2_everywhere` / `v1_everywhere`: as run with VLLM_USE_V2_MODEL_RUNNER=1 / =0 (planner/engine.py forced_v2,
+    forced_v1); `router_fake`: with the fused router kernel's fake registered (with_router_fake); `dtype`: --dtype."""
     profile = forced_v2(PROFILES[version]) if v2_everywhere else PROFILES[version]
+    profile = forced_v1(profile) if v1_everywhere else profile
     return engine_settings(with_router_fake(profile) if router_fake else profile, acc, extra_args, dtype)
 
 
@@ -461,6 +464,12 @@ class PeakFeatures:
     """The input embedding's table on this GPU in the 16-bit serving dtype (vocabulary padded as vLLM pads it, split
     over the tensor ranks as VocabParallelEmbedding splits it): the size of the block the first compile holds
     (compile_line_gib). 0 for a multimodal model served with its multimodal inputs (embeds_outside_graph)."""
+    encoder: float = 0.0
+    """The multimodal encoder's profile on its largest dummy batch (encoder_profile_gib), a phase of its own before
+    the decoder's dummy run; 0 where the runner profiles no encoder or the model takes no multimodal inputs."""
+    encoder_outputs: float = 0.0
+    """The encoder's outputs for that batch, which the runner keeps (its encoder cache) through the decoder's dummy
+    run and the sampler: on top of every decoder phase."""
     topk_buffer: float = 0.0
     """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
     multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
@@ -486,7 +495,39 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         router_hold=engine.profile.router_compile_hold and arch.biased_grouped_router and arch.moe_layers > 0,
         embedding=0.0 if embeds_outside_graph(arch, engine) else
         padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
-        topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB)
+        topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB,
+        **encoder_profile_gib(arch, engine, v2))
+
+
+ENCODER_HIDDEN_STATES = 12.5
+"""Tensors of the vision tower's width live at the encoder profile's peak, per patch of the dummy batch, beside its
+input values: in a Qwen3-VL-style tower's attention the qkv output (3), the rotary outputs of q and k and their
+contiguous copies (4), the block's input, its norm, the position embeddings, the attention output and the projection
+(about 5). Set from one allocator trace (Qwen3.5-0.8B-shaped, vision width 768, 50,176 patches, run t51a: 1.04 GiB
+with 0.144 of input values); a tower's MLP phase (3 x intermediate wide for a gated MLP, 2 x for an un-gated one,
+plus the residual) stays under it for the towers read (intermediate 2.7-4 x the width)."""
+
+
+def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
+    """Items of the largest kind in the encoder profile's dummy batch: as many as the encoder budget
+    (max_num_batched_tokens, at least one item's tokens) holds, at least one (vllm/multimodal/encoder_budget.py
+    MultiModalBudget._get_max_items with chunked prefill on; the decoder's bound, max_num_seqs x the items a prompt
+    of max_model_len holds, does not bind at vLLM's defaults and is not applied)."""
+    tokens = arch.encoder_input[3]
+    return max(1, max(engine.max_num_batched_tokens, tokens) // tokens)
+
+
+def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: bool) -> dict[str, float]:
+    """PeakFeatures.encoder and .encoder_outputs: the dummy batch's input values in the 16-bit serving dtype and
+    ENCODER_HIDDEN_STATES of the tower's width per patch; the outputs, the items' decoder tokens at the output width.
+    Nothing where the model takes no multimodal inputs (EngineSettings.text_only), where the encoder input is not
+    read (ModelArchitecture.encoder_input), or on a V2 runner that profiles no encoder (0.25.1's)."""
+    if not arch.encoder_input or engine.text_only or (v2 and not engine.profile.v2_encoder_profile):
+        return {}
+    patches, values, width, tokens, out = arch.encoder_input
+    items = encoder_items(arch, engine)
+    return {"encoder": items * patches * (values + ENCODER_HIDDEN_STATES * width) * 2 / GIB,
+            "encoder_outputs": items * tokens * out * 2 / GIB}
 
 
 def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> bool:
@@ -570,7 +611,9 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     profile samples with top-k and top-p and runs attention, its sampler (v1_sampler_line_gib) or the forward with
     its attention blocks (c.v1_attention_per_query); either on the MoE workspace (from vLLM's source, not fitted), with
     0.25.1's router compile hold where the router takes that path (c.router_hold_per_query); the first compile
-    (compile_line_gib); on V2 a latent attention layer's profile context (PeakFeatures.mla, from vLLM's source).
+    (compile_line_gib); on V2 a latent attention layer's profile context (PeakFeatures.mla, from vLLM's source);
+    the encoder's outputs on top of all of them, and the multimodal encoder's own profile before them
+    (PeakFeatures.encoder).
     Latent attention needs no term of its own in the lines: its query is heads x (qk_nope + qk_rope) wide."""
     if f.v1:
         phases = max(v1_sampler_line_gib(f, c), forward_line_gib(f, c) + c.v1_attention_per_query * f.query)
@@ -579,7 +622,7 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     peak = phases + f.workspace
     if f.router_hold:
         peak += c.router_hold_per_query * f.query
-    return max(peak, compile_line_gib(f), f.mla)
+    return max(max(peak, compile_line_gib(f), f.mla) + f.encoder_outputs, f.encoder)
 
 
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,

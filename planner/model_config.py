@@ -23,6 +23,7 @@ from planner.layers import (
     NAS_TYPES,
     PURE_MAMBA_TYPES,
     checkpoint_kv_cache_dtype,
+    encoder_input,
     layer_kinds,
     moe_layer_indices,
     nas_blocks,
@@ -561,6 +562,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                          and cfg.get(GATE_SWITCH.get(str(cfg.get("model_type")), "attn_output_gate")) is not False),
         linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
+        encoder_input=encoder_input(vision, wrapper, hidden) if isinstance(vision, Mapping) else (),
         architecture=architecture,
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,

@@ -189,14 +189,25 @@ def test_fewer_cuda_graphs_leave_more_kv_cache():
                                    ["--limit-mm-per-prompt", '{"image": {"count": 0}, "video": 0}']])
 def test_a_multimodal_wrapper_served_text_only_plans_the_first_compiles_block(flags):
     """Served with multimodal inputs, Gemma 3's runner embeds the tokens outside the compiled graph, so no
-    embedding-sized block is planned (planner/memory.py embeds_outside_graph); with every modality off (vLLM's
-    ModelConfig._supports_multimodal_inputs is False) the compiled forward embeds them, and the block is planned:
-    fewer KV tokens."""
+    embedding-sized block is planned (planner/memory.py embeds_outside_graph), and its profile runs the vision
+    encoder on 32 images (encoder_profile_gib); with every modality off (vLLM's ModelConfig.
+    _supports_multimodal_inputs is False) the compiled forward embeds them, the block is planned and no encoder runs."""
+    from planner.catalog import ACCELERATORS
+    from planner.engine import PROFILES, engine_settings
+    from planner.layout import Layout
+    from planner.memory import peak_features
+    from planner.model_config import parse_hf_config
+
     gemma = {"model": model("gemma-3-27b-it"), "accelerator": accel("nvidia-h200-141gb")}
     served = sizing(**gemma).kv_cache_tokens_per_replica
     text = sizing(**gemma, vllm={"extraArgs": flags}).kv_cache_tokens_per_replica
     some_images = sizing(**gemma, vllm={"extraArgs": ["--limit-mm-per-prompt", '{"image": 1, "video": 0}']})
-    assert text < served == some_images.kv_cache_tokens_per_replica
+    assert text != served == some_images.kv_cache_tokens_per_replica
+    arch = parse_hf_config(json.loads((PROJECT_DIR / "models" / "gemma-3-27b-it.json").read_text()), "gemma", "test")
+    h200 = ACCELERATORS["nvidia-h200-141gb"]
+    for extra, text_only in (((), False), (tuple(flags), True)):
+        f = peak_features(arch, Layout(1, 1, 1), engine_settings(PROFILES["0.32.0"], h200, extra))
+        assert (f.embedding > 0, f.encoder > 0) == (text_only, not text_only), (extra, f)
 
 
 def test_flags_are_planned_as_vllms_parser_reads_them():
