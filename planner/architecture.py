@@ -125,8 +125,8 @@ class ModelArchitecture:
     """The vision tower and its projector (multimodal wrappers), loaded beside the decoder."""
     encoder_input: tuple[int, ...] = ()
     """The largest multimodal item vLLM profiles the encoder with (planner/layers.py encoder_input): patches, input
-    values per patch, the tower's width, the item's decoder tokens, the encoder output's width per token; () where
-    not read."""
+    values per patch, the tower's width, the item's decoder tokens, the encoder output's width per token, the width
+    per token the tower keeps through its later blocks; () where not read."""
     architecture: str = ""
     """The config's first `architectures` entry (the wrapper's for multimodal models): the class vLLM loads, which
     decides the model runner in some releases (planner/engine.py)."""

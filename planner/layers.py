@@ -582,11 +582,14 @@ encoder with one image of that size (vllm/model_executor/models/qwen2_vl.py get_
 def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hidden: int) -> tuple[int, ...]:
     """What vLLM's encoder profile runs for one multimodal item of the largest kind (ModelArchitecture.encoder_input):
     (patches, input values per patch, the tower's width, the item's tokens in the decoder, the width of the
-    encoder's output per token), or () for a tower whose profile input is not read yet. The Qwen-VL families: one
-    image of the processor's largest size, max_pixels / (patch x merge)^2 tokens of merge^2 patches each, each patch
-    channels x temporal_patch_size x patch^2 values; the output is out_hidden_size wide, once more per deepstack
-    layer (Qwen3-VL concatenates them). Gemma 3: a SigLIP image of image_size^2 pixels, mm_tokens_per_image tokens
-    of the decoder's width (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by default)."""
+    encoder's output per token, the width per token of what the tower keeps while its later blocks run), or () for a
+    tower whose profile input is not read yet. The Qwen-VL families: one image of the processor's largest size,
+    max_pixels / (patch x merge)^2 tokens of merge^2 patches each, each patch channels x temporal_patch_size x patch^2
+    values; the output is out_hidden_size wide, once more per deepstack layer: Qwen3-VL's tower keeps each deepstack
+    merger's output from its block on and concatenates them at the end (vllm/model_executor/models/qwen3_vl.py
+    Qwen3_VisionTransformer.forward, deepstack_feature_lists). Gemma 3: a SigLIP image of image_size^2 pixels,
+    mm_tokens_per_image tokens of the decoder's width (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by
+    default)."""
     kind = str(wrapper.get("model_type", ""))
     def integer(name: str, default: int) -> int:
         value = vision.get(name)
@@ -599,14 +602,14 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hi
         values = integer("in_chans", integer("in_channels", 3)) * integer("temporal_patch_size", 2) * patch ** 2
         deepstack = vision.get("deepstack_visual_indexes")
         out = (integer("hidden_size", text_hidden) if wide == "embed_dim" else integer("out_hidden_size", text_hidden))
-        out *= 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
-        return (tokens * merge * merge, values, width, tokens, out) if width else ()
+        held = out * (len(deepstack) if isinstance(deepstack, list) else 0)
+        return (tokens * merge * merge, values, width, tokens, out + held, held) if width else ()
     if kind == "gemma3":
         side, patch = integer("image_size", 0), integer("patch_size", 14)
         tokens = wrapper.get("mm_tokens_per_image", 256)
         width = integer("hidden_size", 0)
         if side and width and positive_int(tokens):
-            return ((side // patch) ** 2, integer("num_channels", 3) * patch ** 2, width, tokens, text_hidden)
+            return ((side // patch) ** 2, integer("num_channels", 3) * patch ** 2, width, tokens, text_hidden, 0)
     return ()
 
 

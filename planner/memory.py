@@ -518,15 +518,17 @@ def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
 
 
 def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: bool) -> dict[str, float]:
-    """PeakFeatures.encoder and .encoder_outputs: the dummy batch's input values in the 16-bit serving dtype and
-    ENCODER_HIDDEN_STATES of the tower's width per patch; the outputs, the items' decoder tokens at the output width.
+    """PeakFeatures.encoder and .encoder_outputs: the dummy batch's input values in the 16-bit serving dtype,
+    ENCODER_HIDDEN_STATES of the tower's width per patch and what the tower keeps through its later blocks (Qwen3-VL's
+    deepstack features: allocated 2.29 GiB of Qwen3-VL-8B's profile, validation 55, where the rest of the term gave
+    1.95); the outputs, the items' decoder tokens at the output width.
     Nothing where the model takes no multimodal inputs (EngineSettings.text_only), where the encoder input is not
     read (ModelArchitecture.encoder_input), or on a V2 runner that profiles no encoder (0.25.1's)."""
     if not arch.encoder_input or engine.text_only or (v2 and not engine.profile.v2_encoder_profile):
         return {}
-    patches, values, width, tokens, out = arch.encoder_input
+    patches, values, width, tokens, out, held = arch.encoder_input
     items = encoder_items(arch, engine)
-    return {"encoder": items * patches * (values + ENCODER_HIDDEN_STATES * width) * 2 / GIB,
+    return {"encoder": items * (patches * (values + ENCODER_HIDDEN_STATES * width) + tokens * held) * 2 / GIB,
             "encoder_outputs": items * tokens * out * 2 / GIB}
 
 
