@@ -104,10 +104,6 @@ OVER_COUNTED = {
                                           "the plan keeps that hold in the sampler phase, not under the latent-"
                                           "attention floor, since DeepSeek-V3:5 with the same router held none there. "
                                           "0.32.0 holds none"),
-    ("Qwen3.6-27B", "all"): (0.007, "validation 43 (H200, seen before the SSM-dtype rule, withdrawn_planner): its "
-                                    "profile peaked at 3.83 GiB where the plan's V1 sampler line is 3.51 + the 0.04 "
-                                    "margin; the vision encoder's profile has no term in the plan and was not traced. "
-                                    "0.32.0 serves it on Model Runner V2"),
     ("lfm2-1.2b", "all"): (0.013, "batch 15 (H100, held out), V1 runner: its second PIECEWISE capture kept a 20 MiB "
                                   "segment of torch's allocator, which vLLM 0.25.1's V1 estimate multiplied by 50 "
                                   "graphs (1.20 GiB estimated, 0.36 captured; docs/benchmarks.md \"V1 CUDA-graph "
