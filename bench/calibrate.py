@@ -312,8 +312,7 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
     fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype,
-                         v2_everywhere=runner == "v2", router_fake=router_fake, extra_args=tuple(extra),
-                         v1_everywhere=runner == "v1")
+                         runner=runner, router_fake=router_fake, extra_args=tuple(extra))
     return {"entry": entry, "kv_cache_tokens_predicted": fit.kv_tokens,
             "weights_gib_predicted": round(fit.weights_per_gpu / GIB, 3),
             "graphs_gib_predicted_0_32": round(cudagraph_bytes(arch, Layout(1, 1, 1),

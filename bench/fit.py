@@ -93,7 +93,7 @@ def calibration_engine(v2: bool, router_fake: bool = False, extra_args: tuple[st
     """The engine the GPU rows ran: vLLM 0.25.1 on the H200; `v2`: with VLLM_USE_V2_MODEL_RUNNER=1
     (bench/calibrate.py --runner v2); `router_fake`: with 0.32.0's fake of the fused router kernel registered
     (--router-fake); `extra_args`: the flags of bench/calibrate.py --extra."""
-    return default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", v2, router_fake, extra_args)
+    return default_engine(ACCELERATORS[ACCELERATOR], "0.25.1", "v2" if v2 else "default", router_fake, extra_args)
 
 
 ENGINE = calibration_engine(False)
@@ -373,7 +373,8 @@ def smallest_margin(results: dict[str, Any], fitted: MemoryFit = FITTED, step: f
     setter = ""
     for i in range(round(floor / step), round(2.0 / step) + 1):
         candidate = replace(fitted, **{MARGIN_FIELDS[kind]: round(i * step, 6)})
-        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate, v2_everywhere=forced).kv_tokens
+        error, name = max(((single_gpu_fit(a, gpu, 0.9, length, fitted=candidate,
+                                            runner="v2" if forced else "default").kv_tokens
                             - measured) / measured, name) for a, gpu, length, measured, name, forced in rows)
         if error <= OVER_BOUND:
             return getattr(candidate, MARGIN_FIELDS[kind]), setter

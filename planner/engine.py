@@ -138,6 +138,11 @@ def forced_v1(profile: EngineProfile) -> EngineProfile:
     return replace(profile, v2_runner=False)
 
 
+RUNNERS = {"default": lambda profile: profile, "v2": forced_v2, "v1": forced_v1}
+"""The runner choice of bench/calibrate.py --runner: vLLM's own per model, or every model on one runner
+(VLLM_USE_V2_MODEL_RUNNER=1 / =0)."""
+
+
 def with_router_fake(profile: EngineProfile) -> EngineProfile:
     """`profile` with vLLM 0.32.0's fake of `_moe_C::grouped_topk` registered in the server (bench/calibrate.py
     --router-fake): the first router compile does not raise, so nothing is held (router_compile_hold)."""

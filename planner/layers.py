@@ -572,6 +572,26 @@ def checkpoint_kv_cache_dtype(cfg: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------------------- vision towers
 
+def first_int(source: Mapping[str, Any], *names: str, default: int = 0) -> int:
+    """The first of `names` that `source` sets to a positive integer (positive_int), else `default`."""
+    for name in names:
+        value = source.get(name)
+        if positive_int(value):
+            return value
+    return default
+
+
+def tower_widths(vision: Mapping[str, Any], text_hidden: int) -> tuple[int, int]:
+    """A vision tower's width and the width of its output per token (the projector's, into the decoder; the decoder's
+    hidden size where the config names none). Qwen2-VL's vision config names the tower's width embed_dim and the
+    decoder's width hidden_size."""
+    if str(vision.get("model_type", "")) == "qwen2_vl_vision":
+        return (first_int(vision, "embed_dim", "hidden_size", "vt_hidden_size"),
+                first_int(vision, "hidden_size", default=text_hidden))
+    return (first_int(vision, "hidden_size", "embed_dim", "vt_hidden_size"),
+            first_int(vision, "out_hidden_size", "text_hidden_size", default=text_hidden))
+
+
 QWEN_VL_MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216,
                       "qwen3_vl_moe": 16_777_216, "qwen3_5": 16_777_216, "qwen3_5_moe": 16_777_216}
 """The largest image, in pixels, of each Qwen-VL family's published image processor (preprocessor_config.json:
@@ -591,25 +611,21 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hi
     mm_tokens_per_image tokens of the decoder's width (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by
     default)."""
     kind = str(wrapper.get("model_type", ""))
-    def integer(name: str, default: int) -> int:
-        value = vision.get(name)
-        return value if positive_int(value) else default
+    width, out = tower_widths(vision, text_hidden)
+    if not width:
+        return ()
+    patch = first_int(vision, "patch_size", default=14)
     if kind in QWEN_VL_MAX_PIXELS:
-        wide = "embed_dim" if str(vision.get("model_type", "")) == "qwen2_vl_vision" else "hidden_size"
-        width = integer(wide, 0)
-        patch, merge = integer("patch_size", 14), integer("spatial_merge_size", 2)
+        merge = first_int(vision, "spatial_merge_size", default=2)
         tokens = QWEN_VL_MAX_PIXELS[kind] // (patch * merge) ** 2
-        values = integer("in_chans", integer("in_channels", 3)) * integer("temporal_patch_size", 2) * patch ** 2
+        values = first_int(vision, "in_chans", "in_channels", default=3) * \
+            first_int(vision, "temporal_patch_size", default=2) * patch ** 2
         deepstack = vision.get("deepstack_visual_indexes")
-        out = (integer("hidden_size", text_hidden) if wide == "embed_dim" else integer("out_hidden_size", text_hidden))
         held = out * (len(deepstack) if isinstance(deepstack, list) else 0)
-        return (tokens * merge * merge, values, width, tokens, out + held, held) if width else ()
-    if kind == "gemma3":
-        side, patch = integer("image_size", 0), integer("patch_size", 14)
-        tokens = wrapper.get("mm_tokens_per_image", 256)
-        width = integer("hidden_size", 0)
-        if side and width and positive_int(tokens):
-            return ((side // patch) ** 2, integer("num_channels", 3) * patch ** 2, width, tokens, text_hidden, 0)
+        return tokens * merge * merge, values, width, tokens, out + held, held
+    side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
+    if kind == "gemma3" and side:
+        return (side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width, tokens, out, 0
     return ()
 
 
@@ -619,21 +635,13 @@ def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapp
     MLPs where the tower uses SiLU, as Qwen2.5-VL's does, and in Pixtral's and GLM-4V's; a two-matrix MLP for
     CLIP/SigLIP towers. `wrapper`: the multimodal config around it (Mistral 3 keeps its merge size there)."""
     def integer(*names: str, default: int = 0, source: Mapping[str, Any] = vision) -> int:
-        for name in names:
-            value = source.get(name)
-            if positive_int(value):
-                return value
-        return default
+        return first_int(source, *names, default=default)
 
     kind = str(vision.get("model_type", ""))
-    # Qwen2-VL's vision config names the tower's width embed_dim and the decoder's width hidden_size.
-    h = integer("embed_dim", "hidden_size", "vt_hidden_size") if kind == "qwen2_vl_vision" \
-        else integer("hidden_size", "embed_dim", "vt_hidden_size")
+    h, out = tower_widths(vision, text_hidden)
     depth = integer("depth", "num_hidden_layers", "vt_num_hidden_layers") + integer("num_global_layers")
     if not h or not depth:
         return 0
-    out = integer("hidden_size", default=text_hidden) if kind == "qwen2_vl_vision" \
-        else integer("out_hidden_size", "text_hidden_size", default=text_hidden)
     inter = integer("intermediate_size", "vt_intermediate_size", default=4 * h)
     gated = str(vision.get("hidden_act", "")) == "silu" or kind == "pixtral"
     block_inter = out if kind == "glm4v_vision" else inter  # GLM-4V: blocks out_hidden_size wide, merger inter

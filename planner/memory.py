@@ -30,11 +30,10 @@ from planner.checkpoint import HEAD_ON_EVERY_STAGE, INPUT_ON_EVERY_STAGE
 from planner.engine import (
     DEFAULT_PROFILE,
     PROFILES,
+    RUNNERS,
     EngineProfile,
     EngineSettings,
     engine_settings,
-    forced_v1,
-    forced_v2,
     with_router_fake,
 )
 from planner.kv_cache import pp_stages, stage_bounds
@@ -69,14 +68,12 @@ Qwen2.5-VL (0.10), the quantized ones up to 0.18 (AWQ, kernel workspaces). 0.05 
 weights bound (-2.5% on the AWQ 7B)."""
 
 
-def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE, v2_everywhere: bool = False,
-                   router_fake: bool = False, extra_args: tuple[str, ...] = (), dtype: str = "auto",
-                   v1_everywhere: bool = False) -> EngineSettings:
+def default_engine(acc: Accelerator, version: str = DEFAULT_PROFILE, runner: str = "default",
+                   router_fake: bool = False, extra_args: tuple[str, ...] = (), dtype: str = "auto") -> EngineSettings:
     """The default batch settings of a vLLM release on this GPU, less what `extra_args` (vLLM flags) change;
-    `v2_everywhere` / `v1_everywhere`: as run with VLLM_USE_V2_MODEL_RUNNER=1 / =0 (planner/engine.py forced_v2,
-    forced_v1); `router_fake`: with the fused router kernel's fake registered (with_router_fake); `dtype`: --dtype."""
-    profile = forced_v2(PROFILES[version]) if v2_everywhere else PROFILES[version]
-    profile = forced_v1(profile) if v1_everywhere else profile
+    `runner`: "v2" / "v1" as run with VLLM_USE_V2_MODEL_RUNNER=1 / =0 (planner/engine.py RUNNERS); `router_fake`:
+    with the fused router kernel's fake registered (with_router_fake); `dtype`: --dtype."""
+    profile = RUNNERS[runner](PROFILES[version])
     return engine_settings(with_router_fake(profile) if router_fake else profile, acc, extra_args, dtype)
 
 

@@ -470,15 +470,15 @@ def families(arch: ModelArchitecture) -> list[str]:
 
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
                    dtype: str = "auto", kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1,
-                   version: str = "0.25.1", fitted: MemoryFit = FITTED, v2_everywhere: bool = False,
-                   router_fake: bool = False, extra_args: tuple[str, ...] = (), v1_everywhere: bool = False) -> Fit:
+                   version: str = "0.25.1", fitted: MemoryFit = FITTED, runner: str = "default",
+                   router_fake: bool = False, extra_args: tuple[str, ...] = ()) -> Fit:
     """The planner's numbers for one layout, as `bench/calibrate.py` and `bench/run.py` compare them with vLLM (the
-    GPU hosts run 0.25.1, so that profile by default; `v2_everywhere` / `v1_everywhere`: with
+    GPU hosts run 0.25.1, so that profile by default; `runner`: "v2" / "v1" with
     VLLM_USE_V2_MODEL_RUNNER=1 / =0;
     `router_fake`: with 0.32.0's fake of the fused router kernel registered, bench/calibrate.py --router-fake;
     `extra_args`: the vLLM flags the server gets beyond the defaults, bench/calibrate.py --extra)."""
     acc = ACCELERATORS[accelerator]
     nodes = 1 if tp * pp <= max(m.gpus for m in acc.machines) else pp
-    engine = default_engine(acc, version, v2_everywhere, router_fake, extra_args, dtype, v1_everywhere)
+    engine = default_engine(acc, version, runner, router_fake, extra_args, dtype)
     return fit(arch, acc, Layout(tp, pp, nodes), utilization, model_weight_bytes(arch, dtype),
                kv_dtype_bytes(kv_cache_dtype, dtype, arch, engine), max_len, engine, fitted)

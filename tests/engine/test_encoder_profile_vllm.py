@@ -51,7 +51,7 @@ def test_both_runners_of_0_32_profile_the_encoder_and_0_25s_v2_does_not():
     assert "embed_multimodal" in inspect.getsource(V1Runner.profile_run)
     qwen = arch("Qwen3-VL-8B-Instruct")
     encoder = {(version, v1): peak_features(qwen, Layout(1, 1, 1),
-                                            default_engine(H200, version, v1_everywhere=v1)).encoder
+                                            default_engine(H200, version, "v1" if v1 else "default")).encoder
                for version in ("0.32.0", "0.25.1") for v1 in (False, True)}
     assert encoder[("0.25.1", False)] == 0, "0.25.1 serves Qwen3-VL on Model Runner V2, whose profile runs no encoder"
     assert encoder[("0.32.0", False)] == encoder[("0.32.0", True)] == encoder[("0.25.1", True)] > 0
@@ -98,10 +98,10 @@ def test_the_encoder_term_moves_the_plan_where_it_sets_the_peak():
     """At 128 sequences on the V1 runner the encoder phase is Gemma-3-4B's peak: 32 SigLIP images of 4,096 patches
     (validation 55: 3.40 GiB profiled); turned off with the multimodal inputs."""
     a = arch("gemma-3-4b-it")
-    served = peak_features(a, Layout(1, 1, 1), default_engine(H200, "0.25.1", v1_everywhere=True,
+    served = peak_features(a, Layout(1, 1, 1), default_engine(H200, "0.25.1", "v1",
                                                                extra_args=("--max-num-seqs", "128")))
     assert 3.0 < served.encoder < 4.0 and served.encoder_outputs > 0
-    text = peak_features(a, Layout(1, 1, 1), default_engine(H200, "0.25.1", v1_everywhere=True,
+    text = peak_features(a, Layout(1, 1, 1), default_engine(H200, "0.25.1", "v1",
                                                              extra_args=("--max-num-seqs", "128",
                                                                          "--language-model-only")))
     assert text.encoder == text.encoder_outputs == 0

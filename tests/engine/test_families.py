@@ -259,8 +259,8 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     under except where the reason is known; weights within 3%."""
     a = parse_hf_config(row["config"], row["model"], "validation")
     forced = row["runner"] == "v2"
-    f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], v2_everywhere=forced,
-                       router_fake=row["router_fake"], extra_args=row["extra"], v1_everywhere=row["runner"] == "v1")
+    f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], runner=row["runner"],
+                       router_fake=row["router_fake"], extra_args=row["extra"])
     kv_error = (f.kv_tokens - row["kv_cache_tokens_measured"]) / row["kv_cache_tokens_measured"]
     key = (row["model"] + (FORCED_V2 if forced else ""), row["layers"])
     lowest = UNDER_COUNTED.get(key, (-0.01, ""))[0]
@@ -352,9 +352,8 @@ def test_a_profiling_cache_over_the_gpu_is_planned_as_vllm_fails_on_it():
     assert h200.tensor_parallel_size == 1
     for row in VALIDATED:
         a = parse_hf_config(row["config"], row["model"], "validation")
-        f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], v2_everywhere=row["runner"] == "v2",
-                           router_fake=row["router_fake"], extra_args=row["extra"],
-                           v1_everywhere=row["runner"] == "v1")
+        f = single_gpu_fit(a, row["accelerator"], 0.9, row["max_model_len"], runner=row["runner"],
+                           router_fake=row["router_fake"], extra_args=row["extra"])
         assert f.start_bytes < 0.85 * ACCELERATORS[row["accelerator"]].memory_bytes, row["model"]
     oom = single_gpu_fit(parse_hf_config(codestral, "mamba-codestral-7b", "x"), "nvidia-h100-80gb", 0.9, 8192)
     assert oom.kv_tokens == 0

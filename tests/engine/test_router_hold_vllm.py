@@ -98,6 +98,6 @@ def test_a_run_with_the_fake_registered_is_planned_without_the_hold():
     models = Path(__file__).resolve().parents[2] / "models"
     for name, moves in (("GLM-4.5-Air", True), ("Qwen3-30B-A3B", False)):
         a = parse_hf_config(cut_layers(json.loads((models / f"{name}.json").read_text()), 8), name, "test")
-        held, fake = (single_gpu_fit(a, "nvidia-h200-141gb", 0.9, 8192, v2_everywhere=True, router_fake=f).kv_tokens
+        held, fake = (single_gpu_fit(a, "nvidia-h200-141gb", 0.9, 8192, runner="v2", router_fake=f).kv_tokens
                       for f in (False, True))
         assert (fake > held) is moves and fake >= held, name

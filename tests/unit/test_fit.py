@@ -409,7 +409,7 @@ def test_the_mla_profile_term_is_a_floor_under_vllms_peak(row):
     DeepSeek-V3, 128 heads; DeepSeek-V2-shaped with 80, held out in validation 22) it is within 0.05 GiB of it; the
     query-excess term alone left them 0.5-0.9 GiB short."""
     a = parse_hf_config(row["config"], row["model"], "x")
-    f = peak_features(a, Layout(1, 1, 1), default_engine(H200, "0.25.1", v2_everywhere=True))
+    f = peak_features(a, Layout(1, 1, 1), default_engine(H200, "0.25.1", "v2"))
     peak = float(PEAK.search(" ".join(row["profile"])).group(1))
     assert f.mla <= peak + 0.05
     if a.num_attention_heads in (80, 128):
@@ -431,7 +431,7 @@ def test_the_mla_profile_term_is_the_traced_peak_with_the_workspace_only_after_a
     traced = json.loads((ROOT / "docs" / "benchmarks" / "peak-traces" / trace).read_text())
     config, layers, text = parse_entry(entry)
     a = parse_hf_config(entry_config(config, layers, text), "deepseek-v2", "x")
-    engine = default_engine(H200, "0.25.1", v2_everywhere=True)
+    engine = default_engine(H200, "0.25.1", "v2")
     assert attention_after_experts(a) == (layers == 3)
     assert abs(mla_profile_bytes(a, Layout(1, 1, 1), engine) / GIB - traced["peak_gib"]) <= 0.02
     assert ("v1/worker/workspace.py" in " ".join(traced["by_site_gib"])) == (layers == 3)
