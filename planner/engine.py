@@ -213,6 +213,9 @@ class EngineSettings:
     text_only: bool = False
     """A multimodal model run without multimodal inputs: --language-model-only, or --limit-mm-per-prompt with every
     modality at 0 (vLLM's ModelConfig._supports_multimodal_inputs is then False)."""
+    max_model_len: int = 0
+    """--max-model-len (vllm.maxModelLen) where the plan sets it (planner/layout.py fit), 0 where unknown: how long a
+    dummy video vLLM's encoder profile runs (planner/memory.py encoder_groups)."""
 
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)

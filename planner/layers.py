@@ -597,19 +597,26 @@ QWEN_VL_MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_v
 """The largest image, in pixels, of each Qwen-VL family's published image processor (preprocessor_config.json:
 Qwen2-VL and Qwen2.5-VL max_pixels; Qwen3-VL, whose processor Qwen3.5 uses, size.longest_edge): vLLM profiles the
 encoder with one image of that size (vllm/model_executor/models/qwen2_vl.py get_image_size_with_most_features)."""
+QWEN2_VL_VIDEO_FRAMES = 14
+"""The most frames of vLLM's dummy video for Qwen2-VL and Qwen2.5-VL (vllm/model_executor/models/qwen2_vl.py
+_MAX_FRAMES_PER_VIDEO): frames of the largest image, as many as max_model_len holds, so from 2 x that image's tokens of
+context on the video is the item the encoder profile runs (memory.py encoder_groups). Qwen3-VL's and Qwen3.5's
+dummy video is 2 frames under the video processor's own size (qwen3_vl.py get_max_video_tokens: 12,288 tokens as
+published), never more tokens than their largest image."""
 
 
 def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hidden: int) -> tuple[int, ...]:
     """What vLLM's encoder profile runs for one multimodal item of the largest kind (ModelArchitecture.encoder_input):
     (patches, input values per patch, the tower's width, the item's tokens in the decoder, the width of the
-    encoder's output per token, the width per token of what the tower keeps while its later blocks run), or () for a
-    tower whose profile input is not read yet. The Qwen-VL families: one image of the processor's largest size,
-    max_pixels / (patch x merge)^2 tokens of merge^2 patches each, each patch channels x temporal_patch_size x patch^2
-    values; the output is out_hidden_size wide, once more per deepstack layer: Qwen3-VL's tower keeps each deepstack
-    merger's output from its block on and concatenates them at the end (vllm/model_executor/models/qwen3_vl.py
-    Qwen3_VisionTransformer.forward, deepstack_feature_lists). Gemma 3: a SigLIP image of image_size^2 pixels,
-    mm_tokens_per_image tokens of the decoder's width (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by
-    default)."""
+    encoder's output per token, the width per token of what the tower keeps while its later blocks run, the most
+    temporal groups of such images a dummy video holds where that video can be the larger item: 0 where it cannot),
+    or () for a tower whose profile input is not read yet. The Qwen-VL families: one image of the processor's
+    largest size, max_pixels / (patch x merge)^2 tokens of merge^2 patches each, each patch channels x
+    temporal_patch_size x patch^2 values; the output is out_hidden_size wide, once more per deepstack layer: Qwen3-VL's
+    tower keeps each deepstack merger's output from its block on and concatenates them at the end
+    (vllm/model_executor/models/qwen3_vl.py Qwen3_VisionTransformer.forward, deepstack_feature_lists). Gemma 3: a SigLIP
+    image of image_size^2 pixels, mm_tokens_per_image tokens of the decoder's width
+    (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by default)."""
     kind = str(wrapper.get("model_type", ""))
     width, out = tower_widths(vision, text_hidden)
     if not width:
@@ -622,10 +629,12 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hi
             first_int(vision, "temporal_patch_size", default=2) * patch ** 2
         deepstack = vision.get("deepstack_visual_indexes")
         held = out * (len(deepstack) if isinstance(deepstack, list) else 0)
-        return tokens * merge * merge, values, width, tokens, out + held, held
+        groups = QWEN2_VL_VIDEO_FRAMES // first_int(vision, "temporal_patch_size", default=2) \
+            if kind in ("qwen2_vl", "qwen2_5_vl") else 0
+        return tokens * merge * merge, values, width, tokens, out + held, held, groups
     side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
     if kind == "gemma3" and side:
-        return (side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width, tokens, out, 0
+        return (side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width, tokens, out, 0, 0
     return ()
 
 

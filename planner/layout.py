@@ -5,7 +5,7 @@ would work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.architecture import ModelArchitecture
 from planner.catalog import (
@@ -154,10 +154,10 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     """Weights and KV tokens per GPU under `engine` (default: the default profile's settings for this GPU);
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
     linear attention): vLLM reports those tokens per max_len-long request."""
-    engine = engine or default_engine(acc)
+    length = max_len or arch.context
+    engine = replace(engine or default_engine(acc), max_model_len=length)
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
-    length = max_len or arch.context
     specs = layer_specs(arch, layout.tp, kv_bytes, engine.states)
     tokens = engine.kv_tokens(specs, layout.pp, usable, length, arch.cache_slots)
     per_token = usable / tokens if tokens else bytes_per_token(arch, layout.tp, layout.pp, kv_bytes)
@@ -351,12 +351,13 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
     max_len = settings.vllm.max_model_len
     if not result.weights_fit:
         budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
+        reserve = outside_kv_bytes(arch, layout, replace(engine, max_model_len=max_len or arch.context))
         raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
                           f"{arch.name} needs {gib_text(result.weights_per_gpu)} of weights per GPU at "
                           f"{layout.describe()} but an {accs.type} offers {gib_text(budget)} "
                           f"({gib_text(accs.catalog.memory_bytes)} x "
                           f"{settings.vllm.gpu_memory_utilization} gpuMemoryUtilization) less a "
-                          f"{outside_kv_bytes(arch, layout, engine) / GIB:.2f} GiB "
+                          f"{reserve / GIB:.2f} GiB "
                           f"reserve; {_suggestion(settings, engine, weights_bytes, kv_bytes, max_len)}")
     if result.start_bytes > accs.catalog.memory_bytes:
         raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
