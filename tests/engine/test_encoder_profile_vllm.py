@@ -1,11 +1,13 @@
 """The multimodal encoder's profile as vLLM 0.32.0 runs it (planner/memory.py encoder_profile_gib): which runner
-profiles it, the dummy image of the Qwen-VL families and the number of items in the dummy batch, each from vLLM's
-own code; the GPU rows are validations 55-57 (docs/benchmarks.md)."""
+profiles it, the dummy image of the Qwen-VL families, the dummy video that replaces it with a long max_model_len and
+the number of items in the dummy batch, each from vLLM's own code; the GPU rows are validations 55-61
+(docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import inspect
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from planner.catalog import ACCELERATORS
 from planner.config import PROJECT_DIR
 from planner.layout import Layout
-from planner.memory import default_engine, encoder_items, peak_features
+from planner.memory import default_engine, encoder_groups, encoder_items, peak_features
 from planner.model_config import parse_hf_config
 
 pytest.importorskip("torch")
@@ -26,21 +28,37 @@ def arch(name: str):
     return parse_hf_config(json.loads((PROJECT_DIR / "models" / f"{name}.json").read_text()), name, "test")
 
 
-def vllm_method(module: str, cls: str, name: str):
-    """A method of vLLM 0.32.0's source, compiled alone: its module imports torchvision (transformers' Qwen2-VL image
-    processor), which the CPU test environment does not install."""
-    import ast
+def source_path(package: str, *parts: str):
     import importlib.util
-    import math
     from pathlib import Path
 
-    path = Path(importlib.util.find_spec("vllm").origin).parent / "model_executor" / "models" / module
+    return Path(importlib.util.find_spec(package).origin).parent.joinpath(*parts)
+
+
+def compiled(path, names: tuple[str, ...], cls: str = "", namespace: dict | None = None) -> dict:
+    """Functions (or, with `cls`, methods of that class) of a source file compiled alone, with its module-level
+    constants: the modules of vLLM 0.32.0's Qwen-VL processing and transformers' smart_resize import torchvision,
+    which the CPU test environment does not install."""
+    import ast
+    import math
+    from collections import namedtuple
+    from collections.abc import Mapping
+    from typing import Any, Literal, cast
+
     tree = ast.parse(path.read_text())
-    node = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls
-                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == name)
-    namespace = {"math": math, "ImageSize": lambda width, height: SimpleNamespace(width=width, height=height)}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
-    return namespace[name]
+    body = next(c.body for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls) if cls else tree.body
+    nodes = [f for f in body if isinstance(f, ast.FunctionDef) and f.name in names]
+    constants = [a for a in tree.body if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)]
+    scope = {"math": math, "cast": cast, "Any": Any, "Literal": Literal, "Mapping": Mapping,
+             "ImageSize": namedtuple("ImageSize", "width height"), **(namespace or {})}
+    exec(compile(ast.Module(body=constants + nodes, type_ignores=[]), str(path), "exec"), scope)
+    assert {f.name for f in nodes} == set(names)
+    return {name: scope[name] for name in names}
+
+
+def vllm_method(module: str, cls: str, name: str):
+    """A method of vLLM 0.32.0's model source, compiled alone (compiled)."""
+    return compiled(source_path("vllm", "model_executor", "models", module), (name,), cls)[name]
 
 
 def test_both_runners_of_0_32_profile_the_encoder_and_0_25s_v2_does_not():
@@ -105,3 +123,39 @@ def test_the_encoder_term_moves_the_plan_where_it_sets_the_peak():
                                                              extra_args=("--max-num-seqs", "128",
                                                                          "--language-model-only")))
     assert text.encoder == text.encoder_outputs == 0
+
+
+QWEN2_VL_INFO = ("_get_vision_info", "get_num_image_tokens", "get_num_video_tokens",
+                 "get_image_size_with_most_features", "get_max_image_tokens", "_get_max_video_frames",
+                 "get_num_frames_with_most_features", "get_max_video_tokens", "get_mm_max_tokens_per_item",
+                 "_get_vision_size")
+
+
+@pytest.mark.parametrize("max_len", [4096, 8192, 16384, 32768, 49152, 65536, 128000, 262144])
+@pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct"])
+def test_the_profiled_item_is_the_modality_of_the_most_tokens_as_vllm_picks_it(name, max_len):
+    """Qwen2VLProcessingInfo's image and video token counts (vLLM 0.32.0, compiled from its source with
+    transformers' smart_resize) at the published processor and `max_len`, one item of each active modality as
+    MultiModalBudget asks them, and its get_modality_with_max_tokens: the plan's item (image, or a video of
+    encoder_groups temporal groups of the largest image) holds that modality's tokens, and merge^2 patches per token.
+    Validations 59-61 ran the video at 32,768-65,536 tokens (4.43-8.82 GiB profiled, 2.2 GiB an image)."""
+    from vllm.multimodal.encoder_budget import MultiModalBudget
+
+    resize = compiled(source_path("transformers", "models", "qwen2_vl", "image_processing_qwen2_vl.py"),
+                      ("smart_resize",))["smart_resize"]
+    methods = compiled(source_path("vllm", "model_executor", "models", "qwen2_vl.py"), QWEN2_VL_INFO,
+                       "Qwen2VLProcessingInfo", {"smart_resize": resize, "Qwen2VLImageProcessor": object})
+    vision = json.loads((PROJECT_DIR / "models" / f"{name}.json").read_text())["vision_config"]
+    processor = SimpleNamespace(size={"shortest_edge": 3136, "longest_edge": 12_845_056})  # preprocessor_config.json
+    info_class = type("Info", (), {**methods, "get_image_processor": lambda self: processor,
+                                   "_merge_and_resolve_mm_processor_kwargs": lambda self, kwargs: {},
+                                   "get_hf_config": lambda self: SimpleNamespace(vision_config=SimpleNamespace(
+                                       patch_size=vision["patch_size"], spatial_merge_size=vision["spatial_merge_size"],
+                                       temporal_patch_size=vision["temporal_patch_size"]))})
+    tokens = info_class().get_mm_max_tokens_per_item(seq_len=max_len, mm_counts={"image": 1, "video": 1})
+    modality = MultiModalBudget.get_modality_with_max_tokens(SimpleNamespace(mm_max_toks_per_item=tokens))
+    a = arch(name)
+    groups = encoder_groups(a, replace(default_engine(H200, "0.32.0"), max_model_len=max_len))
+    assert a.encoder_input[3] * groups == tokens[modality]
+    assert a.encoder_input[0] * groups == tokens[modality] * vision["spatial_merge_size"] ** 2
+    assert (modality == "video" and groups > 1) == (tokens["video"] > tokens["image"])
