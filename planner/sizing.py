@@ -336,6 +336,13 @@ def plan(settings: Settings) -> Sizing:
                         f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) {taken} and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
                         "full attention), that one sequence fits, or an HPA target derived from them")
+    if arch.vision_parameters and not arch.encoder_input and not engine.text_only:
+        tower = f"{arch.architecture}'s" if arch.architecture else "its"
+        warnings.append(f"{arch.name}: the profile vLLM runs on {tower} vision encoder (its "
+                        "largest dummy image or video batch, before the KV cache is sized) is not planned for this "
+                        f"tower, so the KV tokens per replica ({result.kv_tokens:,}) may be over-stated by its "
+                        "activations; vllm.extraArgs --language-model-only serves it text-only, with no encoder "
+                        "profile")
     concurrency = result.full_sequences(settings.vllm.max_model_len)
     if concurrency < par.min_concurrent_sequences and not arch.unsized:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "

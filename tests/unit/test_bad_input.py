@@ -210,6 +210,22 @@ def test_a_multimodal_wrapper_served_text_only_plans_the_first_compiles_block(fl
         assert (f.embedding > 0, f.encoder > 0) == (text_only, not text_only), (extra, f)
 
 
+@pytest.mark.parametrize(("name", "flags", "warned"), [("gemma-4-31B-it", [], True),
+                                                      ("gemma-4-31B-it", ["--language-model-only"], False),
+                                                      ("Kimi-K2.5", [], True), ("gemma-3-27b-it", [], False),
+                                                      ("Qwen2.5-VL-7B-Instruct", [], False)])
+def test_a_tower_whose_encoder_profile_is_not_planned_is_named_in_one_line(name, flags, warned):
+    """vLLM profiles every tower it serves inputs to (planner/memory.py encoder_profile_gib); where the planner does
+    not read the tower's dummy input (Gemma 4: 32-frame videos chunked by free memory; Kimi-K2.5: its remote-code
+    processor's patch limit), the plan says that its KV tokens leave that profile out, and how to serve text only."""
+    h200 = accel("nvidia-h200-141gb", "a3-ultragpu-8g")
+    planned = sizing(model=model(name), accelerator=h200, vllm={"extraArgs": flags, "maxModelLen": 8192})
+    found = [w for w in planned.warnings if "vision encoder" in w]
+    assert bool(found) == warned
+    if warned:
+        assert "not planned" in found[0] and "--language-model-only" in found[0] and "\n" not in found[0]
+
+
 def test_flags_are_planned_as_vllms_parser_reads_them():
     planned = sizing(vllm={"extraArgs": ["--max_num_seqs=64", "--enforce_eager", "--max-num-batched", "4096"]})
     assert (planned.max_num_seqs, planned.max_num_batched_tokens) == (64, 4096)
