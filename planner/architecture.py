@@ -128,6 +128,8 @@ class ModelArchitecture:
     values per patch, the tower's width, the item's decoder tokens, the encoder output's width per token, the width
     per token the tower keeps through its later blocks, the most temporal groups of such images in a dummy video (0:
     the video is never the larger item); () where not read."""
+    modalities: tuple[str, ...] = ()
+    """The input modalities vLLM supports for the family (planner/layers.py input_modalities); () where not read."""
     architecture: str = ""
     """The config's first `architectures` entry (the wrapper's for multimodal models): the class vLLM loads, which
     decides the model runner in some releases (planner/engine.py)."""

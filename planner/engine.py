@@ -211,8 +211,13 @@ class EngineSettings:
     capture_list: tuple[int, ...] | None = None
     """--cudagraph-capture-sizes as given (planner/memory.py capture_sizes)."""
     text_only: bool = False
-    """A multimodal model run without multimodal inputs: --language-model-only, or --limit-mm-per-prompt with every
-    modality at 0 (vLLM's ModelConfig._supports_multimodal_inputs is then False)."""
+    """--language-model-only: a multimodal model run without multimodal inputs (planner/memory.py
+    multimodal_inputs, which also reads --limit-mm-per-prompt)."""
+    modalities_named: frozenset[str] = frozenset()
+    """The modalities --limit-mm-per-prompt names; vLLM allows 999 items of every other one."""
+    modalities_off: frozenset[str] = frozenset()
+    """The modalities --limit-mm-per-prompt sets to 0: vLLM's encoder profile runs none of their dummy items
+    (MultiModalBudget's tower modalities; planner/memory.py encoder_groups)."""
     max_model_len: int = 0
     """--max-model-len (vllm.maxModelLen) where the plan sets it (planner/layout.py fit), 0 where unknown: how long a
     dummy video vLLM's encoder profile runs (planner/memory.py encoder_groups)."""
@@ -277,14 +282,11 @@ def _consistent_capture_flags(max_capture: int | None, capture_list: tuple[int, 
                           f"max_num_batched_tokens ({tokens}), here {largest}; give one of the two flags")
 
 
-def _text_only(args: tuple[str, ...]) -> bool:
-    """Whether the flags turn a multimodal model's inputs off (EngineSettings.text_only): --language-model-only, or
-    --limit-mm-per-prompt as JSON whose every modality's limit (a count, or an object's "count") is 0."""
-    if "--language-model-only" in args:
-        return True
+def _modality_limits(args: tuple[str, ...]) -> dict[str, object]:
+    """--limit-mm-per-prompt as JSON: each modality's limit, a count or an object with a "count"."""
     value = flag_value(args, "--limit-mm-per-prompt")
     if value is None:
-        return False
+        return {}
     try:
         limits = json.loads(value)
     except ValueError:
@@ -293,8 +295,7 @@ def _text_only(args: tuple[str, ...]) -> bool:
     if not isinstance(limits, dict):
         raise ConfigError("vllm.extraArgs", f"--limit-mm-per-prompt {value}",
                           "--limit-mm-per-prompt takes a JSON object of modality limits")
-    counts = [v.get("count") if isinstance(v, dict) else v for v in limits.values()]
-    return bool(counts) and all(c == 0 for c in counts)
+    return limits
 
 
 def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
@@ -314,6 +315,7 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
     max_capture = _positive(args, "--max-cudagraph-capture-size")
     capture_list = _positive_list(args, "--cudagraph-capture-sizes")
     _consistent_capture_flags(max_capture, capture_list, max_num_batched_tokens)
+    limits = _modality_limits(args)
     return EngineSettings(
         profile=profile,
         max_num_seqs=_positive(args, "--max-num-seqs") or seqs,
@@ -327,5 +329,7 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
                            _mamba_dtype_flag(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
         max_capture=max_capture,
         capture_list=capture_list,
-        text_only=_text_only(args),
+        text_only="--language-model-only" in args,
+        modalities_named=frozenset(limits),
+        modalities_off=frozenset(k for k, v in limits.items() if (v.get("count") if isinstance(v, dict) else v) == 0),
     )

@@ -605,6 +605,20 @@ dummy video is 2 frames under the video processor's own size (qwen3_vl.py get_ma
 published), never more tokens than their largest image."""
 
 
+def input_modalities(wrapper: Mapping[str, Any]) -> tuple[str, ...]:
+    """The input modalities vLLM's processing info of the family supports (get_supported_mm_limits in
+    vllm/model_executor/models/<family>.py: qwen2_vl.py for every Qwen-VL family, gemma3_mm.py, gemma4_mm.py with
+    audio where the config has an audio tower), or () where not read (ModelArchitecture.modalities)."""
+    kind = str(wrapper.get("model_type", ""))
+    if kind in QWEN_VL_MAX_PIXELS:
+        return "image", "video"
+    if kind == "gemma3":
+        return ("image",)
+    if kind == "gemma4":
+        return ("image", "audio", "video") if wrapper.get("audio_config") else ("image", "video")
+    return ()
+
+
 def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hidden: int) -> tuple[int, ...]:
     """What vLLM's encoder profile runs for one multimodal item of the largest kind (ModelArchitecture.encoder_input):
     (patches, input values per patch, the tower's width, the item's tokens in the decoder, the width of the

@@ -510,8 +510,10 @@ def encoder_groups(arch: ModelArchitecture, engine: EngineSettings) -> int:
     vLLM's dummy video where it holds more tokens (Qwen2-VL, Qwen2.5-VL: frames of that image, as many as
     max_model_len holds, at most ModelArchitecture.encoder_input's seventh number; vllm/model_executor/models/
     qwen2_vl.py get_num_frames_with_most_features, and MultiModalBudget.get_modality_with_max_tokens picks the
-    modality of the most tokens per item)."""
+    modality of the most tokens per item, among those --limit-mm-per-prompt leaves on: none with "video": 0)."""
     tokens, most = arch.encoder_input[3], arch.encoder_input[6]
+    if "video" in engine.modalities_off:
+        return 1
     return max(1, min(engine.max_model_len // tokens, most))
 
 
@@ -529,9 +531,9 @@ def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: boo
     ENCODER_HIDDEN_STATES of the tower's width per patch and what the tower keeps through its later blocks (Qwen3-VL's
     deepstack features: allocated 2.29 GiB of Qwen3-VL-8B's profile, validation 55, where the rest of the term gave
     1.95); the outputs, the items' decoder tokens at the output width.
-    Nothing where the model takes no multimodal inputs (EngineSettings.text_only), where the encoder input is not
+    Nothing where the model takes no multimodal inputs (multimodal_inputs), where the encoder input is not
     read (ModelArchitecture.encoder_input), or on a V2 runner that profiles no encoder (0.25.1's)."""
-    if not arch.encoder_input or engine.text_only or (v2 and not engine.profile.v2_encoder_profile):
+    if not arch.encoder_input or not multimodal_inputs(arch, engine) or (v2 and not engine.profile.v2_encoder_profile):
         return {}
     patches, values, width, tokens, out, held, _ = arch.encoder_input
     items = encoder_items(arch, engine) * encoder_groups(arch, engine)
@@ -547,7 +549,18 @@ def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> boo
     trace of Qwen3-VL-8B-Instruct at 128 sequences on an H200 (run t50, cold) peaked at 0.78 GiB in its forward (the
     MLP's 0.375 + 0.1875 and three 0.0625 hidden states) with no embedding-sized block, where the compile line was
     1.28."""
-    return bool(arch.vision_parameters) and not engine.text_only
+    return bool(arch.vision_parameters) and multimodal_inputs(arch, engine)
+
+
+def multimodal_inputs(arch: ModelArchitecture, engine: EngineSettings) -> bool:
+    """Whether vLLM serves the model's multimodal inputs (ModelConfig._supports_multimodal_inputs): not with
+    --language-model-only, nor with --limit-mm-per-prompt at 0 for every modality the model supports
+    (ModelArchitecture.modalities; where those are not read, every modality the flag names is taken as all of
+    them). A modality the flag does not name keeps vLLM's limit of 999."""
+    if engine.text_only:
+        return False
+    supported = set(arch.modalities) or set(engine.modalities_named)
+    return not supported or not supported <= engine.modalities_off
 
 
 def padded_vocab(rows: int) -> int:

@@ -24,6 +24,7 @@ from planner.layers import (
     PURE_MAMBA_TYPES,
     checkpoint_kv_cache_dtype,
     encoder_input,
+    input_modalities,
     layer_kinds,
     moe_layer_indices,
     nas_blocks,
@@ -563,6 +564,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
         encoder_input=encoder_input(vision, wrapper, hidden) if isinstance(vision, Mapping) else (),
+        modalities=input_modalities(wrapper) if isinstance(vision, Mapping) else (),
         architecture=architecture,
         experts_per_token=max(top_k, 0) if experts else 0,
         mlp_matrices=2 if str(cfg.get("model_type")) in NON_GATED_MLP else 3,

@@ -47,7 +47,7 @@ from planner.layout import (
     stack_engine,
     unsized_layout,
 )
-from planner.memory import cudagraph_bytes, default_engine, kv_dtype_bytes, model_weight_bytes
+from planner.memory import cudagraph_bytes, default_engine, kv_dtype_bytes, model_weight_bytes, multimodal_inputs
 from planner.memory_fit import FITTED, MemoryFit
 
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
@@ -336,7 +336,7 @@ def plan(settings: Settings) -> Sizing:
                         f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) {taken} and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
                         "full attention), that one sequence fits, or an HPA target derived from them")
-    if arch.vision_parameters and not arch.encoder_input and not engine.text_only:
+    if arch.vision_parameters and not arch.encoder_input and multimodal_inputs(arch, engine):
         tower = f"{arch.architecture}'s" if arch.architecture else "its"
         warnings.append(f"{arch.name}: the profile vLLM runs on {tower} vision encoder (its "
                         "largest dummy image or video batch, before the KV cache is sized) is not planned for this "

@@ -159,3 +159,41 @@ def test_the_profiled_item_is_the_modality_of_the_most_tokens_as_vllm_picks_it(n
     assert a.encoder_input[3] * groups == tokens[modality]
     assert a.encoder_input[0] * groups == tokens[modality] * vision["spatial_merge_size"] ** 2
     assert (modality == "video" and groups > 1) == (tokens["video"] > tokens["image"])
+
+
+@pytest.mark.parametrize(("name", "module", "cls"), [("Qwen2.5-VL-7B-Instruct", "qwen2_vl.py", "Qwen2VLProcessingInfo"),
+                                                     ("Qwen3-VL-8B-Instruct", "qwen2_vl.py", "Qwen2VLProcessingInfo"),
+                                                     ("Qwen3.6-27B", "qwen2_vl.py", "Qwen2VLProcessingInfo"),
+                                                     ("gemma-3-4b-it", "gemma3_mm.py", "Gemma3ProcessingInfo"),
+                                                     ("gemma-4-31B-it", "gemma4_mm.py", "Gemma4ProcessingInfo")])
+def test_the_modalities_are_those_vllms_processing_info_supports(name, module, cls):
+    """get_supported_mm_limits of the family's processing info (the Qwen-VL families inherit Qwen2-VL's; Gemma 4
+    adds audio where the config has an audio tower): what --limit-mm-per-prompt must set to 0 for a text-only
+    serve (ModelConfig._supports_multimodal_inputs)."""
+    config = json.loads((PROJECT_DIR / "models" / f"{name}.json").read_text())
+    supported = vllm_method(module, cls, "get_supported_mm_limits")(
+        SimpleNamespace(has_audio=lambda: config.get("audio_config") is not None))
+    assert set(arch(name).modalities) == set(supported)
+
+
+@pytest.mark.parametrize(("limits", "groups", "served"), [(None, 4, True), ({"image": 0}, 4, True),
+                                                          ({"video": 0}, 1, True), ({"video": {"count": 0}}, 1, True),
+                                                          ({"image": 2, "video": 1}, 4, True),
+                                                          ({"image": 0, "video": 0}, 0, False)])
+def test_limit_mm_per_prompt_turns_off_the_modalities_it_sets_to_0(limits, groups, served):
+    """vLLM allows 999 items of a modality the flag does not name (MultiModalConfig.get_limit_per_prompt) and serves
+    text only where every supported modality is at 0; the encoder profile runs the largest item of the modalities
+    left on (Qwen2.5-VL at 65,536 tokens: a video of 4 images' patches, or one image without video)."""
+    from vllm.config.multimodal import MultiModalConfig
+
+    from planner.memory import multimodal_inputs
+
+    a = arch("Qwen2.5-VL-3B-Instruct")
+    extra = () if limits is None else ("--limit-mm-per-prompt", json.dumps(limits))
+    engine = replace(default_engine(H200, "0.32.0", extra_args=extra), max_model_len=65536)
+    config = MultiModalConfig(limit_per_prompt=limits or {})
+    assert served == any(config.get_limit_per_prompt(m) > 0 for m in a.modalities) == multimodal_inputs(a, engine)
+    features = peak_features(a, Layout(1, 1, 1), engine)
+    assert (features.encoder > 0) == served
+    if served:
+        assert encoder_groups(a, engine) == groups
