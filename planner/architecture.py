@@ -7,6 +7,7 @@ context length and the checkpoint's dtype / quantization.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
@@ -23,6 +24,28 @@ FIRST_STAGE, LAST_STAGE, EVERY_STAGE, TIED_HEAD = -1, -2, -3, -4
 """TensorGroup positions other than a decoder layer's index: the first pipeline stage (input embeddings), the last
 (final norm, lm_head), every stage (multimodal encoders), and the last stage only where it is not also the first
 (the copy of tied input embeddings lm_head uses)."""
+
+
+class EncoderInput(NamedTuple):
+    """The largest multimodal item vLLM profiles a vision tower with (planner/layers.py encoder_input)."""
+
+    patches: int
+    values: int
+    """Input values per patch (channels x temporal_patch_size x patch^2)."""
+    width: int
+    """The tower's hidden size."""
+    tokens: int
+    """The item's tokens in the decoder."""
+    out: int
+    """The width of the encoder's output per token (deepstack features included)."""
+    held: int
+    """The width per token the tower keeps while its later blocks run (Qwen3-VL's deepstack features)."""
+    video_groups: int
+    """The most temporal groups of such images vLLM's dummy video holds where it can be the larger item; 0 where it
+    cannot (planner/memory.py encoder_groups)."""
+    windowed: bool
+    """Window attention in the tower (window_size in its config: Qwen2.5-VL), which holds more per patch
+    (planner/memory.py ENCODER_WINDOW_STATES)."""
 
 
 @dataclass(frozen=True)
@@ -123,11 +146,9 @@ class ModelArchitecture:
     """Gated DeltaNet layers: key heads, value heads, key head dim, value head dim, conv kernel."""
     vision_parameters: int = 0
     """The vision tower and its projector (multimodal wrappers), loaded beside the decoder."""
-    encoder_input: tuple[int, ...] = ()
-    """The largest multimodal item vLLM profiles the encoder with (planner/layers.py encoder_input): patches, input
-    values per patch, the tower's width, the item's decoder tokens, the encoder output's width per token, the width
-    per token the tower keeps through its later blocks, the most temporal groups of such images in a dummy video (0:
-    the video is never the larger item); () where not read."""
+    encoder_input: EncoderInput | tuple[()] = ()
+    """The largest multimodal item vLLM profiles the encoder with (planner/layers.py encoder_input); () where not
+    read."""
     modalities: tuple[str, ...] = ()
     """The input modalities vLLM supports for the family (planner/layers.py input_modalities); () where not read."""
     architecture: str = ""

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from planner.architecture import ATTENTION_KINDS
+from planner.architecture import ATTENTION_KINDS, EncoderInput
 from planner.errors import ConfigError
 
 PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type", "mlp_layer_types", "block_configs")
@@ -619,11 +619,9 @@ def input_modalities(wrapper: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hidden: int) -> tuple[int, ...]:
-    """What vLLM's encoder profile runs for one multimodal item of the largest kind (ModelArchitecture.encoder_input):
-    (patches, input values per patch, the tower's width, the item's tokens in the decoder, the width of the
-    encoder's output per token, the width per token of what the tower keeps while its later blocks run, the most
-    temporal groups of such images a dummy video holds where that video can be the larger item: 0 where it cannot),
+def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
+                  text_hidden: int) -> EncoderInput | tuple[()]:
+    """What vLLM's encoder profile runs for one multimodal item of the largest kind (ModelArchitecture.encoder_input),
     or () for a tower whose profile input is not read yet. The Qwen-VL families: one image of the processor's
     largest size, max_pixels / (patch x merge)^2 tokens of merge^2 patches each, each patch channels x
     temporal_patch_size x patch^2 values; the output is out_hidden_size wide, once more per deepstack layer: Qwen3-VL's
@@ -645,10 +643,12 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any], text_hi
         held = out * (len(deepstack) if isinstance(deepstack, list) else 0)
         groups = QWEN2_VL_VIDEO_FRAMES // first_int(vision, "temporal_patch_size", default=2) \
             if kind in ("qwen2_vl", "qwen2_5_vl") else 0
-        return tokens * merge * merge, values, width, tokens, out + held, held, groups
+        return EncoderInput(tokens * merge * merge, values, width, tokens, out + held, held, groups,
+                            "window_size" in vision)
     side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
     if kind == "gemma3" and side:
-        return (side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width, tokens, out, 0, 0
+        return EncoderInput((side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width,
+                            tokens, out, 0, 0, False)
     return ()
 
 

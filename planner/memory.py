@@ -508,10 +508,10 @@ plus the residual) stays under it for the towers read (intermediate 2.7-4 x the 
 def encoder_groups(arch: ModelArchitecture, engine: EngineSettings) -> int:
     """Images of the largest size in the encoder profile's item: 1 (the largest image), or the temporal groups of
     vLLM's dummy video where it holds more tokens (Qwen2-VL, Qwen2.5-VL: frames of that image, as many as
-    max_model_len holds, at most ModelArchitecture.encoder_input's seventh number; vllm/model_executor/models/
+    max_model_len holds, at most EncoderInput.video_groups; vllm/model_executor/models/
     qwen2_vl.py get_num_frames_with_most_features, and MultiModalBudget.get_modality_with_max_tokens picks the
     modality of the most tokens per item, among those --limit-mm-per-prompt leaves on: none with "video": 0)."""
-    tokens, most = arch.encoder_input[3], arch.encoder_input[6]
+    tokens, most = arch.encoder_input.tokens, arch.encoder_input.video_groups
     if "video" in engine.modalities_off:
         return 1
     return max(1, min(engine.max_model_len // tokens, most))
@@ -522,7 +522,7 @@ def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
     (max_num_batched_tokens, at least one item's tokens) holds, at least one (vllm/multimodal/encoder_budget.py
     MultiModalBudget._get_max_items with chunked prefill on; the decoder's bound, max_num_seqs x the items a prompt
     of max_model_len holds, does not bind at vLLM's defaults and is not applied)."""
-    tokens = arch.encoder_input[3] * encoder_groups(arch, engine)
+    tokens = arch.encoder_input.tokens * encoder_groups(arch, engine)
     return max(1, max(engine.max_num_batched_tokens, tokens) // tokens)
 
 
@@ -535,10 +535,11 @@ def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: boo
     read (ModelArchitecture.encoder_input), or on a V2 runner that profiles no encoder (0.25.1's)."""
     if not arch.encoder_input or not multimodal_inputs(arch, engine) or (v2 and not engine.profile.v2_encoder_profile):
         return {}
-    patches, values, width, tokens, out, held, _ = arch.encoder_input
+    item = arch.encoder_input
     items = encoder_items(arch, engine) * encoder_groups(arch, engine)
-    return {"encoder": items * (patches * (values + ENCODER_HIDDEN_STATES * width) + tokens * held) * 2 / GIB,
-            "encoder_outputs": items * tokens * out * 2 / GIB}
+    per_patch = item.values + ENCODER_HIDDEN_STATES * item.width
+    return {"encoder": items * (item.patches * per_patch + item.tokens * item.held) * 2 / GIB,
+            "encoder_outputs": items * item.tokens * item.out * 2 / GIB}
 
 
 def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> bool:

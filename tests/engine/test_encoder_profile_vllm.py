@@ -88,7 +88,7 @@ def test_the_dummy_image_is_the_one_vllm_builds_for_the_published_processor(name
     size = vllm_method("qwen2_vl.py", "Qwen2VLProcessingInfo", "get_image_size_with_most_features")(
         info, max_pixels=max_pixels)
     patches = (size.width // patch) * (size.height // patch)
-    assert a.encoder_input[:1] == (patches,) and a.encoder_input[3] == patches // merge ** 2
+    assert a.encoder_input.patches == patches and a.encoder_input.tokens == patches // merge ** 2
 
 
 @pytest.mark.parametrize(("name", "seqs"), [("gemma-3-4b-it", 1024), ("gemma-3-4b-it", 128), ("gemma-3-4b-it", 1),
@@ -101,7 +101,7 @@ def test_the_dummy_batch_holds_as_many_items_as_vllms_budget(name, seqs):
 
     a = arch(name)
     engine = default_engine(H200, "0.32.0", extra_args=("--max-num-seqs", str(seqs)))
-    tokens = a.encoder_input[3]
+    tokens = a.encoder_input.tokens
     scheduler = SimpleNamespace(max_num_encoder_input_tokens=engine.max_num_batched_tokens,
                                 encoder_cache_size=engine.max_num_batched_tokens, disable_chunked_mm_input=False,
                                 enable_chunked_prefill=True, max_num_batched_tokens=engine.max_num_batched_tokens)
@@ -156,8 +156,8 @@ def test_the_profiled_item_is_the_modality_of_the_most_tokens_as_vllm_picks_it(n
     modality = MultiModalBudget.get_modality_with_max_tokens(SimpleNamespace(mm_max_toks_per_item=tokens))
     a = arch(name)
     groups = encoder_groups(a, replace(default_engine(H200, "0.32.0"), max_model_len=max_len))
-    assert a.encoder_input[3] * groups == tokens[modality]
-    assert a.encoder_input[0] * groups == tokens[modality] * vision["spatial_merge_size"] ** 2
+    assert a.encoder_input.tokens * groups == tokens[modality]
+    assert a.encoder_input.patches * groups == tokens[modality] * vision["spatial_merge_size"] ** 2
     assert (modality == "video" and groups > 1) == (tokens["video"] > tokens["image"])
 
 
