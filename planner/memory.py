@@ -505,6 +505,14 @@ with 0.144 of input values); a tower's MLP phase (3 x intermediate wide for a ga
 plus the residual) stays under it for the towers read (intermediate 2.7-4 x the width)."""
 
 
+ENCODER_WINDOW_STATES = 0.85
+"""Tower-width states per patch a windowed tower (EncoderInput.windowed: Qwen2.5-VL) holds beyond
+ENCODER_HIDDEN_STATES: its profile peaks took 13.19-13.35 widths per patch beside the input values on five H200 rows
+of 65,536-262,144 patches (validations 55, 58-61: 2.23, 2.23, 4.43, 6.63, 8.82 GiB), the largest kept. Set from
+those rows; its window reordering gathers the hidden states and rotary tables per block, where the cause was not
+traced."""
+
+
 def encoder_groups(arch: ModelArchitecture, engine: EngineSettings) -> int:
     """Images of the largest size in the encoder profile's item: 1 (the largest image), or the temporal groups of
     vLLM's dummy video where it holds more tokens (Qwen2-VL, Qwen2.5-VL: frames of that image, as many as
@@ -537,7 +545,7 @@ def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: boo
         return {}
     item = arch.encoder_input
     items = encoder_items(arch, engine) * encoder_groups(arch, engine)
-    per_patch = item.values + ENCODER_HIDDEN_STATES * item.width
+    per_patch = item.values + (ENCODER_HIDDEN_STATES + (ENCODER_WINDOW_STATES if item.windowed else 0.0)) * item.width
     return {"encoder": items * (item.patches * per_patch + item.tokens * item.held) * 2 / GIB,
             "encoder_outputs": items * item.tokens * item.out * 2 / GIB}
 

@@ -197,3 +197,15 @@ def test_limit_mm_per_prompt_turns_off_the_modalities_it_sets_to_0(limits, group
     assert (features.encoder > 0) == served
     if served:
         assert encoder_groups(a, engine) == groups
+
+
+def test_a_windowed_tower_is_read_where_vllm_builds_window_attention():
+    """vLLM's Qwen2.5-VL tower reads window_size from its vision config (window attention between the
+    fullatt_block_indexes blocks); Qwen2-VL's and Qwen3-VL's towers have none. The windowed tower holds more per patch
+    (planner/memory.py ENCODER_WINDOW_STATES)."""
+    source = source_path("vllm", "model_executor", "models", "qwen2_5_vl.py").read_text()
+    assert "window_size" in source and "window_size" not in source_path(
+        "vllm", "model_executor", "models", "qwen3_vl.py").read_text()
+    assert arch("Qwen2.5-VL-7B-Instruct").encoder_input.windowed
+    assert not arch("Qwen3-VL-8B-Instruct").encoder_input.windowed
+    assert not arch("gemma-3-4b-it").encoder_input.windowed
