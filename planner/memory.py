@@ -701,14 +701,21 @@ def outside_kv_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSett
                      fitted: MemoryFit = FITTED) -> float:
     """Per-GPU memory outside weights and KV cache: activation peak + non-torch + CUDA graphs where the batch
     settings are within the fitted ones (parts_model_applies); the measured family reserves (plus 0.32.0's dense
-    graphs) elsewhere; the MoE groups' memory of a multi-GPU layout on top (moe_parallel_bytes)."""
+    graphs) elsewhere, or a vision encoder's profile phase where larger (the reserves were measured on text models;
+    the default batch settings of GPUs under 70 GiB and of the A100 take this path); the MoE groups' memory of a
+    multi-GPU layout on top (moe_parallel_bytes)."""
     graphs = cudagraph_bytes(arch, layout, engine, fitted)
     parallel = moe_parallel_bytes(arch, layout)
+    floor = (fitted.non_torch_gib + fitted.baseline_gib(engine.gpu)) * GIB
     if parts_model_applies(engine):
-        return (activation_peak_bytes(arch, layout, engine, fitted)
-                + (fitted.non_torch_gib + fitted.baseline_gib(engine.gpu)) * GIB + graphs + parallel)
+        return activation_peak_bytes(arch, layout, engine, fitted) + floor + graphs + parallel
     measured_with_graphs = bool(arch.num_experts or arch.kv_lora_rank or arch.has_state_layers)
-    return reserve_bytes(arch) + (0.0 if measured_with_graphs else graphs) + parallel
+    reserve = reserve_bytes(arch)
+    if encoder := encoder_profile_gib(arch, engine, runner_v2(arch, engine)):
+        # the text models' reserve does not hold a vision encoder's profile: where that phase is larger than the
+        # reserve's activations, it takes their place, and its outputs stay on top (fitted_peak_gib's rule)
+        reserve = max(reserve, floor + encoder["encoder"] * GIB) + encoder["encoder_outputs"] * GIB
+    return reserve + (0.0 if measured_with_graphs else graphs) + parallel
 
 
 def parts_model_applies(engine: EngineSettings) -> bool:
