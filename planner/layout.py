@@ -153,7 +153,8 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
         fitted: MemoryFit = FITTED) -> Fit:
     """Weights and KV tokens per GPU under `engine` (default: the default profile's settings for this GPU);
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
-    linear attention): vLLM reports those tokens per max_len-long request."""
+    linear attention): vLLM reports those tokens per max_len-long request, and it is the engine's max_model_len (the
+    encoder profile's dummy video: planner/memory.py encoder_groups)."""
     length = max_len or arch.context
     engine = replace(engine or default_engine(acc), max_model_len=length)
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
@@ -351,7 +352,7 @@ def check_explicit_layout(settings: Settings, engine: EngineSettings, layout_tp:
     max_len = settings.vllm.max_model_len
     if not result.weights_fit:
         budget = accs.catalog.memory_bytes * settings.vllm.gpu_memory_utilization
-        reserve = outside_kv_bytes(arch, layout, replace(engine, max_model_len=max_len or arch.context))
+        reserve = budget - result.weights_per_gpu - result.usable_per_gpu  # fit's outside_kv_bytes
         raise ConfigError(tp_key, layout_tp if tp_key == "parallelism.tensor" else layout_pp,
                           f"{arch.name} needs {gib_text(result.weights_per_gpu)} of weights per GPU at "
                           f"{layout.describe()} but an {accs.type} offers {gib_text(budget)} "
