@@ -42,10 +42,17 @@ class EncoderInput(NamedTuple):
     """The width per token the tower keeps while its later blocks run (Qwen3-VL's deepstack features)."""
     video_groups: int
     """The most temporal groups of such images vLLM's dummy video holds where it can be the larger item; 0 where it
-    cannot (planner/memory.py encoder_groups)."""
+    cannot (planner/memory.py encoder_item)."""
     windowed: bool
     """Window attention in the tower (window_size in its config: Qwen2.5-VL), which holds more per patch
     (planner/memory.py ENCODER_WINDOW_STATES)."""
+    patch: int = 0
+    """A Qwen-VL tower's patch side in pixels; 0 where the item's size is fixed (Gemma 3)."""
+    unit: int = 0
+    """A Qwen-VL tower's side of one token (patch x spatial_merge_size), in pixels."""
+    pixels: tuple[int, int] = (0, 0)
+    """The published processor's (min, max) pixels of an image, which --mm-processor-kwargs overrides
+    (planner/memory.py encoder_item)."""
 
 
 @dataclass(frozen=True)

@@ -135,10 +135,12 @@ def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"
 
 
 def flag_value(words: list[str] | tuple[str, ...], flag: str) -> str | None:
-    """The value a command line gives `flag` (`--flag VALUE` or `--flag=VALUE`), None when it is not there."""
+    """The value a command line gives `flag` (`--flag VALUE` or `--flag=VALUE`), the last where given twice, as
+    argparse (and Go's flag package) keeps it; None when it is not there."""
+    found = None
     for i, word in enumerate(words):
         if word == flag and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
+            found = words[i + 1]
+        elif word.startswith(flag + "="):
+            found = word.split("=", 1)[1]
+    return found

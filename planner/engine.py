@@ -217,10 +217,13 @@ class EngineSettings:
     """The modalities --limit-mm-per-prompt names; vLLM allows 999 items of every other one."""
     modalities_off: frozenset[str] = frozenset()
     """The modalities --limit-mm-per-prompt sets to 0: vLLM's encoder profile runs none of their dummy items
-    (MultiModalBudget's tower modalities; planner/memory.py encoder_groups)."""
+    (MultiModalBudget's tower modalities; planner/memory.py encoder_item)."""
+    vision_sizes: tuple[tuple[int | None, int | None], tuple[int | None, int | None]] = ((None, None), (None, None))
+    """((min, max) pixels of an image, (min, max) of a video frame) that --mm-processor-kwargs sets for a Qwen-VL
+    processor, None where it sets none (_vision_sizes; planner/memory.py encoder_item)."""
     max_model_len: int = 0
     """--max-model-len (vllm.maxModelLen) where the plan sets it (planner/layout.py fit), 0 where unknown: how long a
-    dummy video vLLM's encoder profile runs (planner/memory.py encoder_groups)."""
+    dummy video vLLM's encoder profile runs (planner/memory.py encoder_item)."""
 
     def in_flight_tokens(self, pp: int) -> int:
         return self.profile.in_flight_tokens(pp, self.max_num_batched_tokens, self.async_scheduling)
@@ -298,6 +301,47 @@ def _modality_limits(args: tuple[str, ...]) -> dict[str, object]:
     return limits
 
 
+def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None], tuple[int | None, int | None]]:
+    """--mm-processor-kwargs as vLLM 0.32.0 hands it to a Qwen-VL processor's image and video scopes
+    (vllm/multimodal/processing/context.py _resolve_mm_processor_kwargs: a flat key goes to every scope whose HF
+    processor takes it, Qwen-VL's image and video processors both take min_pixels, max_pixels and size, and a key the
+    scope sets itself wins; qwen2_vl.py _get_vision_size: `size` edges, then min_pixels / max_pixels over them):
+    each scope's (min, max) pixels, None where not set."""
+    value = flag_value(args, "--mm-processor-kwargs")
+    if value is None:
+        return (None, None), (None, None)
+    usage = "--mm-processor-kwargs takes a JSON object, e.g. '{\"max_pixels\": 1003520}'"
+    try:
+        kwargs = json.loads(value)
+    except ValueError:
+        raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {value}", usage) from None
+    if not isinstance(kwargs, dict):
+        raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {value}", usage)
+
+    def pixels(scope: dict, key: str, edge: str) -> int | None:
+        for source in (scope, kwargs):
+            if source.get(key) is not None:
+                return _pixel_count(source[key], key)
+        for source in (scope, kwargs):  # a scope's own size first (existing scoped values take precedence)
+            size = source.get("size")
+            if isinstance(size, dict) and size.get(edge) is not None:
+                return _pixel_count(size[edge], f"size.{edge}")
+        return None
+
+    sizes = []
+    for name in ("images_kwargs", "videos_kwargs"):
+        scope = kwargs.get(name) if isinstance(kwargs.get(name), dict) else {}
+        sizes.append((pixels(scope, "min_pixels", "shortest_edge"), pixels(scope, "max_pixels", "longest_edge")))
+    return sizes[0], sizes[1]
+
+
+def _pixel_count(value: object, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {key}={json.dumps(value)}",
+                          f"{key} takes a positive whole number of pixels")
+    return value
+
+
 def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
     value = flag_value(args, flag) or "auto"
     if value not in MAMBA_DTYPES:
@@ -332,4 +376,5 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         text_only="--language-model-only" in args,
         modalities_named=frozenset(limits),
         modalities_off=frozenset(k for k, v in limits.items() if (v.get("count") if isinstance(v, dict) else v) == 0),
+        vision_sizes=_vision_sizes(args),
     )

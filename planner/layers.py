@@ -7,6 +7,7 @@ local attention, MLA, Mamba / linear-attention state); the planner reads the sam
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -597,12 +598,41 @@ QWEN_VL_MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_v
 """The largest image, in pixels, of each Qwen-VL family's published image processor (preprocessor_config.json:
 Qwen2-VL and Qwen2.5-VL max_pixels; Qwen3-VL, whose processor Qwen3.5 uses, size.longest_edge): vLLM profiles the
 encoder with one image of that size (vllm/model_executor/models/qwen2_vl.py get_image_size_with_most_features)."""
+QWEN_VL_MIN_PIXELS = {"qwen2_vl": 3_136, "qwen2_5_vl": 3_136, "qwen3_vl": 65_536, "qwen3_vl_moe": 65_536,
+                      "qwen3_5": 65_536, "qwen3_5_moe": 65_536}
+"""The smallest image, in pixels, of the same processors (min_pixels; Qwen3-VL's size.shortest_edge)."""
 QWEN2_VL_VIDEO_FRAMES = 14
 """The most frames of vLLM's dummy video for Qwen2-VL and Qwen2.5-VL (vllm/model_executor/models/qwen2_vl.py
 _MAX_FRAMES_PER_VIDEO): frames of the largest image, as many as max_model_len holds, so from 2 x that image's tokens of
-context on the video is the item the encoder profile runs (memory.py encoder_groups). Qwen3-VL's and Qwen3.5's
+context on the video is the item the encoder profile runs (memory.py encoder_item). Qwen3-VL's and Qwen3.5's
 dummy video is 2 frames under the video processor's own size (qwen3_vl.py get_max_video_tokens: 12,288 tokens as
 published), never more tokens than their largest image."""
+
+
+def most_features_image(max_pixels: int, unit: int) -> tuple[int, int]:
+    """(height, width) in pixels of the image vLLM's Qwen-VL processing info builds for the encoder profile under
+    `max_pixels` (vllm/model_executor/models/qwen2_vl.py get_image_size_with_most_features): the most tokens of
+    unit x unit pixels that fit, as the factor pair closest to a square whose sides are at most 200:1 apart, one token
+    fewer at a time until such a pair exists."""
+    for tokens in range(max(max_pixels // (unit * unit), 1), 0, -1):
+        short = next(d for d in range(math.isqrt(tokens), 0, -1) if tokens % d == 0)
+        if tokens // short / short <= 200:
+            return unit * short, unit * (tokens // short)
+    return unit, unit
+
+
+def resized_image(height: int, width: int, unit: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """(height, width) a Qwen-VL processor resizes an image to (transformers' qwen2_vl smart_resize, which vLLM's
+    _get_vision_info calls): each side rounded to the unit; scaled down to within max_pixels, or up to min_pixels,
+    keeping the aspect."""
+    h, w = round(height / unit) * unit, round(width / unit) * unit
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        return max(unit, math.floor(height / beta / unit) * unit), max(unit, math.floor(width / beta / unit) * unit)
+    if h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        return math.ceil(height * beta / unit) * unit, math.ceil(width * beta / unit) * unit
+    return h, w
 
 
 def input_modalities(wrapper: Mapping[str, Any]) -> tuple[str, ...]:
@@ -644,7 +674,8 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
         groups = QWEN2_VL_VIDEO_FRAMES // first_int(vision, "temporal_patch_size", default=2) \
             if kind in ("qwen2_vl", "qwen2_5_vl") else 0
         return EncoderInput(tokens * merge * merge, values, width, tokens, out + held, held, groups,
-                            "window_size" in vision)
+                            "window_size" in vision, patch, patch * merge,
+                            (QWEN_VL_MIN_PIXELS[kind], QWEN_VL_MAX_PIXELS[kind]))
     side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
     if kind == "gemma3" and side:
         return EncoderInput((side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width,

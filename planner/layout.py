@@ -154,7 +154,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     """Weights and KV tokens per GPU under `engine` (default: the default profile's settings for this GPU);
     `max_len` (vllm.maxModelLen) matters where layers hold less than the whole sequence (sliding window, chunked,
     linear attention): vLLM reports those tokens per max_len-long request, and it is the engine's max_model_len (the
-    encoder profile's dummy video: planner/memory.py encoder_groups)."""
+    encoder profile's dummy video: planner/memory.py encoder_item)."""
     length = max_len or arch.context
     engine = replace(engine or default_engine(acc), max_model_len=length)
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)

@@ -37,6 +37,7 @@ from planner.engine import (
     with_router_fake,
 )
 from planner.kv_cache import pp_stages, stage_bounds
+from planner.layers import most_features_image, resized_image
 from planner.memory_fit import FITTED, MemoryFit
 
 if TYPE_CHECKING:
@@ -513,16 +514,32 @@ those rows; its window reordering gathers the hidden states and rotary tables pe
 traced."""
 
 
-def encoder_groups(arch: ModelArchitecture, engine: EngineSettings) -> int:
-    """Images of the largest size in the encoder profile's item: 1 (the largest image), or the temporal groups of
-    vLLM's dummy video where it holds more tokens (Qwen2-VL, Qwen2.5-VL: frames of that image, as many as
-    max_model_len holds, at most EncoderInput.video_groups; vllm/model_executor/models/
-    qwen2_vl.py get_num_frames_with_most_features, and MultiModalBudget.get_modality_with_max_tokens picks the
-    modality of the most tokens per item, among those --limit-mm-per-prompt leaves on: none with "video": 0)."""
-    tokens, most = arch.encoder_input.tokens, arch.encoder_input.video_groups
-    if "video" in engine.modalities_off:
-        return 1
-    return max(1, min(engine.max_model_len // tokens, most))
+def encoder_item(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, int]:
+    """(patches, decoder tokens) of the one item the encoder profile runs, of the modality with the most tokens per
+    item among those --limit-mm-per-prompt leaves on (MultiModalBudget.get_modality_with_max_tokens, the image on a
+    tie). Gemma 3: its fixed-size image. The Qwen-VL families (vllm/model_executor/models/qwen2_vl.py): the image of
+    most tokens under the image scope's max_pixels (most_features_image) as the processor resizes it (resized_image,
+    min and max pixels of --mm-processor-kwargs over the published processor's: engine.vision_sizes); Qwen2-VL's
+    and Qwen2.5-VL's dummy video is frames of that image resized by the video scope, as many as max_model_len holds,
+    at most EncoderInput.video_groups temporal groups (get_num_frames_with_most_features), so from 2 x an image's
+    tokens of context on it is the item. Qwen3-VL's and Qwen3.5's video is left out: at their processors' sizes it
+    holds fewer tokens than the image (layers.py QWEN2_VL_VIDEO_FRAMES)."""
+    item = arch.encoder_input
+    if not item.unit:
+        return item.patches, item.tokens
+    (image_min, image_max), (video_min, video_max) = engine.vision_sizes
+    unit, (least, most) = item.unit, item.pixels
+    height, width = most_features_image(image_max or most, unit)
+    candidates = {}
+    if "image" not in engine.modalities_off:
+        h, w = resized_image(height, width, unit, image_min or least, image_max or most)
+        candidates["image"] = h * w // unit ** 2
+    if item.video_groups and "video" not in engine.modalities_off:
+        h, w = resized_image(height, width, unit, video_min or least, video_max or most)
+        group = h * w // unit ** 2
+        candidates["video"] = group * max(1, min(engine.max_model_len // group, item.video_groups))
+    tokens = max(candidates.values(), default=item.tokens)
+    return tokens * (unit // item.patch) ** 2, tokens
 
 
 def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
@@ -530,7 +547,7 @@ def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
     (max_num_batched_tokens, at least one item's tokens) holds, at least one (vllm/multimodal/encoder_budget.py
     MultiModalBudget._get_max_items with chunked prefill on; the decoder's bound, max_num_seqs x the items a prompt
     of max_model_len holds, does not bind at vLLM's defaults and is not applied)."""
-    tokens = arch.encoder_input.tokens * encoder_groups(arch, engine)
+    tokens = encoder_item(arch, engine)[1]
     return max(1, max(engine.max_num_batched_tokens, tokens) // tokens)
 
 
@@ -544,10 +561,11 @@ def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: boo
     if not arch.encoder_input or not multimodal_inputs(arch, engine) or (v2 and not engine.profile.v2_encoder_profile):
         return {}
     item = arch.encoder_input
-    items = encoder_items(arch, engine) * encoder_groups(arch, engine)
+    items = encoder_items(arch, engine)
+    patches, tokens = encoder_item(arch, engine)
     per_patch = item.values + (ENCODER_HIDDEN_STATES + (ENCODER_WINDOW_STATES if item.windowed else 0.0)) * item.width
-    return {"encoder": items * (item.patches * per_patch + item.tokens * item.held) * 2 / GIB,
-            "encoder_outputs": items * item.tokens * item.out * 2 / GIB}
+    return {"encoder": items * (patches * per_patch + tokens * item.held) * 2 / GIB,
+            "encoder_outputs": items * tokens * item.out * 2 / GIB}
 
 
 def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> bool:

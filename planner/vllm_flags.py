@@ -6,7 +6,9 @@ rendered command against vllm.image's release."""
 from __future__ import annotations
 
 import difflib
+import json
 import re
+from typing import Any
 
 VLLM_0_32_FLAGS = frozenset("""
     --additional-config --aggregate-engine-logging --all2all-backend --allow-credentials --allow-deprecated-quantization
@@ -143,7 +145,75 @@ def canonical(word: str, flags: frozenset[str] = VLLM_0_32_FLAGS) -> str:
 
 
 def canonical_args(words: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    return tuple(canonical(word.strip()) for word in words)
+    """`words` as vLLM's parser reads them: dotted flags folded (folded_dotted), each word canonical."""
+    return tuple(canonical(word) for word in folded_dotted([word.strip() for word in words]))
+
+
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _dotted_value(text: str) -> object:
+    """A dotted flag's value as vLLM's parser reads it: JSON, else a number with a decimal (k, m, g, t) or a binary
+    (K, M, G, T; integers only) suffix, else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
+    if found and (found[2].islower() or "." not in found[1]):
+        return int(float(found[1]) * _SUFFIXES[found[2]]) if found[2].islower() else int(found[1]) * _SUFFIXES[found[2]]
+    return text
+
+
+def folded_dotted(words: list[str]) -> list[str]:
+    """vLLM's FlexibleArgumentParser.parse_args on dotted flags: `--limit-mm-per-prompt.image 0` and
+    `--mm-processor-kwargs.max_pixels=N` (a trailing `+` makes a comma list) set one key of the flag's JSON value;
+    every dotted word of a flag merges into one object (nested keys merged, the last value of a key kept), which
+    follows the other words, so it replaces a JSON value given whole (argparse keeps the last)."""
+    kept: list[str] = []
+    values: dict[str, dict[str, Any]] = {}
+    skip = False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        name, eq, text = word.partition("=")
+        if not (word.startswith("-") and "." in name):
+            kept.append(word)
+            continue
+        if not eq:
+            if i + 1 >= len(words):
+                kept.append(word)
+                continue
+            text, skip = words[i + 1], True
+        if name.endswith("+"):
+            name, value = name[:-1], text.split(",")
+        else:
+            value = _dotted_value(text)
+        flag, *keys = name.split(".")
+        flag = "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+        node = values.setdefault(flag, {})
+        for key in keys[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        last = keys[-1]
+        if isinstance(value, list) and isinstance(node.get(last), list):
+            node[last] = node[last] + value
+        elif isinstance(value, dict) and isinstance(node.get(last), dict):
+            node[last] = _merged(node[last], value)
+        else:
+            node[last] = value
+    for flag, value in values.items():
+        kept += [flag, json.dumps(value)]
+    return kept
+
+
+def _merged(original: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(original)
+    for key, value in update.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def unknown_flag(words: tuple[str, ...] | list[str], flags: frozenset[str] = VLLM_0_32_FLAGS) -> str | None:
@@ -152,7 +222,7 @@ def unknown_flag(words: tuple[str, ...] | list[str], flags: frozenset[str] = VLL
         word = word.strip()
         if not word.startswith("--") or len(word) <= 2:
             continue
-        name = word.partition("=")[0].replace("_", "-")
+        name = word.partition("=")[0].partition(".")[0].replace("_", "-")  # a dotted flag sets a key of its value
         if name in flags:
             continue
         matches = sorted(f for f in flags if f.startswith(name))

@@ -15,7 +15,7 @@ import pytest
 from planner.catalog import ACCELERATORS
 from planner.config import PROJECT_DIR
 from planner.layout import Layout
-from planner.memory import default_engine, encoder_groups, encoder_items, peak_features
+from planner.memory import default_engine, encoder_item, encoder_items, peak_features
 from planner.model_config import parse_hf_config
 
 pytest.importorskip("torch")
@@ -137,7 +137,7 @@ def test_the_profiled_item_is_the_modality_of_the_most_tokens_as_vllm_picks_it(n
     """Qwen2VLProcessingInfo's image and video token counts (vLLM 0.32.0, compiled from its source with
     transformers' smart_resize) at the published processor and `max_len`, one item of each active modality as
     MultiModalBudget asks them, and its get_modality_with_max_tokens: the plan's item (image, or a video of
-    encoder_groups temporal groups of the largest image) holds that modality's tokens, and merge^2 patches per token.
+    temporal groups of the largest image) holds that modality's tokens, and merge^2 patches per token.
     Validations 59-61 ran the video at 32,768-65,536 tokens (4.43-8.82 GiB profiled, 2.2 GiB an image)."""
     from vllm.multimodal.encoder_budget import MultiModalBudget
 
@@ -155,9 +155,9 @@ def test_the_profiled_item_is_the_modality_of_the_most_tokens_as_vllm_picks_it(n
     tokens = info_class().get_mm_max_tokens_per_item(seq_len=max_len, mm_counts={"image": 1, "video": 1})
     modality = MultiModalBudget.get_modality_with_max_tokens(SimpleNamespace(mm_max_toks_per_item=tokens))
     a = arch(name)
-    groups = encoder_groups(a, replace(default_engine(H200, "0.32.0"), max_model_len=max_len))
-    assert a.encoder_input.tokens * groups == tokens[modality]
-    assert a.encoder_input.patches * groups == tokens[modality] * vision["spatial_merge_size"] ** 2
+    patches, planned = encoder_item(a, replace(default_engine(H200, "0.32.0"), max_model_len=max_len))
+    groups = planned // a.encoder_input.tokens
+    assert planned == tokens[modality] and patches == planned * vision["spatial_merge_size"] ** 2
     assert (modality == "video" and groups > 1) == (tokens["video"] > tokens["image"])
 
 
@@ -196,7 +196,7 @@ def test_limit_mm_per_prompt_turns_off_the_modalities_it_sets_to_0(limits, group
     features = peak_features(a, Layout(1, 1, 1), engine)
     assert (features.encoder > 0) == served
     if served:
-        assert encoder_groups(a, engine) == groups
+        assert encoder_item(a, engine)[1] == groups * a.encoder_input.tokens
 
 
 def test_a_windowed_tower_is_read_where_vllm_builds_window_attention():
@@ -209,3 +209,108 @@ def test_a_windowed_tower_is_read_where_vllm_builds_window_attention():
     assert arch("Qwen2.5-VL-7B-Instruct").encoder_input.windowed
     assert not arch("Qwen3-VL-8B-Instruct").encoder_input.windowed
     assert not arch("gemma-3-4b-it").encoder_input.windowed
+
+
+def processor_kwarg_names(module: str, cls: str) -> set[str]:
+    """The keyword names a transformers Qwen2-VL processor class declares (read from its source: the module imports
+    torchvision), with its base's (`size` among them): what vLLM routes a flat --mm-processor-kwargs key by
+    (BaseProcessingInfo.get_supported_mm_processor_kwargs)."""
+    import ast
+
+    from transformers.processing_utils import ImagesKwargs, VideosKwargs
+
+    tree = ast.parse(source_path("transformers", "models", "qwen2_vl", module).read_text())
+    node = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls)
+    base = ImagesKwargs if "Image" in cls else VideosKwargs
+    return set(base.__annotations__) | {a.target.id for a in node.body if isinstance(a, ast.AnnAssign)}
+
+
+PROCESSOR_KWARGS = [{"max_pixels": 1_003_520}, {"max_pixels": 25_690_112},
+                    {"images_kwargs": {"max_pixels": 25_690_112}}, {"videos_kwargs": {"max_pixels": 1_003_520}},
+                    {"size": {"longest_edge": 4_000_000}},
+                    {"max_pixels": 600_000, "videos_kwargs": {"max_pixels": 200_000}},
+                    {"min_pixels": 20_000_000, "max_pixels": 25_690_112}, {"max_pixels": 165_424}]
+
+
+@pytest.mark.parametrize("limits", [None, {"video": 0}, {"image": 0}])
+@pytest.mark.parametrize("max_len", [8192, 32768, 131072])
+@pytest.mark.parametrize("kwargs", PROCESSOR_KWARGS, ids=lambda k: json.dumps(k, separators=(",", ":")))
+def test_mm_processor_kwargs_size_the_profiled_item_as_vllm_resolves_them(kwargs, max_len, limits):
+    """--mm-processor-kwargs through vLLM 0.32.0's own merge and scope routing (MultiModalConfig
+    .merge_mm_processor_kwargs, _resolve_mm_processor_kwargs with the scopes' keyword names from transformers'
+    Qwen2-VL processors) into Qwen2VLProcessingInfo's token counts (compiled from its source with transformers'
+    smart_resize): the plan's item is the modality of the most tokens among those left on. A larger max_pixels grows
+    the image and can shrink the video (fewer frames fit); a prime token count is factored as vLLM factors it."""
+    from vllm.config.multimodal import MultiModalConfig
+    from vllm.multimodal.encoder_budget import MultiModalBudget
+    from vllm.multimodal.processing.context import _resolve_mm_processor_kwargs
+
+    supported = {"images_kwargs": processor_kwarg_names("image_processing_qwen2_vl.py", "Qwen2VLImageProcessorKwargs"),
+                 "videos_kwargs": processor_kwarg_names("video_processing_qwen2_vl.py",
+                                                         "Qwen2VLVideoProcessorInitKwargs")}
+    assert {"min_pixels", "max_pixels", "size"} <= supported["images_kwargs"] & supported["videos_kwargs"]
+    config = MultiModalConfig(mm_processor_kwargs=kwargs)
+    resize = compiled(source_path("transformers", "models", "qwen2_vl", "image_processing_qwen2_vl.py"),
+                      ("smart_resize",))["smart_resize"]
+    methods = compiled(source_path("vllm", "model_executor", "models", "qwen2_vl.py"),
+                       (*QWEN2_VL_INFO, "_complete_mm_processor_size_aliases"), "Qwen2VLProcessingInfo",
+                       {"smart_resize": resize, "Qwen2VLImageProcessor": object})
+    vision = json.loads((PROJECT_DIR / "models" / "Qwen2.5-VL-7B-Instruct.json").read_text())["vision_config"]
+    processor = SimpleNamespace(size={"shortest_edge": 3136, "longest_edge": 12_845_056})  # preprocessor_config.json
+
+    def merged(self, request):
+        request = self._complete_mm_processor_size_aliases(request)
+        return _resolve_mm_processor_kwargs(config.merge_mm_processor_kwargs(request),
+                                            supported_mm_processor_kwargs=supported)
+
+    info_class = type("Info", (), {**methods, "get_image_processor": lambda self: processor,
+                                   "_merge_and_resolve_mm_processor_kwargs": merged,
+                                   "get_hf_config": lambda self: SimpleNamespace(vision_config=SimpleNamespace(
+                                       patch_size=vision["patch_size"], spatial_merge_size=vision["spatial_merge_size"],
+                                       temporal_patch_size=vision["temporal_patch_size"]))})
+    on = {m: 1 for m in ("image", "video") if not limits or limits.get(m) != 0}
+    tokens = {m: t for m, t in info_class().get_mm_max_tokens_per_item(seq_len=max_len, mm_counts=on).items()
+              if m in on}
+    modality = MultiModalBudget.get_modality_with_max_tokens(SimpleNamespace(mm_max_toks_per_item=tokens))
+    extra = ("--mm-processor-kwargs", json.dumps(kwargs)) + \
+        (("--limit-mm-per-prompt", json.dumps(limits)) if limits else ())
+    engine = replace(default_engine(H200, "0.32.0", extra_args=extra), max_model_len=max_len)
+    patches, planned = encoder_item(arch("Qwen2.5-VL-7B-Instruct"), engine)
+    assert planned == tokens[modality] and patches == planned * vision["spatial_merge_size"] ** 2
+
+
+def test_mm_processor_kwargs_in_dotted_form_are_the_same_flag():
+    """vLLM's parser folds `--mm-processor-kwargs.max_pixels N` into the JSON flag (planner/vllm_flags.py
+    folded_dotted), so the plan reads it too: a larger image than the published processor's."""
+    a = arch("Qwen2.5-VL-7B-Instruct")
+    whole = default_engine(H200, "0.32.0", extra_args=("--mm-processor-kwargs", '{"max_pixels": 25690112}'))
+    dotted = default_engine(H200, "0.32.0", extra_args=("--mm-processor-kwargs.max_pixels", "25690112"))
+    assert encoder_item(a, whole) == encoder_item(a, dotted) == (131_072, 32_768)
+    assert encoder_item(a, default_engine(H200, "0.32.0")) == (65_536, 16_384)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"max_pixels": 33_554_432}, {"images_kwargs": {"max_pixels": 2_000_000}},
+                                    {"size": {"longest_edge": 5_000_000, "shortest_edge": 4_000_000}}])
+def test_a_qwen3_vl_image_is_sized_by_the_image_scope(kwargs):
+    """Qwen3-VL's image is built and resized by Qwen2-VL's processing info with transformers' qwen2_vl smart_resize
+    (vLLM 0.32.0 qwen3_vl.py image_smart_resize) and the published image processor's size (shortest_edge 65,536,
+    longest_edge 16,777,216), 16-pixel patches merged 2 x 2."""
+    from vllm.config.multimodal import MultiModalConfig
+    from vllm.multimodal.processing.context import _resolve_mm_processor_kwargs
+
+    names = processor_kwarg_names("image_processing_qwen2_vl.py", "Qwen2VLImageProcessorKwargs")
+    config = MultiModalConfig(mm_processor_kwargs=kwargs)
+    resize = compiled(source_path("transformers", "models", "qwen2_vl", "image_processing_qwen2_vl.py"),
+                      ("smart_resize",))["smart_resize"]
+    methods = compiled(source_path("vllm", "model_executor", "models", "qwen2_vl.py"), QWEN2_VL_INFO,
+                       "Qwen2VLProcessingInfo", {"smart_resize": resize, "Qwen2VLImageProcessor": object})
+    processor = SimpleNamespace(size={"shortest_edge": 65_536, "longest_edge": 16_777_216})
+    info_class = type("Info", (), {**methods, "get_image_processor": lambda self: processor,
+                                   "_merge_and_resolve_mm_processor_kwargs": lambda self, request:
+                                   _resolve_mm_processor_kwargs(config.merge_mm_processor_kwargs(request),
+                                                                supported_mm_processor_kwargs={"images_kwargs": names}),
+                                   "get_hf_config": lambda self: SimpleNamespace(vision_config=SimpleNamespace(
+                                       patch_size=16, spatial_merge_size=2, temporal_patch_size=2))})
+    extra = ("--mm-processor-kwargs", json.dumps(kwargs)) if kwargs else ()
+    engine = replace(default_engine(H200, "0.32.0", extra_args=extra), max_model_len=8192)
+    assert encoder_item(arch("Qwen3-VL-8B-Instruct"), engine)[1] == info_class().get_max_image_tokens()

@@ -52,16 +52,33 @@ def test_every_flag_the_program_renders_is_one_vllm_has_and_the_dated_ones_are_r
     assert set(vllm_flags.RENDERED_SINCE) <= set(rendered)
 
 
+DOTTED = [["--limit-mm-per-prompt.image", "0"], ["--limit_mm_per_prompt.image=0", "--limit-mm-per-prompt.video", "2"],
+          ["--limit-mm-per-prompt", '{"image": 1}', "--limit-mm-per-prompt.video=0"],
+          ["--mm-processor-kwargs.size.longest_edge", "1M", "--mm-processor-kwargs.max_pixels=25.6k"],
+          ["--compilation-config.cudagraph_capture_sizes+", "1,2", "--compilation-config.mode", "3"],
+          ["--max-num-seqs", "8", "--max-num-seqs", "16"]]
+
+
 @pytest.mark.parametrize("words", [["--max_num_seqs=64"], ["--no_enable_prefix_caching"], ["--no-enable-prefix"],
-                                   ["--max-num-batched", "8192"], ["--enforce_eager"]])
+                                   ["--max-num-batched", "8192"], ["--enforce_eager"], *DOTTED])
 def test_canonical_spellings_are_the_options_vllm_parses_them_as(words):
+    """Dotted flags fold into one JSON value per flag, after the rest (FlexibleArgumentParser.parse_args), and a flag
+    given twice keeps its last value, as the plan reads it (planner/commands.py flag_value)."""
     parser = vllm_parser()
     base = ["--model", "m"]
-    assert vars(parser.parse_args(base + words)) == vars(parser.parse_args(base + list(vllm_flags.canonical_args(
-        words))))
+    canonical = list(vllm_flags.canonical_args(words))
+    assert vars(parser.parse_args(base + words)) == vars(parser.parse_args(base + canonical))
+    assert all("." not in w.partition("=")[0] for w in canonical if w.startswith("--"))
 
 
-@pytest.mark.parametrize("word", ["--enable-prefx-caching", "--enable", "--max-num-seqz=4"])
+@pytest.mark.parametrize("words", DOTTED)
+def test_a_dotted_flag_vllms_parser_takes_is_not_refused(words):
+    vllm_parser().parse_args(["--model", "m", *words])
+    assert vllm_flags.unknown_flag(words) is None
+
+
+@pytest.mark.parametrize("word", ["--enable-prefx-caching", "--enable", "--max-num-seqz=4",
+                                  "--limit-mm-per-promt.image=0"])
 def test_a_flag_the_table_refuses_is_one_vllms_parser_exits_on(word):
     assert vllm_flags.unknown_flag([word]) is not None
     with pytest.raises(SystemExit):

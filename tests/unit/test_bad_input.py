@@ -121,6 +121,12 @@ REFUSED = [
      "--limit-mm-per-prompt takes a JSON object"),
     ({"vllm": {"extraArgs": ["--limit-mm-per-prompt", "[0]"]}}, "vllm.extraArgs",
      "--limit-mm-per-prompt takes a JSON object of modality limits"),
+    ({"vllm": {"extraArgs": ["--mm-processor-kwargs", "max_pixels=1003520"]}}, "vllm.extraArgs",
+     "--mm-processor-kwargs takes a JSON object"),
+    ({"vllm": {"extraArgs": ["--mm-processor-kwargs.max_pixels", "-5"]}}, "vllm.extraArgs",
+     "max_pixels takes a positive whole number of pixels"),
+    ({"vllm": {"extraArgs": ["--mm-processor-kwargs", '{"images_kwargs": {"size": {"longest_edge": "big"}}}']}},
+     "vllm.extraArgs", "size.longest_edge takes a positive whole number of pixels"),
     ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "32", "--cudagraph-capture-sizes", "8", "16", "64"]}},
      "vllm.extraArgs", "other than the largest capture size up to max_num_batched_tokens (2048), here 64"),
     # both bounds where the value breaks the upper one
@@ -342,3 +348,19 @@ def test_other_projects_namespaces_pass():
 
     check_namespaces({"gcp:project": "p", "kubernetes:context": "c", "vllm-gke:model": {}, "pulumi:tags": {},
                       "vllm:x": 1, "gke:y": 2})
+
+
+def test_mm_processor_kwargs_resize_the_encoder_item_and_the_last_flag_wins():
+    """A larger max_pixels in --mm-processor-kwargs (JSON or dotted) grows Qwen2.5-VL's profiled image, so fewer KV
+    tokens are left than with the published processor's; a flag given twice is read as vLLM's parser keeps it (the
+    last)."""
+    qwen = {"model": model("Qwen2.5-VL-7B-Instruct"), "accelerator": accel("nvidia-h200-141gb")}
+    default = sizing(**qwen, vllm={"maxModelLen": 8192}).kv_cache_tokens_per_replica
+    larger = sizing(**qwen, vllm={"maxModelLen": 8192, "extraArgs": ["--mm-processor-kwargs",
+                                                                      '{"max_pixels": 25690112}']})
+    dotted = sizing(**qwen, vllm={"maxModelLen": 8192, "extraArgs": ["--mm-processor-kwargs.max_pixels=25690112"]})
+    twice = sizing(**qwen, vllm={"maxModelLen": 8192, "extraArgs": ["--mm-processor-kwargs", '{"max_pixels": 3136}',
+                                                                     "--mm-processor-kwargs",
+                                                                     '{"max_pixels": 25690112}']})
+    assert default > larger.kv_cache_tokens_per_replica == dotted.kv_cache_tokens_per_replica \
+        == twice.kv_cache_tokens_per_replica
