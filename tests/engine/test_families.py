@@ -104,10 +104,12 @@ OVER_COUNTED = {
                                           "the plan keeps that hold in the sampler phase, not under the latent-"
                                           "attention floor, since DeepSeek-V3:5 with the same router held none there. "
                                           "0.32.0 holds none"),
-    ("gemma-3-4b-it", "all"): (0.008, "validation 64 (H200, held out), V1 runner at 256 sequences and 2,048 batched "
-                                      "tokens, 32,768 tokens of context: about 1.5 GiB in use before the profile where "
-                                      "the plan takes 0.54 (the family reserve's path; the same +0.74% without the "
-                                      "encoder rule); not traced. Its rows at 8,192 tokens are within -0.24..+0.06%"),
+    ("gemma-3-4b-it", "all"): (0.008, "validation 64 (H200, held out), V1 runner with 512-token graphs: vLLM 0.25.1's "
+                                      "V1 CUDA-graph estimate took 24 MiB a graph (1.31 GiB, the plan's line 0.32): "
+                                      "its second capture's 9.7 MiB MLP activation fell under the allocator's 10 MiB "
+                                      "large-request size and took new 20 MiB segments (docs/benchmarks.md \"V1 "
+                                      "CUDA-graph estimate traces\", g2 and g3, which repeated it); its V1 rows at "
+                                      "256-token graphs are within (-0.24%)"),
     ("lfm2-1.2b", "all"): (0.013, "batch 15 (H100, held out), V1 runner: its second PIECEWISE capture kept a 20 MiB "
                                   "segment of torch's allocator, which vLLM 0.25.1's V1 estimate multiplied by 50 "
                                   "graphs (1.20 GiB estimated, 0.36 captured; docs/benchmarks.md \"V1 CUDA-graph "
