@@ -316,7 +316,9 @@ class VllmConfig(Section):
     dtype: Literal["auto", "bfloat16", "float16", "float32", "half"] = Field("auto", description="--dtype.")
     kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto", description="--kv-cache-dtype.")
-    extra_args: Texts = Field((), description="Appended to the server's command line.")
+    extra_args: Texts = Field((), description="Appended to the server's command line; the plan reads them as vLLM's "
+                              "parser does (unambiguous prefixes, _ for -, dotted --flag.key value, a repeated flag's "
+                              "last value).")
     compile_cache: Bool = Field(True, description="Keep vLLM's torch.compile cache in a Cloud Storage bucket of the "
                                                   "stack (GCS FUSE): replicas after the first skip compilation.")
 
