@@ -53,6 +53,8 @@ class EncoderInput(NamedTuple):
     pixels: tuple[int, int] = (0, 0)
     """The published processor's (min, max) pixels of an image, which --mm-processor-kwargs overrides
     (planner/memory.py encoder_item)."""
+    side: int = 0
+    """Gemma 3's image side in pixels, which pan-and-scan crops (--mm-processor-kwargs) repeat; 0 for other towers."""
 
 
 @dataclass(frozen=True)

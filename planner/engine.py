@@ -221,6 +221,10 @@ class EngineSettings:
     vision_sizes: tuple[tuple[int | None, int | None], tuple[int | None, int | None]] = ((None, None), (None, None))
     """((min, max) pixels of an image, (min, max) of a video frame) that --mm-processor-kwargs sets for a Qwen-VL
     processor, None where it sets none (_vision_sizes; planner/memory.py encoder_item)."""
+    pan_and_scan: tuple[bool | None, int | None, int | None, float | None] = (None, None, None, None)
+    """Gemma 3's do_pan_and_scan, pan_and_scan_max_num_crops, pan_and_scan_min_crop_size and
+    pan_and_scan_min_ratio_to_activate as --mm-processor-kwargs sets them (flat or in images_kwargs, the scope's own
+    first), None where not set (planner/memory.py encoder_item)."""
     max_model_len: int = 0
     """--max-model-len (vllm.maxModelLen) where the plan sets it (planner/layout.py fit), 0 where unknown: how long a
     dummy video vLLM's encoder profile runs (planner/memory.py encoder_item)."""
@@ -301,15 +305,11 @@ def _modality_limits(args: tuple[str, ...]) -> dict[str, object]:
     return limits
 
 
-def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None], tuple[int | None, int | None]]:
-    """--mm-processor-kwargs as vLLM 0.32.0 hands it to a Qwen-VL processor's image and video scopes
-    (vllm/multimodal/processing/context.py _resolve_mm_processor_kwargs: a flat key goes to every scope whose HF
-    processor takes it, Qwen-VL's image and video processors both take min_pixels, max_pixels and size, and a key the
-    scope sets itself wins; qwen2_vl.py _get_vision_size: `size` edges, then min_pixels / max_pixels over them):
-    each scope's (min, max) pixels, None where not set."""
+def _processor_kwargs(args: tuple[str, ...]) -> dict:
+    """--mm-processor-kwargs as its JSON object ({} where not given)."""
     value = flag_value(args, "--mm-processor-kwargs")
     if value is None:
-        return (None, None), (None, None)
+        return {}
     usage = "--mm-processor-kwargs takes a JSON object, e.g. '{\"max_pixels\": 1003520}'"
     try:
         kwargs = json.loads(value)
@@ -317,6 +317,37 @@ def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None],
         raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {value}", usage) from None
     if not isinstance(kwargs, dict):
         raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {value}", usage)
+    return kwargs
+
+
+def _pan_and_scan(args: tuple[str, ...]) -> tuple[bool | None, int | None, int | None, float | None]:
+    """Gemma 3's pan-and-scan keys of --mm-processor-kwargs as its processor merges them into images_kwargs
+    (vLLM 0.32.0 gemma3_mm.py get_num_crops: processor._merge_kwargs over the merged kwargs; a key of images_kwargs
+    over the flat one)."""
+    kwargs = _processor_kwargs(args)
+    scope = kwargs.get("images_kwargs") if isinstance(kwargs.get("images_kwargs"), dict) else {}
+    found: list = []
+    for key, accepted, valid in (
+            ("do_pan_and_scan", "true or false", lambda v: isinstance(v, bool)),
+            ("pan_and_scan_max_num_crops", "a positive whole number", _positive_whole),
+            ("pan_and_scan_min_crop_size", "a positive whole number", _positive_whole),
+            ("pan_and_scan_min_ratio_to_activate", "a positive number",
+             lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0)):
+        value = scope.get(key, kwargs.get(key))
+        if value is not None and not valid(value):
+            raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {key}={json.dumps(value)}",
+                              f"{key} takes {accepted}")
+        found.append(value)
+    return tuple(found)  # type: ignore[return-value]
+
+
+def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None], tuple[int | None, int | None]]:
+    """--mm-processor-kwargs as vLLM 0.32.0 hands it to a Qwen-VL processor's image and video scopes
+    (vllm/multimodal/processing/context.py _resolve_mm_processor_kwargs: a flat key goes to every scope whose HF
+    processor takes it, Qwen-VL's image and video processors both take min_pixels, max_pixels and size, and a key the
+    scope sets itself wins; qwen2_vl.py _get_vision_size: `size` edges, then min_pixels / max_pixels over them):
+    each scope's (min, max) pixels, None where not set."""
+    kwargs = _processor_kwargs(args)
 
     def pixels(scope: dict, key: str, edge: str) -> int | None:
         for source in (scope, kwargs):
@@ -335,11 +366,15 @@ def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None],
     return sizes[0], sizes[1]
 
 
+def _positive_whole(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
 def _pixel_count(value: object, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not _positive_whole(value):
         raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {key}={json.dumps(value)}",
                           f"{key} takes a positive whole number of pixels")
-    return value
+    return int(value)  # type: ignore[call-overload]
 
 
 def _mamba_dtype_flag(args: tuple[str, ...], flag: str) -> str:
@@ -377,4 +412,5 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         modalities_named=frozenset(limits),
         modalities_off=frozenset(k for k, v in limits.items() if (v.get("count") if isinstance(v, dict) else v) == 0),
         vision_sizes=_vision_sizes(args),
+        pan_and_scan=_pan_and_scan(args),
     )

@@ -635,6 +635,23 @@ def resized_image(height: int, width: int, unit: int, min_pixels: int, max_pixel
     return h, w
 
 
+GEMMA3_PAN_AND_SCAN = (False, 4, 256, 1.2)
+"""Gemma 3's processor defaults for do_pan_and_scan, pan_and_scan_max_num_crops, pan_and_scan_min_crop_size and
+pan_and_scan_min_ratio_to_activate (transformers' Gemma3ProcessorKwargs._defaults): no crops unless asked."""
+
+
+def pan_and_scan_crops(side: int, do: bool, most: int, least_side: int, ratio: float) -> int:
+    """The crops Gemma 3's processor adds to vLLM's dummy image, side x most tall and side wide (vLLM 0.32.0
+    gemma3_mm.py get_image_size_with_most_features and get_num_crops, after transformers' pan_and_scan): none without
+    pan-and-scan or where the image is not `ratio` times taller than wide; else the rounded aspect, at least 2 and at
+    most `most`, none where a crop would be under `least_side` pixels."""
+    height = side * most
+    if not do or height / side < ratio:
+        return 0
+    crops = min(most, max(2, min(height // least_side, math.floor(height / side + 0.5))))
+    return crops if min(side, math.ceil(height / crops)) >= least_side else 0
+
+
 def input_modalities(wrapper: Mapping[str, Any]) -> tuple[str, ...]:
     """The input modalities vLLM's processing info of the family supports (get_supported_mm_limits in
     vllm/model_executor/models/<family>.py: qwen2_vl.py for every Qwen-VL family, gemma3_mm.py, gemma4_mm.py with
@@ -679,7 +696,7 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
     side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
     if kind == "gemma3" and side:
         return EncoderInput((side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width,
-                            tokens, out, 0, 0, False)
+                            tokens, out, 0, 0, False, side=side)
     return ()
 
 

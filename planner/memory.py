@@ -37,7 +37,7 @@ from planner.engine import (
     with_router_fake,
 )
 from planner.kv_cache import pp_stages, stage_bounds
-from planner.layers import most_features_image, resized_image
+from planner.layers import GEMMA3_PAN_AND_SCAN, most_features_image, pan_and_scan_crops, resized_image
 from planner.memory_fit import FITTED, MemoryFit
 
 if TYPE_CHECKING:
@@ -517,7 +517,8 @@ traced."""
 def encoder_item(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, int]:
     """(patches, decoder tokens) of the one item the encoder profile runs, of the modality with the most tokens per
     item among those --limit-mm-per-prompt leaves on (MultiModalBudget.get_modality_with_max_tokens, the image on a
-    tie). Gemma 3: its fixed-size image. The Qwen-VL families (vllm/model_executor/models/qwen2_vl.py): the image of
+    tie). Gemma 3: its image and the crops pan-and-scan adds to it where --mm-processor-kwargs turns it on
+    (pan_and_scan_crops). The Qwen-VL families (vllm/model_executor/models/qwen2_vl.py): the image of
     most tokens under the image scope's max_pixels (most_features_image) as the processor resizes it (resized_image,
     min and max pixels of --mm-processor-kwargs over the published processor's: engine.vision_sizes); Qwen2-VL's
     and Qwen2.5-VL's dummy video is frames of that image resized by the video scope, as many as max_model_len holds,
@@ -525,6 +526,11 @@ def encoder_item(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, 
     tokens of context on it is the item. Qwen3-VL's and Qwen3.5's video is left out: at their processors' sizes it
     holds fewer tokens than the image (layers.py QWEN2_VL_VIDEO_FRAMES)."""
     item = arch.encoder_input
+    if item.side:
+        settings = tuple(given if given is not None else default
+                         for given, default in zip(engine.pan_and_scan, GEMMA3_PAN_AND_SCAN, strict=True))
+        images = 1 + pan_and_scan_crops(item.side, *settings)
+        return item.patches * images, item.tokens * images
     if not item.unit:
         return item.patches, item.tokens
     (image_min, image_max), (video_min, video_max) = engine.vision_sizes

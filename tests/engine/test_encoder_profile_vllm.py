@@ -314,3 +314,63 @@ def test_a_qwen3_vl_image_is_sized_by_the_image_scope(kwargs):
     extra = ("--mm-processor-kwargs", json.dumps(kwargs)) if kwargs else ()
     engine = replace(default_engine(H200, "0.32.0", extra_args=extra), max_model_len=8192)
     assert encoder_item(arch("Qwen3-VL-8B-Instruct"), engine)[1] == info_class().get_max_image_tokens()
+
+
+def gemma3_image_kwargs_class():
+    """transformers' Gemma3ImageProcessorKwargs as a TypedDict (its module imports torchvision): the keys its
+    processor's _merge_kwargs routes into images_kwargs."""
+    import ast
+    from typing import TypedDict
+
+    tree = ast.parse(source_path("transformers", "models", "gemma3", "image_processing_gemma3.py").read_text())
+    node = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Gemma3ImageProcessorKwargs")
+    kinds = {"bool": bool, "int": int, "float": float}
+    return TypedDict("Gemma3ImageProcessorKwargs", {a.target.id: kinds[ast.unparse(a.annotation)]  # type: ignore
+                                                    for a in node.body if isinstance(a, ast.AnnAssign)}, total=False)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"do_pan_and_scan": True}, {"images_kwargs": {"do_pan_and_scan": True}},
+                                    {"do_pan_and_scan": True, "pan_and_scan_max_num_crops": 2},
+                                    {"do_pan_and_scan": True, "pan_and_scan_max_num_crops": 7},
+                                    {"do_pan_and_scan": True, "pan_and_scan_max_num_crops": 1},
+                                    {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 1000},
+                                    {"do_pan_and_scan": True, "pan_and_scan_min_ratio_to_activate": 5.0},
+                                    {"do_pan_and_scan": True, "images_kwargs": {"pan_and_scan_max_num_crops": 3},
+                                     "pan_and_scan_max_num_crops": 6}])
+def test_gemma3_pan_and_scan_crops_are_the_ones_vllm_profiles(kwargs):
+    """Gemma3ProcessingInfo (vLLM 0.32.0, compiled from its source) builds a dummy image max_num_crops times taller
+    than wide and counts its pan-and-scan crops from the processor's merged images_kwargs (transformers'
+    ProcessorMixin._merge_kwargs with Gemma3ProcessorKwargs' defaults, after vLLM's MultiModalConfig merge and
+    _resolve_mm_processor_kwargs); the plan's item is the image and its crops, each a SigLIP image."""
+    from transformers.models.gemma3.processing_gemma3 import Gemma3ProcessorKwargs
+    from transformers.processing_utils import ProcessorMixin
+    from vllm.config.multimodal import MultiModalConfig
+    from vllm.multimodal.processing.context import _resolve_mm_processor_kwargs
+
+    config = MultiModalConfig(mm_processor_kwargs=kwargs)
+    wrapper = json.loads((PROJECT_DIR / "models" / "gemma-3-4b-it.json").read_text())
+    image_processor = SimpleNamespace(valid_kwargs=gemma3_image_kwargs_class(), do_pan_and_scan=None,
+                                      pan_and_scan_min_crop_size=None, pan_and_scan_max_num_crops=None,
+                                      pan_and_scan_min_ratio_to_activate=None)
+    processor = SimpleNamespace(tokenizer=SimpleNamespace(init_kwargs={}), image_processor=image_processor,
+                                image_seq_length=wrapper["mm_tokens_per_image"])
+    processor._merge_kwargs = lambda cls, tokenizer_init_kwargs, **merged: ProcessorMixin._merge_kwargs(
+        processor, cls, tokenizer_init_kwargs=tokenizer_init_kwargs, **merged)
+    ctx = SimpleNamespace(get_merged_mm_kwargs=lambda request: _resolve_mm_processor_kwargs(
+        config.merge_mm_processor_kwargs(request)))
+    methods = compiled(source_path("vllm", "model_executor", "models", "gemma3_mm.py"),
+                       ("get_num_crops", "get_num_image_tokens", "get_image_size_with_most_features"),
+                       "Gemma3ProcessingInfo", {"Gemma3Processor": object, "Gemma3ImageProcessor": object,
+                                                "Gemma3ProcessorKwargs": Gemma3ProcessorKwargs,
+                                                "logger": SimpleNamespace(warning_once=lambda *a: None)})
+    side = wrapper["vision_config"]["image_size"]
+    info = type("Info", (), {**methods, "ctx": ctx, "get_hf_processor": lambda self: processor,
+                             "get_hf_config": lambda self: SimpleNamespace(
+                                 vision_config=SimpleNamespace(image_size=side))})()
+    size = info.get_image_size_with_most_features()
+    tokens = info.get_num_image_tokens(image_width=size.width, image_height=size.height, processor=processor,
+                                       mm_kwargs={})
+    engine = default_engine(H200, "0.32.0", extra_args=("--mm-processor-kwargs", json.dumps(kwargs)))
+    a = arch("gemma-3-4b-it")
+    patches, planned = encoder_item(a, engine)
+    assert planned == tokens and patches == tokens // wrapper["mm_tokens_per_image"] * a.encoder_input.patches
