@@ -160,6 +160,9 @@ class ModelArchitecture:
     read."""
     modalities: tuple[str, ...] = ()
     """The input modalities vLLM supports for the family (planner/layers.py input_modalities); () where not read."""
+    image_prefix_lm: bool = False
+    """Bidirectional attention over a multimodal item (vLLM's is_mm_prefix_lm: Gemma 3, PaliGemma, ...;
+    planner/layers.py image_prefix_lm), for which vLLM turns chunked multimodal input off."""
     architecture: str = ""
     """The config's first `architectures` entry (the wrapper's for multimodal models): the class vLLM loads, which
     decides the model runner in some releases (planner/engine.py)."""

@@ -221,6 +221,10 @@ class EngineSettings:
     vision_sizes: tuple[tuple[int | None, int | None], tuple[int | None, int | None]] = ((None, None), (None, None))
     """((min, max) pixels of an image, (min, max) of a video frame) that --mm-processor-kwargs sets for a Qwen-VL
     processor, None where it sets none (_vision_sizes; planner/memory.py encoder_item)."""
+    chunked_mm_input: bool = True
+    """False with --disable-chunked-mm-input: a multimodal item is then scheduled whole, so it must fit
+    max_num_batched_tokens (vLLM forces it for models with bidirectional attention over an item:
+    ModelArchitecture.image_prefix_lm)."""
     pan_and_scan: tuple[bool | None, int | None, int | None, float | None] = (None, None, None, None)
     """Gemma 3's do_pan_and_scan, pan_and_scan_max_num_crops, pan_and_scan_min_crop_size and
     pan_and_scan_min_ratio_to_activate as --mm-processor-kwargs sets them (flat or in images_kwargs, the scope's own
@@ -366,6 +370,18 @@ def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None],
     return sizes[0], sizes[1]
 
 
+def _last_switch(args: tuple[str, ...], flag: str) -> bool | None:
+    """A boolean flag as argparse's BooleanOptionalAction keeps it: the last of `flag` (True) and its --no- form
+    (False); None where neither is given."""
+    found = None
+    for word in args:
+        if word == flag:
+            found = True
+        elif word == "--no-" + flag[2:]:
+            found = False
+    return found
+
+
 def _positive_whole(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and value > 0
 
@@ -413,4 +429,5 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         modalities_off=frozenset(k for k, v in limits.items() if (v.get("count") if isinstance(v, dict) else v) == 0),
         vision_sizes=_vision_sizes(args),
         pan_and_scan=_pan_and_scan(args),
+        chunked_mm_input=_last_switch(args, "--disable-chunked-mm-input") is not True,
     )

@@ -652,6 +652,27 @@ def pan_and_scan_crops(side: int, do: bool, most: int, least_side: int, ratio: f
     return crops if min(side, math.ceil(height / crops)) >= least_side else 0
 
 
+MM_PREFIX_LM_TYPES = frozenset({"bagel", "gemma3", "molmo2", "moondream3", "paligemma"})
+"""Model types vLLM 0.32.0 serves with bidirectional attention over each multimodal item where the config does not say
+(vllm/transformers_utils/model_arch_config_convertor.py is_mm_prefix_lm, MM_PREFIX_LM_MODELS)."""
+
+
+def image_prefix_lm(wrapper: Mapping[str, Any]) -> bool:
+    """Whether vLLM attends bidirectionally over a multimodal item of this config (is_mm_prefix_lm: the config's own
+    is_mm_prefix_lm where it has one, Gemma 4's text_config use_bidirectional_attention "vision", DeepSeek-V4 with
+    vision layers, else MM_PREFIX_LM_TYPES): vLLM then forces chunked multimodal input off
+    (vllm/platforms/cuda.py), so one item must fit max_num_batched_tokens."""
+    if "is_mm_prefix_lm" in wrapper:
+        return bool(wrapper["is_mm_prefix_lm"])
+    kind = str(wrapper.get("model_type", ""))
+    text = wrapper.get("text_config") if isinstance(wrapper.get("text_config"), Mapping) else {}
+    if kind == "gemma4":
+        return text.get("use_bidirectional_attention") == "vision"
+    if kind == "deepseek_v4":
+        return first_int(wrapper, "vision_n_layers") > 0
+    return kind in MM_PREFIX_LM_TYPES
+
+
 def input_modalities(wrapper: Mapping[str, Any]) -> tuple[str, ...]:
     """The input modalities vLLM's processing info of the family supports (get_supported_mm_limits in
     vllm/model_executor/models/<family>.py: qwen2_vl.py for every Qwen-VL family, gemma3_mm.py, gemma4_mm.py with

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.architecture import ModelArchitecture
 from planner.catalog import (
@@ -31,6 +31,7 @@ from planner.config import Rung, Settings
 from planner.disks import DiskChoice, choose_weights_disk, disk_read_mib_s, weights_load_seconds
 from planner.engine import (
     EngineChoice,
+    EngineSettings,
     engine_settings,
 )
 from planner.errors import ConfigError
@@ -47,7 +48,14 @@ from planner.layout import (
     stack_engine,
     unsized_layout,
 )
-from planner.memory import cudagraph_bytes, default_engine, kv_dtype_bytes, model_weight_bytes, multimodal_inputs
+from planner.memory import (
+    cudagraph_bytes,
+    default_engine,
+    encoder_item,
+    kv_dtype_bytes,
+    model_weight_bytes,
+    multimodal_inputs,
+)
 from planner.memory_fit import FITTED, MemoryFit
 
 NODE_PROVISIONING_TYPICAL_SECONDS = 150
@@ -307,6 +315,7 @@ def plan(settings: Settings) -> Sizing:
     choice = engine_choice(settings)
     engine = stack_engine(settings, choice)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
+    refuse_items_over_a_batch(arch, replace(engine, max_model_len=settings.vllm.max_model_len))
 
     compared: list[Compared] = []
     if par.tensor is None and par.pipeline is None and par.data is None and par.expert is None:
@@ -473,6 +482,25 @@ def families(arch: ModelArchitecture) -> list[str]:
     if arch.quantized_parts:
         found.append(f"quantized {arch.quant_method}")
     return found or ["dense"]
+
+
+def refuse_items_over_a_batch(arch: ModelArchitecture, engine: EngineSettings) -> None:
+    """vLLM's start-up refusal of a multimodal item larger than one batch where items are scheduled whole
+    (vllm/v1/core/encoder_cache_manager.py compute_mm_encoder_budget: "Chunked MM input disabled but
+    max_tokens_per_mm_item ... is larger than max_num_batched_tokens"): with --disable-chunked-mm-input, and for models
+    that attend bidirectionally over an item, for which vLLM forces it (vllm/platforms/cuda.py; Gemma 3 with 20
+    pan-and-scan crops at 2,048 batched tokens exited so on the GPU host's 0.25.1 too). The item is the plan's
+    (planner/memory.py encoder_item); towers whose item is not read are not checked."""
+    if not arch.encoder_input or not multimodal_inputs(arch, engine):
+        return
+    tokens = encoder_item(arch, engine)[1]
+    if (arch.image_prefix_lm or not engine.chunked_mm_input) and tokens > engine.max_num_batched_tokens:
+        why = ("--disable-chunked-mm-input schedules each multimodal item whole" if not engine.chunked_mm_input else
+               f"vLLM schedules each multimodal item of {arch.name} whole (bidirectional attention over it)")
+        raise ConfigError("vllm.extraArgs", f"--max-num-batched-tokens {engine.max_num_batched_tokens}",
+                          f"{arch.name}'s largest multimodal item is {tokens:,} tokens and {why}, so vLLM refuses to "
+                          f"start; give --max-num-batched-tokens {tokens} or more, or make the item smaller "
+                          "(--mm-processor-kwargs: fewer pan-and-scan crops, a smaller max_pixels)")
 
 
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,

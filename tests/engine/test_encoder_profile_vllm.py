@@ -374,3 +374,80 @@ def test_gemma3_pan_and_scan_crops_are_the_ones_vllm_profiles(kwargs):
     a = arch("gemma-3-4b-it")
     patches, planned = encoder_item(a, engine)
     assert planned == tokens and patches == tokens // wrapper["mm_tokens_per_image"] * a.encoder_input.patches
+
+
+def namespace(value):
+    """A config dict as attribute access, nested, the way transformers' config objects read."""
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: namespace(v) for k, v in value.items()})
+    return value
+
+
+PREFIX_CONFIGS = [json.loads((PROJECT_DIR / "models" / f"{n}.json").read_text())
+                  for n in ("gemma-3-4b-it", "Qwen2.5-VL-7B-Instruct", "gemma-4-31B-it", "Kimi-K2.5")] + [
+    {"model_type": "paligemma"}, {"model_type": "qwen2_vl", "is_mm_prefix_lm": True},
+    {"model_type": "gemma4", "text_config": {"use_bidirectional_attention": "vision"}},
+    {"model_type": "gemma4", "text_config": {"use_bidirectional_attention": None}},
+    {"model_type": "deepseek_v4", "vision_n_layers": 2}, {"model_type": "deepseek_v4"}]
+
+
+@pytest.mark.parametrize("config", PREFIX_CONFIGS, ids=lambda c: c.get("_name_or_path", c["model_type"]))
+def test_bidirectional_item_attention_is_read_as_vllm_reads_it(config):
+    """vLLM 0.32.0's is_mm_prefix_lm (model_arch_config_convertor.py: the family's convertor, else the base's list),
+    called on the config, against planner/layers.py image_prefix_lm."""
+    import vllm.config  # noqa: F401  (the convertor module is imported through it)
+    from vllm.transformers_utils.model_arch_config_convertor import (
+        MODEL_ARCH_CONFIG_CONVERTORS,
+        ModelArchConfigConvertorBase,
+    )
+
+    from planner.layers import image_prefix_lm
+
+    convertor = MODEL_ARCH_CONFIG_CONVERTORS.get(config["model_type"], ModelArchConfigConvertorBase)
+    hf = namespace(config)
+    stub = SimpleNamespace(hf_config=hf, hf_text_config=getattr(hf, "text_config", hf))
+    assert image_prefix_lm(config) == convertor.is_mm_prefix_lm(stub, True)
+
+
+@pytest.mark.parametrize(("name", "extra"), [
+    ("gemma-3-4b-it", ("--max-num-batched-tokens", "2048", "--mm-processor-kwargs",
+                       '{"do_pan_and_scan": true, "pan_and_scan_max_num_crops": 20}')),
+    ("gemma-3-4b-it", ("--max-num-batched-tokens", "2048", "--mm-processor-kwargs",
+                       '{"do_pan_and_scan": true, "pan_and_scan_max_num_crops": 7}')),
+    ("gemma-3-4b-it", ("--max-num-batched-tokens", "1024", "--mm-processor-kwargs", '{"do_pan_and_scan": true}')),
+    ("gemma-3-4b-it", ("--max-num-batched-tokens", "2048", "--language-model-only", "--mm-processor-kwargs",
+                       '{"do_pan_and_scan": true, "pan_and_scan_max_num_crops": 20}')),
+    ("Qwen2.5-VL-3B-Instruct", ("--disable-chunked-mm-input",)),
+    ("Qwen2.5-VL-3B-Instruct", ("--disable-chunked-mm-input", "--max-num-batched-tokens", "16384")),
+    ("Qwen2.5-VL-3B-Instruct", ("--max-num-batched-tokens", "2048")),
+    ("Qwen2.5-VL-3B-Instruct", ("--disable-chunked-mm-input", "--no-disable-chunked-mm-input"))])
+def test_an_item_over_one_batch_is_refused_where_vllm_refuses_it(name, extra):
+    """vLLM 0.32.0's compute_mm_encoder_budget raises where chunked multimodal input is off (the flag, or forced for
+    bidirectional item attention) and the largest item is over max_num_batched_tokens; the plan refuses the same
+    stacks at preview (planner/sizing.py refuse_items_over_a_batch) and plans the others."""
+    from vllm.v1.core.encoder_cache_manager import compute_mm_encoder_budget
+
+    from planner.errors import ConfigError
+    from planner.memory import multimodal_inputs
+    from planner.sizing import refuse_items_over_a_batch
+
+    a = arch(name)
+    engine = replace(default_engine(H200, "0.32.0", extra_args=extra), max_model_len=8192)
+    forced = a.image_prefix_lm and multimodal_inputs(a, engine)  # vllm/platforms/cuda.py
+    scheduler = SimpleNamespace(disable_chunked_mm_input=not engine.chunked_mm_input or forced,
+                                max_num_batched_tokens=engine.max_num_batched_tokens,
+                                max_num_encoder_input_tokens=engine.max_num_batched_tokens,
+                                encoder_cache_size=engine.max_num_batched_tokens)
+    items = {"image": encoder_item(a, engine)[1]} if multimodal_inputs(a, engine) else {}
+    try:
+        compute_mm_encoder_budget(scheduler, items)
+        vllm_refuses = False
+    except ValueError:
+        vllm_refuses = True
+    try:
+        refuse_items_over_a_batch(a, engine)
+        refused = False
+    except ConfigError as err:
+        assert "--max-num-batched-tokens" in str(err) and "\n" not in str(err)
+        refused = True
+    assert refused == vllm_refuses

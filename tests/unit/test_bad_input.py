@@ -131,6 +131,11 @@ REFUSED = [
      "do_pan_and_scan takes true or false"),
     ({"vllm": {"extraArgs": ["--mm-processor-kwargs.images_kwargs.pan_and_scan_max_num_crops", "0"]}},
      "vllm.extraArgs", "pan_and_scan_max_num_crops takes a positive whole number"),
+    # an item vLLM schedules whole that is larger than one batch (it exits at start)
+    ({"model": model("gemma-3-4b-it"), "accelerator": accel("nvidia-h200-141gb"),
+      "vllm": {"extraArgs": ["--max-num-batched-tokens", "2048", "--mm-processor-kwargs",
+                             '{"do_pan_and_scan": true, "pan_and_scan_max_num_crops": 20}']}},
+     "vllm.extraArgs", "largest multimodal item is 5,376 tokens"),
     ({"vllm": {"extraArgs": ["--max-cudagraph-capture-size", "32", "--cudagraph-capture-sizes", "8", "16", "64"]}},
      "vllm.extraArgs", "other than the largest capture size up to max_num_batched_tokens (2048), here 64"),
     # both bounds where the value breaks the upper one
@@ -370,13 +375,14 @@ def test_mm_processor_kwargs_resize_the_encoder_item_and_the_last_flag_wins():
         == twice.kv_cache_tokens_per_replica
 
 
-def test_gemma3_pan_and_scan_adds_its_crops_to_the_encoder_item():
-    """With pan-and-scan on, Gemma 3's dummy image brings max_num_crops crops (planner/layers.py pan_and_scan_crops):
-    where one such item outgrows the encoder budget (2,048 batched tokens, 20 crops: 21 images against 8 without),
-    the profile holds more and the plan leaves fewer KV tokens."""
+def test_gemma3_pan_and_scan_items_never_hold_more_images_than_its_budget():
+    """Gemma 3 attends bidirectionally over an image, so vLLM schedules an item whole: an item with its pan-and-scan
+    crops must fit max_num_batched_tokens (planner/sizing.py refuse_items_over_a_batch), and the dummy batch then
+    holds whole items, never more images than the budget's plain ones (5 a item with the default 4 crops: 5 images
+    at 2,048 batched tokens against 8), so the plan leaves at least as many KV tokens."""
     gemma = {"model": model("gemma-3-4b-it"), "accelerator": accel("nvidia-h200-141gb")}
     small = ["--max-num-seqs", "128", "--max-num-batched-tokens", "2048"]
     plain = sizing(**gemma, vllm={"maxModelLen": 8192, "extraArgs": small}).kv_cache_tokens_per_replica
-    crops = sizing(**gemma, vllm={"maxModelLen": 8192, "extraArgs": [
-        *small, "--mm-processor-kwargs", '{"do_pan_and_scan": true, "pan_and_scan_max_num_crops": 20}']})
-    assert plain > crops.kv_cache_tokens_per_replica
+    crops = sizing(**gemma, vllm={"maxModelLen": 8192, "extraArgs": [*small, "--mm-processor-kwargs.do_pan_and_scan",
+                                                                      "true"]}).kv_cache_tokens_per_replica
+    assert crops >= plain
