@@ -500,6 +500,9 @@ SMALL_FIRST_FULL = {
                                          "of 256), as Gemma-3-4B in validation 55",
     ("validation 64", "gemma-3-4b-it"): "--max-num-seqs 256 --max-num-batched-tokens 2048, the V1 runner: 4 MiB where "
                                         "the rule plans 64 (8 heads of 256), as in validation 55",
+    ("validation 72", "gemma-3-4b-it"): "--max-num-seqs 128 --max-num-batched-tokens 2048, the V1 runner: 4 MiB where "
+                                        "the rule plans 32, as in validation 55",
+    ("validation 73", "gemma-3-4b-it"): "the same settings as validation 72 without pan-and-scan: 4 MiB",
 }
 """V1 rows at a --max-num-seqs whose first FULL capture held less than the split accumulators, and why: at 32-64
 sequences three of four attention models' first FULL capture kept 2 MiB (Nemotron-H-8B at 64 kept its 32 and 2 more),
