@@ -352,6 +352,10 @@ def plan(settings: Settings) -> Sizing:
                         f"tower, so the KV tokens per replica ({result.kv_tokens:,}) may be over-stated by its "
                         "activations; vllm.extraArgs --language-model-only serves it text-only, with no encoder "
                         "profile")
+    if unread_video_size(arch, engine):
+        warnings.append(f"vllm.extraArgs: --mm-processor-kwargs sets the video size of {arch.name}, whose dummy "
+                        "video the plan does not size (it takes the image as the encoder profile's item), so the KV "
+                        f"tokens per replica ({result.kv_tokens:,}) are not verified against a larger video")
     concurrency = result.full_sequences(settings.vllm.max_model_len)
     if concurrency < par.min_concurrent_sequences and not arch.unsized:
         warnings.append(f"the KV cache holds {concurrency} full-length sequences per replica, fewer than "
@@ -482,6 +486,15 @@ def families(arch: ModelArchitecture) -> list[str]:
     if arch.quantized_parts:
         found.append(f"quantized {arch.quant_method}")
     return found or ["dense"]
+
+
+def unread_video_size(arch: ModelArchitecture, engine: EngineSettings) -> bool:
+    """Whether --mm-processor-kwargs sizes a video the plan does not size: a Qwen-VL family whose dummy video is left
+    out of the encoder item (Qwen3-VL, Qwen3.5: planner/memory.py encoder_item) with the video scope's size set and
+    video inputs on."""
+    item = arch.encoder_input
+    return (bool(item) and bool(item.unit) and not item.video_groups and multimodal_inputs(arch, engine)
+            and "video" not in engine.modalities_off and engine.vision_sizes[1] != (None, None))
 
 
 def refuse_items_over_a_batch(arch: ModelArchitecture, engine: EngineSettings) -> None:

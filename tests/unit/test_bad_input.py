@@ -386,3 +386,19 @@ def test_gemma3_pan_and_scan_items_never_hold_more_images_than_its_budget():
     crops = sizing(**gemma, vllm={"maxModelLen": 8192, "extraArgs": [*small, "--mm-processor-kwargs.do_pan_and_scan",
                                                                       "true"]}).kv_cache_tokens_per_replica
     assert crops >= plain
+
+
+@pytest.mark.parametrize(("name", "kwargs", "limits", "warned"), [
+    ("Qwen3-VL-8B-Instruct", '{"max_pixels": 33554432}', None, True),
+    ("Qwen3-VL-8B-Instruct", '{"images_kwargs": {"max_pixels": 33554432}}', None, False),
+    ("Qwen3-VL-8B-Instruct", '{"videos_kwargs": {"max_pixels": 50000000}}', None, True),
+    ("Qwen3-VL-8B-Instruct", '{"max_pixels": 33554432}', '{"video": 0}', False),
+    ("Qwen2.5-VL-7B-Instruct", '{"max_pixels": 33554432}', None, False)])
+def test_a_video_size_the_plan_does_not_size_is_named_in_one_warning(name, kwargs, limits, warned):
+    """Qwen3-VL's dummy video is left out of the encoder item (never larger than its image at the published sizes);
+    where --mm-processor-kwargs sets the video scope's size the plan says it did not verify it. Qwen2.5-VL's video is
+    sized, so no warning."""
+    extra = ["--mm-processor-kwargs", kwargs] + (["--limit-mm-per-prompt", limits] if limits else [])
+    found = sizing(model=model(name), accelerator=accel("nvidia-h200-141gb"), vllm={"extraArgs": extra}).warnings
+    lines = [w for w in found if "video size" in w]
+    assert bool(lines) == warned and all("\n" not in w for w in lines)
