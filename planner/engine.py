@@ -324,11 +324,10 @@ def _processor_kwargs(args: tuple[str, ...]) -> dict:
     return kwargs
 
 
-def _pan_and_scan(args: tuple[str, ...]) -> tuple[bool | None, int | None, int | None, float | None]:
-    """Gemma 3's pan-and-scan keys of --mm-processor-kwargs as its processor merges them into images_kwargs
-    (vLLM 0.32.0 gemma3_mm.py get_num_crops: processor._merge_kwargs over the merged kwargs; a key of images_kwargs
-    over the flat one)."""
-    kwargs = _processor_kwargs(args)
+def _pan_and_scan(kwargs: dict) -> tuple[bool | None, int | None, int | None, float | None]:
+    """Gemma 3's pan-and-scan keys of --mm-processor-kwargs (`kwargs`) as its processor merges them into
+    images_kwargs (vLLM 0.32.0 gemma3_mm.py get_num_crops: processor._merge_kwargs over the merged kwargs; a key of
+    images_kwargs over the flat one)."""
     scope = kwargs.get("images_kwargs") if isinstance(kwargs.get("images_kwargs"), dict) else {}
     found: list = []
     for key, accepted, valid in (
@@ -345,14 +344,12 @@ def _pan_and_scan(args: tuple[str, ...]) -> tuple[bool | None, int | None, int |
     return tuple(found)  # type: ignore[return-value]
 
 
-def _vision_sizes(args: tuple[str, ...]) -> tuple[tuple[int | None, int | None], tuple[int | None, int | None]]:
-    """--mm-processor-kwargs as vLLM 0.32.0 hands it to a Qwen-VL processor's image and video scopes
+def _vision_sizes(kwargs: dict) -> tuple[tuple[int | None, int | None], tuple[int | None, int | None]]:
+    """--mm-processor-kwargs (`kwargs`) as vLLM 0.32.0 hands it to a Qwen-VL processor's image and video scopes
     (vllm/multimodal/processing/context.py _resolve_mm_processor_kwargs: a flat key goes to every scope whose HF
     processor takes it, Qwen-VL's image and video processors both take min_pixels, max_pixels and size, and a key the
     scope sets itself wins; qwen2_vl.py _get_vision_size: `size` edges, then min_pixels / max_pixels over them):
     each scope's (min, max) pixels, None where not set."""
-    kwargs = _processor_kwargs(args)
-
     def pixels(scope: dict, key: str, edge: str) -> int | None:
         for source in (scope, kwargs):
             if source.get(key) is not None:
@@ -411,6 +408,7 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
     capture_list = _positive_list(args, "--cudagraph-capture-sizes")
     _consistent_capture_flags(max_capture, capture_list, max_num_batched_tokens)
     limits = _modality_limits(args)
+    processor_kwargs = _processor_kwargs(args)
     return EngineSettings(
         profile=profile,
         max_num_seqs=_positive(args, "--max-num-seqs") or seqs,
@@ -427,7 +425,7 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         text_only="--language-model-only" in args,
         modalities_named=frozenset(limits),
         modalities_off=frozenset(k for k, v in limits.items() if (v.get("count") if isinstance(v, dict) else v) == 0),
-        vision_sizes=_vision_sizes(args),
-        pan_and_scan=_pan_and_scan(args),
+        vision_sizes=_vision_sizes(processor_kwargs),
+        pan_and_scan=_pan_and_scan(processor_kwargs),
         chunked_mm_input=_last_switch(args, "--disable-chunked-mm-input") is not True,
     )
