@@ -20,6 +20,7 @@ from planner.catalog import GIB, Accelerator
 from planner.commands import flag_value
 from planner.errors import ConfigError
 from planner.kv_cache import MAMBA_DTYPES, POOL_RULES, Admission, LayerSpec, StateDtypes
+from planner.layers import positive_int
 from planner.versions import VLLM_VERSION
 from planner.vllm_flags import canonical_args, image_version, version_key
 
@@ -332,8 +333,8 @@ def _pan_and_scan(kwargs: dict) -> tuple[bool | None, int | None, int | None, fl
     found: list = []
     for key, accepted, valid in (
             ("do_pan_and_scan", "true or false", lambda v: isinstance(v, bool)),
-            ("pan_and_scan_max_num_crops", "a positive whole number", _positive_whole),
-            ("pan_and_scan_min_crop_size", "a positive whole number", _positive_whole),
+            ("pan_and_scan_max_num_crops", "a positive whole number", positive_int),
+            ("pan_and_scan_min_crop_size", "a positive whole number", positive_int),
             ("pan_and_scan_min_ratio_to_activate", "a positive number",
              lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0)):
         value = scope.get(key, kwargs.get(key))
@@ -379,12 +380,8 @@ def _last_switch(args: tuple[str, ...], flag: str) -> bool | None:
     return found
 
 
-def _positive_whole(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value > 0
-
-
 def _pixel_count(value: object, key: str) -> int:
-    if not _positive_whole(value):
+    if not positive_int(value):
         raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {key}={json.dumps(value)}",
                           f"{key} takes a positive whole number of pixels")
     return int(value)  # type: ignore[call-overload]

@@ -160,9 +160,12 @@ def _dotted_value(text: str) -> object:
     except ValueError:
         pass
     found = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
-    if found and (found[2].islower() or "." not in found[1]):
-        return int(float(found[1]) * _SUFFIXES[found[2]]) if found[2].islower() else int(found[1]) * _SUFFIXES[found[2]]
-    return text
+    if not found:
+        return text
+    number, suffix = found.groups()
+    if suffix.islower():
+        return int(float(number) * _SUFFIXES[suffix])
+    return text if "." in number else int(number) * _SUFFIXES[suffix]
 
 
 def folded_dotted(words: list[str]) -> list[str]:
