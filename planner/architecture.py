@@ -55,6 +55,16 @@ class EncoderInput(NamedTuple):
     (planner/memory.py encoder_item)."""
     side: int = 0
     """Gemma 3's image side in pixels, which pan-and-scan crops (--mm-processor-kwargs) repeat; 0 for other towers."""
+    pool: int = 0
+    """Gemma 4's pooling kernel side: a soft token pools pool^2 patches, and the tower runs every image and video frame
+    padded to its most patches (max_soft_tokens x pool^2); 0 for other towers (planner/memory.py gemma4_items)."""
+    positions: int = 0
+    """Gemma 4's position_embedding_size, by which vLLM sizes the chunks it runs the tower in (planner/memory.py
+    tower_chunk)."""
+    mlp_states: float = 0.0
+    """Tower-width tensors per patch live in the MLP of one of the tower's blocks where it is gated: the gate's
+    activation, the up projection and their product (3 x intermediate) beside the block's input, its residual and its
+    normed copy; 0 where not read (planner/memory.py encoder_states)."""
 
 
 @dataclass(frozen=True)

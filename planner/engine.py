@@ -230,6 +230,13 @@ class EngineSettings:
     """Gemma 3's do_pan_and_scan, pan_and_scan_max_num_crops, pan_and_scan_min_crop_size and
     pan_and_scan_min_ratio_to_activate as --mm-processor-kwargs sets them (flat or in images_kwargs, the scope's own
     first), None where not set (planner/memory.py encoder_item)."""
+    max_soft_tokens: object = None
+    """Gemma 4's max_soft_tokens as --mm-processor-kwargs sets it (the flat key, else the images_kwargs one:
+    vllm/model_executor/models/gemma4_mm.py _get_max_soft_tokens), as given; None where not set (planner/memory.py
+    gemma4_items, planner/sizing.py refuse_unsupported_soft_tokens)."""
+    batched_tokens_given: bool = False
+    """Whether --max-num-batched-tokens is given: vLLM raises only a defaulted one to a prefix-LM model's largest item
+    (planner/memory.py with_item_floor)."""
     max_model_len: int = 0
     """--max-model-len (vllm.maxModelLen) where the plan sets it (planner/layout.py fit), 0 where unknown: how long a
     dummy video vLLM's encoder profile runs (planner/memory.py encoder_item)."""
@@ -345,6 +352,15 @@ def _pan_and_scan(kwargs: dict) -> tuple[bool | None, int | None, int | None, fl
     return tuple(found)  # type: ignore[return-value]
 
 
+def _max_soft_tokens(kwargs: dict) -> object:
+    """Gemma 4's max_soft_tokens in --mm-processor-kwargs (`kwargs`): the flat key first, else images_kwargs' (vLLM
+    0.32.0 gemma4_mm.py _get_max_soft_tokens); None where neither is set."""
+    if kwargs.get("max_soft_tokens") is not None:
+        return kwargs["max_soft_tokens"]
+    scope = kwargs.get("images_kwargs")
+    return scope.get("max_soft_tokens") if isinstance(scope, dict) else None
+
+
 def _vision_sizes(kwargs: dict) -> tuple[tuple[int | None, int | None], tuple[int | None, int | None]]:
     """--mm-processor-kwargs (`kwargs`) as vLLM 0.32.0 hands it to a Qwen-VL processor's image and video scopes
     (vllm/multimodal/processing/context.py _resolve_mm_processor_kwargs: a flat key goes to every scope whose HF
@@ -425,4 +441,6 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         vision_sizes=_vision_sizes(processor_kwargs),
         pan_and_scan=_pan_and_scan(processor_kwargs),
         chunked_mm_input=_last_switch(args, "--disable-chunked-mm-input") is not True,
+        max_soft_tokens=_max_soft_tokens(processor_kwargs),
+        batched_tokens_given=flag_value(args, "--max-num-batched-tokens") is not None,
     )

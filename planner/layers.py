@@ -657,6 +657,20 @@ MM_PREFIX_LM_TYPES = frozenset({"bagel", "gemma3", "molmo2", "moondream3", "pali
 (vllm/transformers_utils/model_arch_config_convertor.py is_mm_prefix_lm, MM_PREFIX_LM_MODELS)."""
 
 
+GEMMA4_SOFT_TOKENS = (70, 140, 280, 560, 1120)
+"""The max_soft_tokens values Gemma 4's processor takes (vllm/model_executor/models/gemma4_mm.py
+_SUPPORTED_SOFT_TOKENS): any other in --mm-processor-kwargs makes vLLM raise while it builds the profile's dummy
+batch."""
+GEMMA4_IMAGE_SOFT_TOKENS = 280
+"""Gemma 4's soft tokens of an image where the vision config names no default_output_length."""
+GEMMA4_VIDEO_FRAMES = 32
+GEMMA4_FRAME_SOFT_TOKENS = 70
+GEMMA4_FRAME_MARKERS = 8
+"""Gemma 4's dummy video: 32 frames (_VIDEO_MAX_FRAMES), each through the vision tower at 70 soft tokens
+(_VIDEO_MAX_SOFT_TOKENS) and counted with 8 more tokens (its begin and end markers and about 6 of timestamp) in
+Gemma4ProcessingInfo.get_mm_max_tokens_per_item: 2,496 tokens a video."""
+
+
 def image_prefix_lm(wrapper: Mapping[str, Any]) -> bool:
     """Whether vLLM attends bidirectionally over a multimodal item of this config (is_mm_prefix_lm: the config's own
     is_mm_prefix_lm where it has one, Gemma 4's text_config use_bidirectional_attention "vision", DeepSeek-V4 with
@@ -696,7 +710,10 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
     tower keeps each deepstack merger's output from its block on and concatenates them at the end
     (vllm/model_executor/models/qwen3_vl.py Qwen3_VisionTransformer.forward, deepstack_feature_lists). Gemma 3: a SigLIP
     image of image_size^2 pixels, mm_tokens_per_image tokens of the decoder's width
-    (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by default)."""
+    (vllm/model_executor/models/gemma3_mm.py: no pan-and-scan by default). Gemma 4 (gemma4_mm.py): an image of
+    default_output_length soft tokens, pooling_kernel_size^2 patches each, the tower's output projected to the
+    decoder's width; its dummy video is sized from the same fields (planner/memory.py gemma4_items). Not read where
+    the config has an audio tower, whose profile is not planned."""
     kind = str(wrapper.get("model_type", ""))
     width, out = tower_widths(vision, text_hidden)
     if not width:
@@ -714,6 +731,13 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
         return EncoderInput(tokens * merge * merge, values, width, tokens, out + held, held, groups,
                             "window_size" in vision, patch, patch * merge,
                             (QWEN_VL_MIN_PIXELS[kind], QWEN_VL_MAX_PIXELS[kind]))
+    if kind == "gemma4" and not wrapper.get("audio_config"):
+        pool, inter = first_int(vision, "pooling_kernel_size", default=3), first_int(vision, "intermediate_size")
+        tokens = first_int(vision, "default_output_length", default=GEMMA4_IMAGE_SOFT_TOKENS)
+        return EncoderInput(tokens * pool * pool, first_int(vision, "num_channels", default=3) * patch ** 2, width,
+                            tokens, out, 0, 0, False, pool=pool,
+                            positions=first_int(vision, "position_embedding_size", default=10_240),
+                            mlp_states=3 * inter / width + 3)
     side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
     if kind == "gemma3" and side:
         return EncoderInput((side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width,

@@ -29,6 +29,7 @@ from planner.memory import (
     profiling_cache_blocks,
     rotary_cache_bytes,
     weights_per_gpu_bytes,
+    with_item_floor,
 )
 from planner.memory_fit import FITTED, MemoryFit
 from planner.model_config import NEEDS_AN_MOE_LAYER
@@ -156,7 +157,7 @@ def fit(arch: ModelArchitecture, acc: Accelerator, layout: Layout, utilization: 
     linear attention): vLLM reports those tokens per max_len-long request, and it is the engine's max_model_len (the
     encoder profile's dummy video: planner/memory.py encoder_item)."""
     length = max_len or arch.context
-    engine = replace(engine or default_engine(acc), max_model_len=length)
+    engine = with_item_floor(arch, replace(engine or default_engine(acc), max_model_len=length))
     per_gpu = weights_per_gpu_bytes(arch, layout, weights_bytes) + LOAD_OVERHEAD_GIB * GIB + rotary_cache_bytes(arch)
     usable = acc.memory_bytes * utilization - per_gpu - outside_kv_bytes(arch, layout, engine, fitted)
     specs = layer_specs(arch, layout.tp, kv_bytes, engine.states)
@@ -223,7 +224,8 @@ def engine_choice(settings: Settings) -> EngineChoice:
 def stack_engine(settings: Settings, choice: EngineChoice) -> EngineSettings:
     """The batch and cache settings the stack's server runs with: its image's profile, its GPU, vllm.extraArgs."""
     acc = settings.accelerator.catalog
-    return engine_settings(choice.profile, acc, settings.vllm.extra_args, settings.vllm.dtype)
+    return with_item_floor(settings.model.architecture,
+                           engine_settings(choice.profile, acc, settings.vllm.extra_args, settings.vllm.dtype))
 
 
 def _suggestion(settings: Settings, engine: EngineSettings, weights_bytes: float, kv_bytes: float,

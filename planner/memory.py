@@ -9,7 +9,7 @@ FITTED. Pure functions of the model, the layout, the engine settings and those c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planner.architecture import (
@@ -23,6 +23,7 @@ from planner.architecture import (
     TensorGroup,
 )
 from planner.catalog import (
+    ACCELERATORS,
     GIB,
     Accelerator,
 )
@@ -37,7 +38,16 @@ from planner.engine import (
     with_router_fake,
 )
 from planner.kv_cache import pp_stages, stage_bounds
-from planner.layers import GEMMA3_PAN_AND_SCAN, most_features_image, pan_and_scan_crops, resized_image
+from planner.layers import (
+    GEMMA3_PAN_AND_SCAN,
+    GEMMA4_FRAME_MARKERS,
+    GEMMA4_FRAME_SOFT_TOKENS,
+    GEMMA4_SOFT_TOKENS,
+    GEMMA4_VIDEO_FRAMES,
+    most_features_image,
+    pan_and_scan_crops,
+    resized_image,
+)
 from planner.memory_fit import FITTED, MemoryFit
 
 if TYPE_CHECKING:
@@ -526,6 +536,9 @@ def encoder_item(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, 
     tokens of context on it is the item. Qwen3-VL's and Qwen3.5's video is left out: at their processors' sizes it
     holds fewer tokens than the image (layers.py QWEN2_VL_VIDEO_FRAMES)."""
     item = arch.encoder_input
+    if item.pool:
+        tokens, units, patches = gemma4_items(arch, engine)[gemma4_modality(arch, engine)]
+        return units * patches, tokens
     if item.side:
         settings = tuple(given if given is not None else default
                          for given, default in zip(engine.pan_and_scan, GEMMA3_PAN_AND_SCAN, strict=True))
@@ -546,6 +559,65 @@ def encoder_item(arch: ModelArchitecture, engine: EngineSettings) -> tuple[int, 
         candidates["video"] = group * max(1, min(engine.max_model_len // group, item.video_groups))
     tokens = max(candidates.values(), default=item.tokens)
     return tokens * (unit // item.patch) ** 2, tokens
+
+
+def gemma4_items(arch: ModelArchitecture, engine: EngineSettings) -> dict[str, tuple[int, int, int]]:
+    """Gemma 4's items as vLLM 0.32.0 sizes them (vllm/model_executor/models/gemma4_mm.py): per modality, (the tokens
+    of one item, as Gemma4ProcessingInfo.get_mm_max_tokens_per_item counts them; the images or frames of one item the
+    tower runs; the patches of each, padded to max_soft_tokens x pool^2 as Gemma4ImagePixelInputs holds them). An
+    image: max_soft_tokens of --mm-processor-kwargs where it is one of GEMMA4_SOFT_TOKENS, else the config's
+    default_output_length. A video: GEMMA4_VIDEO_FRAMES frames at GEMMA4_FRAME_SOFT_TOKENS each. Not read: a
+    --limit-mm-per-prompt num_frames, which shortens vLLM's dummy video (the plan keeps 32 frames)."""
+    item, given = arch.encoder_input, engine.max_soft_tokens
+    soft = given if isinstance(given, int) and given in GEMMA4_SOFT_TOKENS else item.tokens
+    square = item.pool * item.pool
+    return {"image": (soft, 1, soft * square),
+            "video": (GEMMA4_VIDEO_FRAMES * (GEMMA4_FRAME_SOFT_TOKENS + GEMMA4_FRAME_MARKERS), GEMMA4_VIDEO_FRAMES,
+                      GEMMA4_FRAME_SOFT_TOKENS * square)}
+
+
+def gemma4_modality(arch: ModelArchitecture, engine: EngineSettings) -> str:
+    """The modality of Gemma 4's encoder profile: of those --limit-mm-per-prompt leaves on, the one of the most
+    tokens an item (MultiModalBudget.get_modality_with_max_tokens), the image where none is left on."""
+    items = gemma4_items(arch, engine)
+    served = [m for m in ("image", "video") if m not in engine.modalities_off] or ["image"]
+    return max(served, key=lambda m: items[m][0])
+
+
+def with_item_floor(arch: ModelArchitecture, engine: EngineSettings) -> EngineSettings:
+    """The engine with vLLM's floor on a defaulted max_num_batched_tokens: for a multimodal model that attends
+    bidirectionally over an item (ModelArchitecture.image_prefix_lm) and whose processing info gives per-item token
+    ceilings (Gemma 4), vLLM raises it to the most tokens of one item of any modality the model supports, whatever
+    --limit-mm-per-prompt leaves on (vllm/engine/arg_utils.py _get_min_mm_batched_tokens, the same in 0.25.1 and
+    0.32.0), so that an item fits one batch. Given --max-num-batched-tokens, the flag stands."""
+    item = arch.encoder_input
+    if engine.batched_tokens_given or not arch.image_prefix_lm or not item or not item.pool:
+        return engine
+    most = max(tokens for tokens, _, _ in gemma4_items(arch, engine).values())
+    return replace(engine, max_num_batched_tokens=max(engine.max_num_batched_tokens, most))
+
+
+TOWER_CHUNK_SHARE = 10
+"""vLLM 0.32.0 runs Gemma 4's tower over as many images or frames at a time as fit min(half the free memory, 1/10
+of the GPU's) at `patches x 4 x position_embedding_size x 8` bytes each (gemma4_mm.py _encoder_chunk). The plan
+takes the tenth: half the free memory is less only where weights and the profile hold over 80% of the GPU, and then
+vLLM runs smaller chunks than planned (the safe side)."""
+
+
+def tower_chunk(arch: ModelArchitecture, engine: EngineSettings, patches: int) -> int:
+    """The images or frames of `patches` patches each that vLLM runs Gemma 4's tower over at once (TOWER_CHUNK_SHARE),
+    at least one."""
+    acc = ACCELERATORS.get(engine.gpu)
+    cost = patches * 4 * arch.encoder_input.positions * 8
+    if acc is None or not cost:
+        return 1
+    return max(1, acc.memory_bytes // TOWER_CHUNK_SHARE // cost)
+
+
+def encoder_states(item) -> float:
+    """Tower-width tensors per patch at the tower's peak: ENCODER_HIDDEN_STATES (with ENCODER_WINDOW_STATES for a
+    windowed tower), or the MLP phase of a gated tower where that is wider (EncoderInput.mlp_states)."""
+    return max(ENCODER_HIDDEN_STATES + (ENCODER_WINDOW_STATES if item.windowed else 0.0), item.mlp_states)
 
 
 def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
@@ -569,9 +641,26 @@ def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: boo
     item = arch.encoder_input
     items = encoder_items(arch, engine)
     patches, tokens = encoder_item(arch, engine)
-    per_patch = item.values + (ENCODER_HIDDEN_STATES + (ENCODER_WINDOW_STATES if item.windowed else 0.0)) * item.width
-    return {"encoder": items * (patches * per_patch + tokens * item.held) * 2 / GIB,
-            "encoder_outputs": items * tokens * item.out * 2 / GIB}
+    outputs = items * tokens * item.out * 2 / GIB
+    if item.pool:
+        return {"encoder": gemma4_tower_bytes(arch, engine, items) / GIB, "encoder_outputs": outputs}
+    per_patch = item.values + encoder_states(item) * item.width
+    return {"encoder": items * (patches * per_patch + tokens * item.held) * 2 / GIB, "encoder_outputs": outputs}
+
+
+def gemma4_tower_bytes(arch: ModelArchitecture, engine: EngineSettings, items: int) -> float:
+    """Gemma 4's encoder profile (vllm/model_executor/models/gemma4_mm.py _process_image_input,
+    _process_video_input): every image or frame of the dummy batch as input values, the tower run over a chunk of
+    them at a time (tower_chunk) at encoder_states widths a patch while the outputs of the others are held, then the
+    outputs of all (a video's frames gathered into one tensor beside the list of them), all in the 16-bit dtype."""
+    item, modality = arch.encoder_input, gemma4_modality(arch, engine)
+    _, units, patches = gemma4_items(arch, engine)[modality]
+    units *= items
+    chunk = min(units, tower_chunk(arch, engine, patches)) * patches
+    every = units * patches
+    running = chunk * encoder_states(item) * item.width + (every - chunk) * item.width
+    gathered = (2 if modality == "video" else 1) * every * item.width
+    return (every * item.values + max(running, gathered)) * 2
 
 
 def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> bool:

@@ -11,6 +11,7 @@ throughput. Every rejection is a ConfigError naming the smallest layout that wou
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, replace
 
@@ -35,6 +36,7 @@ from planner.engine import (
     engine_settings,
 )
 from planner.errors import ConfigError
+from planner.layers import GEMMA4_SOFT_TOKENS
 from planner.layout import (
     MEASURED_CROSS_NODE_TCP,
     Compared,
@@ -55,6 +57,7 @@ from planner.memory import (
     kv_dtype_bytes,
     model_weight_bytes,
     multimodal_inputs,
+    with_item_floor,
 )
 from planner.memory_fit import FITTED, MemoryFit
 
@@ -263,7 +266,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
                               f"of notice, less than the group's {DRAIN_SECONDS} s drain, and losing one node "
                               "restarts the whole group; set accelerator.spotMultiNode: true to accept that, or "
                               "drop spot")
-        engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args, vllm.dtype)
+        engine = with_item_floor(arch, engine_settings(choice.profile, rung.catalog, vllm.extra_args, vllm.dtype))
         got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                   vllm.max_model_len, engine)
         if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len and (not arch.unsized
@@ -315,6 +318,7 @@ def plan(settings: Settings) -> Sizing:
     choice = engine_choice(settings)
     engine = stack_engine(settings, choice)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
+    refuse_unsupported_soft_tokens(arch, engine)
     refuse_items_over_a_batch(arch, replace(engine, max_model_len=settings.vllm.max_model_len))
 
     compared: list[Compared] = []
@@ -506,6 +510,7 @@ def refuse_items_over_a_batch(arch: ModelArchitecture, engine: EngineSettings) -
     (planner/memory.py encoder_item); towers whose item is not read are not checked."""
     if not arch.encoder_input or not multimodal_inputs(arch, engine):
         return
+    engine = with_item_floor(arch, engine)
     tokens = encoder_item(arch, engine)[1]
     if (arch.image_prefix_lm or not engine.chunked_mm_input) and tokens > engine.max_num_batched_tokens:
         why = ("--disable-chunked-mm-input schedules each multimodal item whole" if not engine.chunked_mm_input else
@@ -514,6 +519,19 @@ def refuse_items_over_a_batch(arch: ModelArchitecture, engine: EngineSettings) -
                           f"{arch.name}'s largest multimodal item is {tokens:,} tokens and {why}, so vLLM refuses to "
                           f"start; give --max-num-batched-tokens {tokens} or more, or make the item smaller "
                           "(--mm-processor-kwargs: fewer pan-and-scan crops, a smaller max_pixels)")
+
+
+def refuse_unsupported_soft_tokens(arch: ModelArchitecture, engine: EngineSettings) -> None:
+    """vLLM's refusal of a Gemma 4 max_soft_tokens its processor does not take: Gemma4MultiModalProcessor raises
+    'Unsupported max_soft_tokens value' while it builds the profile's dummy batch, so the server exits at start
+    (vllm/model_executor/models/gemma4_mm.py, _SUPPORTED_SOFT_TOKENS)."""
+    given = engine.max_soft_tokens
+    if not arch.encoder_input or not arch.encoder_input.pool or given is None or not multimodal_inputs(arch, engine):
+        return
+    if given not in GEMMA4_SOFT_TOKENS:
+        raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs max_soft_tokens={json.dumps(given)}",
+                          f"{arch.name}'s processor takes max_soft_tokens of "
+                          f"{', '.join(map(str, GEMMA4_SOFT_TOKENS))} only, and vLLM exits at start on any other")
 
 
 def single_gpu_fit(arch: ModelArchitecture, accelerator: str, utilization: float, max_len: int,
