@@ -72,9 +72,63 @@ def batch(config: dict, accelerator: str, extra: tuple[str, ...]) -> dict:
             "out": arch.encoder_input.out, "predicted_gib": round(gemma4_tower_bytes(arch, engine, items) / GIB, 3)}
 
 
-def measure(config: dict, plan: dict) -> float:
+def phase_hooks(tower, before: int, phases: dict) -> None:
+    """Record in `phases` the peak GiB over `before` inside the first block's attention and MLP, and the
+    allocated GiB at the block's input, on the first chunk (a diagnostic: --phases)."""
+    import torch
+
+    block = tower.encoder.layers[0]
+
+    def start(name):
+        def hook(module, args, kwargs=None):
+            if name not in phases:
+                torch.cuda.synchronize()
+                phases[f"{name}_input_gib"] = round((torch.cuda.memory_allocated() - before) / GIB, 3)
+                torch.cuda.reset_peak_memory_stats()
+        return hook
+
+    def stop(name):
+        def hook(module, args, output):
+            if name not in phases:
+                torch.cuda.synchronize()
+                phases[name] = round((torch.cuda.max_memory_allocated() - before) / GIB, 3)
+        return hook
+
+    for name, module in (("attention", block.self_attn), ("mlp", block.mlp)):
+        module.register_forward_pre_hook(start(name))
+        module.register_forward_hook(stop(name))
+
+
+def live_at_peak(snapshot: dict) -> list[dict]:
+    """The blocks live at the trace's peak (torch.cuda.memory._snapshot with its history), largest first, each with
+    the transformers or torch line that allocated it (a diagnostic: --trace)."""
+    import linecache
+
+    trace = next(t for t in snapshot["device_traces"] if t)
+    live: dict[int, dict] = {}
+    current = peak = 0
+    at_peak: dict[int, dict] = {}
+    for event in trace:
+        if event["action"] == "alloc":
+            live[event["addr"]] = event
+            current += event["size"]
+        elif event["action"] == "free_completed" and event["addr"] in live:
+            current -= live.pop(event["addr"])["size"]
+        if current > peak:
+            peak, at_peak = current, dict(live)
+
+    def site(frames: list[dict]) -> str:
+        kept = [f for f in frames if "/transformers/" in f["filename"] or "tower_peak" in f["filename"]][:2]
+        return " <- ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} "
+                           f"{linecache.getline(f['filename'], f['line']).strip()[:90]}" for f in kept)
+
+    blocks = sorted(at_peak.values(), key=lambda e: -e["size"])
+    return [{"gib": round(e["size"] / GIB, 4), "site": site(e.get("frames", []))} for e in blocks[:40]]
+
+
+def measure(config: dict, plan: dict, phases: dict | None = None) -> float:
     """Peak GiB the batch adds while it runs through transformers' Gemma 4 tower on this GPU (bf16, random
-    weights)."""
+    weights); with `phases`, the first block's phases instead of the whole run's peak (phase_hooks)."""
     import torch
     from transformers import AutoConfig, AutoModel
 
@@ -90,6 +144,8 @@ def measure(config: dict, plan: dict) -> float:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
+    if phases is not None:
+        phase_hooks(tower, before, phases)
     with torch.inference_mode():
         values = torch.rand(units, patches, 3 * vision.patch_size ** 2, dtype=torch.bfloat16, device="cuda")
         grid = torch.stack(torch.meshgrid(torch.arange(side), torch.arange(side), indexing="xy"), -1).reshape(-1, 2)
@@ -127,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra", action="append", default=[], help="vLLM flags as one string (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/tower-peak"))
     parser.add_argument("--predict-only", action="store_true")
+    parser.add_argument("--phases", action="store_true",
+                        help="record the first block's attention and MLP peaks (a diagnostic run, not a check)")
+    parser.add_argument("--trace", action="store_true",
+                        help="record the blocks live at the peak (a diagnostic run, not a check)")
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text())
     if config.get("model_type") != "gemma4":
@@ -142,6 +202,14 @@ def main(argv: list[str] | None = None) -> int:
 
     for plan in plans:
         plan["device"] = torch.cuda.get_device_name()
+        if args.phases:
+            plan["phases"] = {}
+            measure(config, plan, plan["phases"])
+        if args.trace:
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+            measure(config, plan)
+            plan["live_at_peak"] = live_at_peak(torch.cuda.memory._snapshot())
+            torch.cuda.memory._record_memory_history(enabled=None)
         plan["measured_gib"] = round(measure(config, plan), 3)
         plan["error"] = round(plan["predicted_gib"] / plan["measured_gib"] - 1, 4)
         print(json.dumps(plan), flush=True)

@@ -61,10 +61,9 @@ class EncoderInput(NamedTuple):
     positions: int = 0
     """Gemma 4's position_embedding_size, by which vLLM sizes the chunks it runs the tower in (planner/memory.py
     tower_chunk)."""
-    mlp_states: float = 0.0
-    """Tower-width tensors per patch live in the MLP of one of the tower's blocks where it is gated: the gate's
-    activation, the up projection and their product (3 x intermediate) beside the block's input, its residual and its
-    normed copy; 0 where not read (planner/memory.py encoder_states)."""
+    mlp: float = 0.0
+    """Gemma 4's gated MLP in tower widths per patch: its gate's activation, its up projection and their product live
+    together (3 x intermediate / width; planner/memory.py gemma4_tower_bytes); 0 for other towers."""
 
 
 @dataclass(frozen=True)

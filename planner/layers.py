@@ -737,7 +737,7 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
         return EncoderInput(tokens * pool * pool, first_int(vision, "num_channels", default=3) * patch ** 2, width,
                             tokens, out, 0, 0, False, pool=pool,
                             positions=first_int(vision, "position_embedding_size", default=10_240),
-                            mlp_states=3 * inter / width + 3)
+                            mlp=3 * inter / width)
     side, tokens = first_int(vision, "image_size"), first_int(wrapper, "mm_tokens_per_image", default=256)
     if kind == "gemma3" and side:
         return EncoderInput((side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width,

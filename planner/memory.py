@@ -614,12 +614,6 @@ def tower_chunk(arch: ModelArchitecture, engine: EngineSettings, patches: int) -
     return max(1, acc.memory_bytes // TOWER_CHUNK_SHARE // cost)
 
 
-def encoder_states(item) -> float:
-    """Tower-width tensors per patch at the tower's peak: ENCODER_HIDDEN_STATES (with ENCODER_WINDOW_STATES for a
-    windowed tower), or the MLP phase of a gated tower where that is wider (EncoderInput.mlp_states)."""
-    return max(ENCODER_HIDDEN_STATES + (ENCODER_WINDOW_STATES if item.windowed else 0.0), item.mlp_states)
-
-
 def encoder_items(arch: ModelArchitecture, engine: EngineSettings) -> int:
     """Items of the largest kind in the encoder profile's dummy batch: as many as the encoder budget
     (max_num_batched_tokens, at least one item's tokens) holds, at least one (vllm/multimodal/encoder_budget.py
@@ -644,23 +638,47 @@ def encoder_profile_gib(arch: ModelArchitecture, engine: EngineSettings, v2: boo
     outputs = items * tokens * item.out * 2 / GIB
     if item.pool:
         return {"encoder": gemma4_tower_bytes(arch, engine, items) / GIB, "encoder_outputs": outputs}
-    per_patch = item.values + encoder_states(item) * item.width
+    per_patch = item.values + (ENCODER_HIDDEN_STATES + (ENCODER_WINDOW_STATES if item.windowed else 0.0)) * item.width
     return {"encoder": items * (patches * per_patch + tokens * item.held) * 2 / GIB, "encoder_outputs": outputs}
+
+
+GEMMA4_MLP_HELD = 4
+"""Tower-width tensors per patch of the chunk held while a block of Gemma 4's tower (transformers' Gemma4VisionModel,
+which vLLM 0.32.0 runs) is in its MLP: the chunk's patch embeddings, which vLLM's loop holds until the tower returns,
+the block's input, which the encoder's loop holds, the residual after attention and its normed copy (the allocator
+trace of bench/tower_peak.py --trace, docs/benchmarks.md "Gemma 4's tower")."""
+GEMMA4_ATTENTION_HELD = 7
+"""The same in a block's attention: the patch embeddings, the block's input and its normed copy, the query and key
+after their norms and rotary embedding, the value after its norm, and the attention's output (the same trace)."""
+GEMMA4_MASK_BYTES = 3
+"""Bytes per element of a chunk's patches x patches attention mask live in a block's attention: the boolean mask
+transformers builds for SDPA from the padding (masking_utils.py create_bidirectional_mask, 1 byte, held through the
+tower) and the 16-bit additive copy SDPA makes of it for its memory-efficient kernel (2); 1 in the MLP."""
 
 
 def gemma4_tower_bytes(arch: ModelArchitecture, engine: EngineSettings, items: int) -> float:
     """Gemma 4's encoder profile (vllm/model_executor/models/gemma4_mm.py _process_image_input,
-    _process_video_input): every image or frame of the dummy batch as input values, the tower run over a chunk of
-    them at a time (tower_chunk) at encoder_states widths a patch while the outputs of the others are held, then the
-    outputs of all (a video's frames gathered into one tensor beside the list of them), all in the 16-bit dtype."""
+    _process_video_input): every image or frame of the dummy batch as input values in the 16-bit dtype, the tower run
+    over a chunk of them at a time (tower_chunk) while the outputs of the chunks before are held, at the larger of a
+    block's attention (GEMMA4_ATTENTION_HELD widths and GEMMA4_MASK_BYTES of mask per element) and its MLP
+    (GEMMA4_MLP_HELD widths, EncoderInput.mlp and the mask); then the outputs of all (a video's frames gathered into
+    one tensor beside the list of them)."""
     item, modality = arch.encoder_input, gemma4_modality(arch, engine)
     _, units, patches = gemma4_items(arch, engine)[modality]
     units *= items
-    chunk = min(units, tower_chunk(arch, engine, patches)) * patches
-    every = units * patches
-    running = chunk * encoder_states(item) * item.width + (every - chunk) * item.width
-    gathered = (2 if modality == "video" else 1) * every * item.width
-    return (every * item.values + max(running, gathered)) * 2
+    chunk = min(units, tower_chunk(arch, engine, patches))
+    width = item.width * 2
+
+    def running(size: int) -> float:
+        attention = GEMMA4_ATTENTION_HELD * width * patches + GEMMA4_MASK_BYTES * patches * patches
+        mlp = (GEMMA4_MLP_HELD + item.mlp) * width * patches + patches * patches
+        return size * max(attention, mlp)
+
+    full, rest = divmod(units, chunk)
+    chunks = max(running(chunk) + (full - 1) * chunk * patches * width,
+                 running(rest) + full * chunk * patches * width if rest else 0.0)
+    gathered = (2 if modality == "video" else 1) * units * patches * width
+    return units * patches * item.values * 2 + max(chunks, gathered)
 
 
 def embeds_outside_graph(arch: ModelArchitecture, engine: EngineSettings) -> bool:
