@@ -140,6 +140,8 @@ def measure(config: dict, plan: dict, phases: dict | None = None) -> float:
     torch.set_default_dtype(torch.float32)
     units, patches, real = plan["units"], plan["patches"], plan["real_patches"]
     side = math.isqrt(real)
+    with torch.inference_mode():  # cuBLAS's workspace, allocated at a process's first matmul, as vLLM's is by then
+        project(torch.zeros(1, vision.hidden_size, dtype=torch.bfloat16, device="cuda"))
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
