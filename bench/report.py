@@ -309,6 +309,7 @@ def render_doc(results: dict[str, Any], chart_rel: str, layouts: tuple[str, ...]
     lines += weights_per_gpu_section(results.get("weights_per_gpu") or {})
     lines += peak_traces_section(results.get("calibration_peak_traces") or {})
     lines += graph_traces_section(results.get("calibration_graph_traces") or {})
+    lines += tower_section(results.get("encoder_tower_traces") or {})
     lines += declared_section(results)
     launcher = results.get("launcher") or {}
     lines += ["", "## Launcher on real GPUs", ""]
@@ -489,6 +490,22 @@ def graph_traces_section(found: dict) -> list[str]:
                                              "first FULL capture MiB", "first PIECEWISE capture MiB",
                                              "second PIECEWISE took MiB (allocator net)",
                                              "second FULL took MiB (allocator net)", "further graphs"], table)
+
+
+def tower_section(found: dict) -> list[str]:
+    """Gemma 4's encoder profile on its own tower against the planner's (bench/tower_peak.py)."""
+    rows = found.get("rows") or []
+    if not rows:
+        return []
+    lines = ["", "### Gemma 4's tower", "", f"`{found['tool']}` on {found['host']} ({found['date']}), "
+             f"{found['model']}. {found['note']}", ""]
+    table = [[r["run"], "held out" if r["held_out"] else "set from", r["predicted_at"], r["sized_for"],
+              " ".join(r["extra"]) or "(defaults)", r["modality"], str(r["units"]), str(r["patches"]), str(r["chunk"]),
+              f"{r['predicted_gib']:.3f}", f"{r['measured_gib']:.3f}",
+              f"{error_pct(r['measured_gib'], r['predicted_gib']):+.2f}"] for r in rows]
+    return lines + _table_with_notes(found, ["run", "rule", "predicted at", "sized for", "vLLM flags", "item",
+                                             "images / frames", "patches each", "chunk", "planned GiB",
+                                             "measured GiB", "error %"], table)
 
 
 def validation_section(found: dict) -> list[str]:
