@@ -134,6 +134,19 @@ def worker_command(spec: ServerSpec, python: str = "python3", launcher: str = f"
             "--object-manager-port", str(OBJECT_MANAGER_PORT), *_cache_args(spec)]
 
 
+def last_switch(words: list[str] | tuple[str, ...], flag: str) -> bool | None:
+    """A boolean flag as argparse's BooleanOptionalAction keeps it: the last of `flag` (True) and its --no- form
+    (False); None where neither is given (vLLM's --enable-prefix-caching, --async-scheduling, --enforce-eager,
+    --language-model-only, --disable-chunked-mm-input are such flags)."""
+    found = None
+    for word in words:
+        if word == flag:
+            found = True
+        elif word == "--no-" + flag[2:]:
+            found = False
+    return found
+
+
 def flag_value(words: list[str] | tuple[str, ...], flag: str) -> str | None:
     """The value a command line gives `flag` (`--flag VALUE` or `--flag=VALUE`), the last where given twice, as
     argparse (and Go's flag package) keeps it; None when it is not there."""

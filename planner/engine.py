@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.architecture import ATTENTION_KINDS
 from planner.catalog import GIB, Accelerator
-from planner.commands import flag_value
+from planner.commands import flag_value, last_switch
 from planner.errors import ConfigError
 from planner.kv_cache import MAMBA_DTYPES, POOL_RULES, Admission, LayerSpec, StateDtypes
 from planner.layers import positive_int
@@ -384,18 +384,6 @@ def _vision_sizes(kwargs: dict) -> tuple[tuple[int | None, int | None], tuple[in
     return sizes[0], sizes[1]
 
 
-def _last_switch(args: tuple[str, ...], flag: str) -> bool | None:
-    """A boolean flag as argparse's BooleanOptionalAction keeps it: the last of `flag` (True) and its --no- form
-    (False); None where neither is given."""
-    found = None
-    for word in args:
-        if word == flag:
-            found = True
-        elif word == "--no-" + flag[2:]:
-            found = False
-    return found
-
-
 def _pixel_count(value: object, key: str) -> int:
     if not positive_int(value):
         raise ConfigError("vllm.extraArgs", f"--mm-processor-kwargs {key}={json.dumps(value)}",
@@ -426,21 +414,20 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         profile=profile,
         max_num_seqs=_positive(args, "--max-num-seqs") or seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        prefix_caching=(False if "--no-enable-prefix-caching" in args else
-                        True if "--enable-prefix-caching" in args else None),
-        async_scheduling="--no-async-scheduling" not in args,
-        cudagraphs="--enforce-eager" not in args,
+        prefix_caching=last_switch(args, "--enable-prefix-caching"),
+        async_scheduling=last_switch(args, "--async-scheduling") is not False,
+        cudagraphs=last_switch(args, "--enforce-eager") is not True,
         gpu=accelerator.type,
         states=StateDtypes(4.0 if dtype == "float32" else 2.0, _mamba_dtype_flag(args, "--mamba-cache-dtype"),
                            _mamba_dtype_flag(args, "--mamba-ssm-cache-dtype"), profile.kda_ssm_flag),
         max_capture=max_capture,
         capture_list=capture_list,
-        text_only="--language-model-only" in args,
+        text_only=last_switch(args, "--language-model-only") is True,
         modalities_named=frozenset(limits),
         modalities_off=frozenset(k for k, v in limits.items() if (v.get("count") if isinstance(v, dict) else v) == 0),
         vision_sizes=_vision_sizes(processor_kwargs),
         pan_and_scan=_pan_and_scan(processor_kwargs),
-        chunked_mm_input=_last_switch(args, "--disable-chunked-mm-input") is not True,
+        chunked_mm_input=last_switch(args, "--disable-chunked-mm-input") is not True,
         max_soft_tokens=_max_soft_tokens(processor_kwargs),
         batched_tokens_given=flag_value(args, "--max-num-batched-tokens") is not None,
     )

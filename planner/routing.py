@@ -35,7 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.commands import DRAIN_SECONDS
+from planner.commands import DRAIN_SECONDS, last_switch
 from planner.errors import ConfigError
 from planner.vllm_flags import canonical_args
 
@@ -335,7 +335,8 @@ def check(settings: Any) -> list[str]:
         raise ConfigError("serving.routerReplicas", serving.router_replicas,
                           "the approximate prefix scorer keeps its index in each endpoint-picker pod, so more than "
                           "one pod scatters a prefix's requests; use 1, or set serving.prefixScorer: off")
-    if serving.prefix_scorer == "approximate" and PREFIX_CACHING_OFF in canonical_args(settings.vllm.extra_args):
+    if serving.prefix_scorer == "approximate" and last_switch(canonical_args(settings.vllm.extra_args),
+                                                               "--enable-prefix-caching") is False:
         raise ConfigError("vllm.extraArgs", list(settings.vllm.extra_args),
                           f"{PREFIX_CACHING_OFF} turns off the prefix cache the prefix scorer routes for; remove "
                           "it, or set serving.prefixScorer: off")

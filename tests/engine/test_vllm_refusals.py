@@ -207,3 +207,29 @@ def test_the_classes_refused_without_an_moe_layer_are_vllms():
     assert classes - set(NO_EXAMPLE_NEEDED) | {"Glm4vMoeForConditionalGeneration"} == NEEDS_AN_MOE_LAYER
     assert "Glm4vMoeForConditionalGeneration" in _MULTIMODAL_MODELS
     assert '["Glm4MoeForCausalLM"]' in (models / "glm4_1v.py").read_text()
+
+
+SWITCHES = [[], ["--enable-prefix-caching", "--no-enable-prefix-caching"],
+            ["--no-enable-prefix-caching", "--enable-prefix-caching"], ["--no-async-scheduling", "--async-scheduling"],
+            ["--async-scheduling", "--no-async-scheduling"], ["--enforce-eager", "--no-enforce-eager"],
+            ["--no-enforce-eager", "--enforce_eager"], ["--language-model-only", "--no-language-model-only"],
+            ["--no-language-model-only", "--language-model-only"],
+            ["--disable-chunked-mm-input", "--no-disable-chunked-mm-input", "--no-enable-prefix"],
+            ["--enable-prefix-caching", "--enforce-eager", "--no-async-scheduling", "--language-model-only"]]
+
+
+@pytest.mark.parametrize("words", SWITCHES)
+def test_a_switch_given_both_ways_is_read_at_its_last_as_vllms_parser_keeps_it(words):
+    """vLLM's boolean flags are argparse BooleanOptionalActions: the last of --flag and --no-flag wins (the plan used
+    to read --no-enable-prefix-caching wherever it appeared, and --enforce-eager, --language-model-only and
+    --no-async-scheduling likewise)."""
+    from planner.catalog import ACCELERATORS
+    from planner.engine import PROFILES, engine_settings
+
+    parsed = vllm_parser().parse_args(["--model", "m", *words])
+    engine = engine_settings(PROFILES["0.32.0"], ACCELERATORS["nvidia-h200-141gb"], tuple(words))
+    assert engine.prefix_caching == parsed.enable_prefix_caching
+    assert engine.async_scheduling == (parsed.async_scheduling is not False)
+    assert engine.cudagraphs == (not parsed.enforce_eager)
+    assert engine.text_only == parsed.language_model_only
+    assert engine.chunked_mm_input == (not parsed.disable_chunked_mm_input)

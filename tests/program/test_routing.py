@@ -161,6 +161,9 @@ def test_a_created_cluster_without_a_proxy_only_cidr_is_refused_and_the_opt_outs
         .router_replicas == 3
     assert settings("dev", serving={"routing": "epp", "prefixScorer": "off"},
                     vllm={"extraArgs": ["--no-enable-prefix-caching"]})
+    # turned off, then on again: vLLM's parser keeps the last (tests/engine/test_vllm_refusals.py), so the cache is on
+    assert settings("dev", serving={"routing": "epp"},
+                    vllm={"extraArgs": ["--no-enable-prefix-caching", "--enable-prefix-caching"]})
 
 
 @pytest.mark.parametrize("cluster, subnets, line", [
