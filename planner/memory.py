@@ -9,6 +9,7 @@ FITTED. Pure functions of the model, the layout, the engine settings and those c
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -606,11 +607,11 @@ vLLM runs smaller chunks than planned (the safe side)."""
 
 def tower_chunk(arch: ModelArchitecture, engine: EngineSettings, patches: int) -> int:
     """The images or frames of `patches` patches each that vLLM runs Gemma 4's tower over at once (TOWER_CHUNK_SHARE),
-    at least one."""
+    at least one; every one of them at once where the GPU is not named (the safe side)."""
     acc = ACCELERATORS.get(engine.gpu)
     cost = patches * 4 * arch.encoder_input.positions * 8
     if acc is None or not cost:
-        return 1
+        return sys.maxsize
     return max(1, acc.memory_bytes // TOWER_CHUNK_SHARE // cost)
 
 
