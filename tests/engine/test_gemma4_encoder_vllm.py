@@ -26,8 +26,8 @@ from planner.memory import (
     with_item_floor,
 )
 from planner.model_config import parse_hf_config
-from planner.sizing import refuse_items_over_a_batch, refuse_unsupported_soft_tokens
-from tests.engine.test_encoder_profile_vllm import compiled, source_path
+from planner.sizing import refuse_unsupported_soft_tokens
+from tests.engine.test_encoder_profile_vllm import both_refuse, compiled, source_path
 
 pytest.importorskip("torch")
 pytest.importorskip("vllm")
@@ -187,7 +187,6 @@ def test_a_max_soft_tokens_gemma4_refuses_is_refused_at_preview(value):
 def test_an_item_over_a_given_batch_is_refused_where_vllm_refuses_it(extra, monkeypatch):
     """vLLM 0.32.0's compute_mm_encoder_budget (chunked multimodal input forced off for Gemma 4's bidirectional
     attention over an item) on the batch vLLM's EngineArgs sets, against the plan's refusal."""
-    from vllm.v1.core.encoder_cache_manager import compute_mm_encoder_budget
 
     a, engine = gemma4(extra)
     given = int(extra[1]) if extra else None
@@ -196,17 +195,7 @@ def test_an_item_over_a_given_batch_is_refused_where_vllm_refuses_it(extra, monk
     assert a.image_prefix_lm and multimodal_inputs(a, engine)
     scheduler = SimpleNamespace(disable_chunked_mm_input=True, max_num_batched_tokens=batched,
                                 max_num_encoder_input_tokens=batched, encoder_cache_size=batched)
-    item = encoder_item(a, engine)[1]
-    try:
-        compute_mm_encoder_budget(scheduler, {gemma4_modality(a, engine): item})
-        vllm_refuses = False
-    except ValueError:
-        vllm_refuses = True
-    try:
-        refuse_items_over_a_batch(a, engine)
-        refused = False
-    except ConfigError:
-        refused = True
+    vllm_refuses, refused = both_refuse(a, engine, scheduler, {gemma4_modality(a, engine): encoder_item(a, engine)[1]})
     assert refused == vllm_refuses
 
 
