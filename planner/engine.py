@@ -234,6 +234,10 @@ class EngineSettings:
     """Gemma 4's max_soft_tokens as --mm-processor-kwargs sets it (the flat key, else the images_kwargs one:
     vllm/model_executor/models/gemma4_mm.py _get_max_soft_tokens), as given; None where not set (planner/memory.py
     gemma4_items, planner/sizing.py refuse_unsupported_soft_tokens)."""
+    video_frames: int | None = None
+    """--limit-mm-per-prompt's video num_frames: vLLM's dummy video holds at most that many frames (a
+    VideoDummyOptions override; Gemma 4's get_mm_max_tokens_per_item reads it too: planner/memory.py gemma4_items);
+    None where not set."""
     batched_tokens_given: bool = False
     """Whether --max-num-batched-tokens is given: vLLM raises only a defaulted one to a prefix-LM model's largest item
     (planner/memory.py with_item_floor)."""
@@ -315,6 +319,22 @@ def _modality_limits(args: tuple[str, ...]) -> dict[str, object]:
         raise ConfigError("vllm.extraArgs", f"--limit-mm-per-prompt {value}",
                           "--limit-mm-per-prompt takes a JSON object of modality limits")
     return limits
+
+
+def _video_frames(limits: dict[str, object]) -> int | None:
+    """The video entry's num_frames of --limit-mm-per-prompt as vLLM's VideoDummyOptions validates it (pydantic's lax
+    int over 0, config/multimodal.py: a whole number, or a string or float of one, true as 1); None where not set."""
+    video = limits.get("video")
+    given = video.get("num_frames") if isinstance(video, dict) else None
+    if given is None:
+        return None
+    whole = (isinstance(given, (bool, int)) or (isinstance(given, float) and given.is_integer())
+             or (isinstance(given, str) and given.strip().lstrip("+").isdigit()))
+    frames = int(given) if whole else None
+    if frames is None or frames <= 0:
+        raise ConfigError("vllm.extraArgs", f"--limit-mm-per-prompt video num_frames={json.dumps(given)}",
+                          "num_frames takes a whole number over 0")
+    return frames
 
 
 def _processor_kwargs(args: tuple[str, ...]) -> dict:
@@ -429,5 +449,6 @@ def engine_settings(profile: EngineProfile, accelerator: Accelerator,
         pan_and_scan=_pan_and_scan(processor_kwargs),
         chunked_mm_input=last_switch(args, "--disable-chunked-mm-input") is not True,
         max_soft_tokens=_max_soft_tokens(processor_kwargs),
+        video_frames=_video_frames(limits),
         batched_tokens_given=flag_value(args, "--max-num-batched-tokens") is not None,
     )

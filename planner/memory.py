@@ -567,13 +567,14 @@ def gemma4_items(arch: ModelArchitecture, engine: EngineSettings) -> dict[str, t
     of one item, as Gemma4ProcessingInfo.get_mm_max_tokens_per_item counts them; the images or frames of one item the
     tower runs; the patches of each, padded to max_soft_tokens x pool^2 as Gemma4ImagePixelInputs holds them). An
     image: max_soft_tokens of --mm-processor-kwargs where it is one of GEMMA4_SOFT_TOKENS, else the config's
-    default_output_length. A video: GEMMA4_VIDEO_FRAMES frames at GEMMA4_FRAME_SOFT_TOKENS each. Not read: a
-    --limit-mm-per-prompt num_frames, which shortens vLLM's dummy video (the plan keeps 32 frames)."""
+    default_output_length. A video: GEMMA4_VIDEO_FRAMES frames at GEMMA4_FRAME_SOFT_TOKENS each, fewer where
+    --limit-mm-per-prompt's video num_frames is fewer (EngineSettings.video_frames)."""
     item, given = arch.encoder_input, engine.max_soft_tokens
     soft = given if isinstance(given, int) and given in GEMMA4_SOFT_TOKENS else item.tokens
     square = item.pool * item.pool
+    frames = min(GEMMA4_VIDEO_FRAMES, engine.video_frames or GEMMA4_VIDEO_FRAMES)
     return {"image": (soft, 1, soft * square),
-            "video": (GEMMA4_VIDEO_FRAMES * (GEMMA4_FRAME_SOFT_TOKENS + GEMMA4_FRAME_MARKERS), GEMMA4_VIDEO_FRAMES,
+            "video": (frames * (GEMMA4_FRAME_SOFT_TOKENS + GEMMA4_FRAME_MARKERS), frames,
                       GEMMA4_FRAME_SOFT_TOKENS * square)}
 
 

@@ -36,7 +36,8 @@ GEMMA4_MM = source_path("vllm", "model_executor", "models", "gemma4_mm.py")
 CONFIG = json.loads((PROJECT_DIR / "models" / "gemma-4-31B-it.json").read_text())
 KWARGS = [{}, {"max_soft_tokens": 560}, {"images_kwargs": {"max_soft_tokens": 1120}},
           {"max_soft_tokens": 70, "images_kwargs": {"max_soft_tokens": 1120}}, {"max_soft_tokens": 300}]
-LIMITS = [None, {"video": 0}, {"image": 0}, {"image": 2, "video": 1}]
+LIMITS = [None, {"video": 0}, {"image": 0}, {"image": 2, "video": 1}, {"video": {"count": 1, "num_frames": 8}},
+          {"video": {"num_frames": 3}}, {"video": {"num_frames": 40}}]
 
 
 def module_constants() -> dict:
@@ -52,17 +53,21 @@ def namespace(value):
     return value
 
 
+def mm_config(limits: dict | None, kwargs: dict | None = None):
+    from vllm.config.multimodal import MultiModalConfig
+
+    return MultiModalConfig(mm_processor_kwargs=kwargs or {}, limit_per_prompt=limits or {})
+
+
 def processing_info(kwargs: dict, limits: dict | None):
     """Gemma4ProcessingInfo's token methods of vLLM 0.32.0, on the model's config and a multimodal config of these
     --mm-processor-kwargs and --limit-mm-per-prompt (vLLM's own MultiModalConfig)."""
-    from vllm.config.multimodal import MultiModalConfig
-
-    mm_config = MultiModalConfig(mm_processor_kwargs=kwargs, limit_per_prompt=limits or {})
+    config = mm_config(limits, kwargs)
     scope = {**module_constants(), **compiled(GEMMA4_MM, ("_get_max_soft_tokens",))}
     methods = compiled(GEMMA4_MM, ("get_mm_max_tokens_per_item", "get_supported_mm_limits"), "Gemma4ProcessingInfo",
                        scope)
-    ctx = SimpleNamespace(get_merged_mm_kwargs=mm_config.merge_mm_processor_kwargs,
-                          model_config=SimpleNamespace(get_multimodal_config=lambda: mm_config))
+    ctx = SimpleNamespace(get_merged_mm_kwargs=config.merge_mm_processor_kwargs,
+                          model_config=SimpleNamespace(get_multimodal_config=lambda: config))
     hf = namespace(CONFIG)
     return type("Info", (), {**methods, "ctx": ctx, "get_hf_config": lambda self: hf,
                              "has_audio": lambda self: CONFIG.get("audio_config") is not None})()
@@ -91,9 +96,15 @@ def test_the_items_are_the_ones_vllm_counts_and_profiles(kwargs, limits):
     tokens = info.get_mm_max_tokens_per_item(8192, {m: 1 for m in info.get_supported_mm_limits()})
     planned = gemma4_items(a, engine)
     assert {m: planned[m][0] for m in planned} == dict(tokens)
-    served = {m: t for m, t in tokens.items() if (limits or {}).get(m, 999) != 0}
+    served = {m: t for m, t in tokens.items() if mm_config(limits).get_limit_per_prompt(m) != 0}
     expected = MultiModalBudget.get_modality_with_max_tokens(SimpleNamespace(mm_max_toks_per_item=served))
     assert gemma4_modality(a, engine) == expected
+    from vllm.multimodal.processing.dummy_inputs import BaseDummyInputsBuilder
+
+    frames = BaseDummyInputsBuilder._get_dummy_videos(  # Gemma4DummyInputsBuilder asks for max(32, 2) frames
+        None, width=224, height=224, num_frames=32, num_videos=1,
+        overrides=mm_config(limits).limit_per_prompt.get("video"))[0].shape[0]
+    assert planned["video"][1] == frames
     patches, item_tokens = encoder_item(a, engine)
     assert item_tokens == tokens[expected]
     assert patches == planned[expected][1] * planned[expected][2]
@@ -233,3 +244,22 @@ def test_todays_tower_bytes_stay_within_the_gpu_runs(row):
     planned = batch(CONFIG, row["sized_for"], tuple(row["extra"]))
     assert (planned["units"], planned["patches"], planned["chunk"]) == (row["units"], row["patches"], row["chunk"])
     assert 0.98 <= planned["predicted_gib"] / row["measured_gib"] <= 1.05, planned["predicted_gib"]
+
+
+@pytest.mark.parametrize("frames", [8, 1, 0, -1, 2.5, 8.0, "8", " 8", "8x", True, False, None, [8]], ids=repr)
+def test_a_video_num_frames_is_taken_or_refused_as_vllms_config_takes_it(frames):
+    """--limit-mm-per-prompt's video num_frames as vLLM's MultiModalConfig validates it (VideoDummyOptions, pydantic's
+    lax int over 0): the plan refuses at preview in one line what vLLM refuses, and reads what it takes."""
+    from pydantic import ValidationError
+
+    limits = {"video": {"count": 1, "num_frames": frames}}
+    try:
+        taken = mm_config(limits).limit_per_prompt["video"].num_frames
+    except ValidationError:
+        taken = "refused"
+    try:
+        planned = gemma4(flags({}, limits))[1].video_frames
+    except ConfigError as err:
+        assert "num_frames" in str(err) and "\n" not in str(err)
+        planned = "refused"
+    assert planned == taken
