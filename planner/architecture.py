@@ -163,7 +163,8 @@ class ModelArchitecture:
     linear_attention: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
     """Gated DeltaNet layers: key heads, value heads, key head dim, value head dim, conv kernel."""
     vision_parameters: int = 0
-    """The vision tower and its projector (multimodal wrappers), loaded beside the decoder."""
+    """The vision tower and its projector (multimodal wrappers), loaded beside the decoder; Gemma 4's audio tower and
+    projector with them (planner/layers.py audio_parameters)."""
     encoder_input: EncoderInput | tuple[()] = ()
     """The largest multimodal item vLLM profiles the encoder with (planner/layers.py encoder_input); () where not
     read."""

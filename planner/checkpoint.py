@@ -27,6 +27,7 @@ from typing import Any
 
 from planner.architecture import EVERY_STAGE, FIRST_STAGE, LAST_STAGE, TIED_HEAD, ModelArchitecture, TensorGroup
 from planner.errors import ConfigError
+from planner.layers import GEMMA4_TYPES
 
 DTYPE_BYTES = {"F64": 8.0, "I64": 8.0, "U64": 8.0, "F32": 4.0, "I32": 4.0, "U32": 4.0, "F16": 2.0, "BF16": 2.0,
                "I16": 2.0, "U16": 2.0, "F8_E4M3": 1.0, "F8_E5M2": 1.0, "F8_E8M0": 1.0, "I8": 1.0, "U8": 1.0,
@@ -75,16 +76,36 @@ def skipped_by_vllm(name: str, decoder_layers: int, mtp_layers: int) -> bool:
     return bool(prefixes) and name.startswith(prefixes)
 
 
+GEMMA4_KV_TENSOR = re.compile(r"layers\.(\d+)\.self_attn\.(k_proj|v_proj|k_norm)\.")
+
+
+def held_copies(name: str, tensors: Mapping[str, Any], arch: ModelArchitecture | None) -> int:
+    """How many copies of a checkpoint tensor vLLM holds: Gemma 4 (vllm/model_executor/models/gemma4.py
+    _gemma4_layer_weights_mapper) drops the K and V tensors checkpoints ship for its KV-shared layers (0) and loads an
+    attention_k_eq_v layer's K into both the K and the V shard of its qkv_proj (2: a k_proj whose layer stores no
+    v_proj); 1 for every other tensor (the towers' own layers included) and model."""
+    decoder = arch is not None and arch.model_type in GEMMA4_TYPES and not any(
+        f"{module}." in name for module in ENCODER_MODULES)
+    match = GEMMA4_KV_TENSOR.search(name) if decoder else None
+    if match is None:
+        return 1
+    if arch.kv_shared_layers and int(match.group(1)) >= arch.num_layers - arch.kv_shared_layers:
+        return 0
+    return 2 if match.group(2) == "k_proj" and name.replace(".k_proj.", ".v_proj.") not in tensors else 1
+
+
 def tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, mtp_layers: int,
-                 source: str) -> tuple[float, int]:
+                 source: str, arch: ModelArchitecture | None = None) -> tuple[float, int]:
     """(bytes vLLM loads, tensors it skips) of a checkpoint's tensors: each tensor's elements x its dtype's bytes,
-    as stored (quantized packs and their scales as they are)."""
+    as stored (quantized packs and their scales as they are), times the copies vLLM holds of it for `arch`
+    (held_copies)."""
     total, skipped = 0.0, 0
     for name, entry in tensors.items():
-        if skipped_by_vllm(name, decoder_layers, mtp_layers):
+        copies = held_copies(name, tensors, arch)
+        if skipped_by_vllm(name, decoder_layers, mtp_layers) or not copies:
             skipped += 1
             continue
-        total += _entry_bytes(name, entry, source)
+        total += copies * _entry_bytes(name, entry, source)
     return total, skipped
 
 
@@ -205,9 +226,10 @@ def tensor_groups(tensors: Mapping[str, Mapping[str, Any]], arch: ModelArchitect
     sums: dict[tuple[int, str, int], float] = defaultdict(float)
     every_input = arch.architecture in INPUT_ON_EVERY_STAGE
     for name, entry in tensors.items():
-        if skipped_by_vllm(name, arch.num_layers, arch.mtp_layers):
+        copies = held_copies(name, tensors, arch)
+        if skipped_by_vllm(name, arch.num_layers, arch.mtp_layers) or not copies:
             continue
-        size = _entry_bytes(name, entry, source)
+        size = copies * _entry_bytes(name, entry, source)
         if name.endswith(FLOAT32_TENSORS):
             size = math.prod(entry["shape"]) * DTYPE_BYTES["F32"]
         placed = tensor_placement(name, list(entry["shape"]), arch.num_attention_heads, arch.num_kv_heads)

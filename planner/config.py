@@ -372,7 +372,7 @@ def _model(m: ModelConfig, project_dir: Path) -> tuple[ModelSettings, str | None
             note += (f"; the checkpoint's safetensors headers could not be read {place} ({reason}), so the "
                      "weights are counted from config.json")
     if tensors is not None:
-        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, key)
+        checkpoint, skipped = tensor_bytes(tensors, arch.num_layers, arch.mtp_layers, key, arch)
         if checkpoint:
             arch = replace(arch, checkpoint_groups=tensor_groups(tensors, arch, key))
     return ModelSettings(m.id, m.revision, m.source, m.gcs_uri, m.weights_gib, m.served_name or m.id, arch,

@@ -745,11 +745,30 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
     return ()
 
 
+def audio_parameters(audio: object, text_hidden: int) -> int:
+    """Gemma 4's audio tower (transformers' Gemma4AudioModel, which vLLM builds with AutoModel.from_config) and its
+    projection into the decoder: conformer blocks (two feed-forward modules 4 x hidden wide, attention with a
+    relative-position key projection and a per-dimension scale, a gated depthwise convolution module, their norms),
+    the two-layer convolutional subsampler, the output projection to output_proj_dims and Gemma4MultimodalEmbedder's
+    projection; 0 without an audio config."""
+    if not isinstance(audio, Mapping):
+        return 0
+    h, layers = first_int(audio, "hidden_size", default=1024), first_int(audio, "num_hidden_layers", default=12)
+    head = h // max(1, first_int(audio, "num_attention_heads", default=8))
+    kernel, out = first_int(audio, "conv_kernel_size", default=5), first_int(audio, "output_proj_dims", default=1536)
+    channels = audio.get("subsampling_conv_channels")
+    first, second = channels if isinstance(channels, list) and len(channels) == 2 else (128, 32)
+    blocks = layers * (24 * h * h + 9 * h + kernel * h + head)
+    subsampler = first * 9 + first + second * first * 9 + second + first // 4 * second * h
+    return blocks + subsampler + h * out + out + out * text_hidden
+
+
 def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapping[str, Any] | None = None) -> int:
     """A vision tower's parameters (transformer blocks, patch embedding, projector into the decoder), as vLLM builds
     the tower of each family (vllm/model_executor/models/<family>.py; transformers builds the same). Gated (SwiGLU)
     MLPs where the tower uses SiLU, as Qwen2.5-VL's does, and in Pixtral's and GLM-4V's; a two-matrix MLP for
-    CLIP/SigLIP towers. `wrapper`: the multimodal config around it (Mistral 3 keeps its merge size there)."""
+    CLIP/SigLIP towers. `wrapper`: the multimodal config around it (Mistral 3 keeps its merge size there; Gemma 4 its
+    audio tower, counted here with the vision tower: audio_parameters)."""
     def integer(*names: str, default: int = 0, source: Mapping[str, Any] = vision) -> int:
         return first_int(source, *names, default=default)
 
@@ -769,6 +788,13 @@ def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapp
     merge = integer("spatial_merge_size") or (kernel[0] if isinstance(kernel, list) and kernel
                                               and isinstance(kernel[0], int) else 0)
     positions = (integer("image_size", default=0) // patch) ** 2
+    if kind == "gemma4_vision":  # transformers' Gemma4VisionModel, which vLLM builds (AutoModel.from_config)
+        heads = integer("num_attention_heads", default=1)
+        head, kv_heads = integer("head_dim", default=h // max(1, heads)), integer("num_key_value_heads", default=heads)
+        attention = 2 * h * head * (heads + kv_heads) + 2 * head  # q, k, v, o and the q and k norms
+        blocks = depth * (attention + 3 * h * inter + 4 * h)  # a gated MLP, four norms
+        return (blocks + 3 * patch ** 2 * h + 2 * integer("position_embedding_size") * h + h * out
+                + audio_parameters((wrapper or {}).get("audio_config"), out))
     if kind == "glm4v_vision":  # a merge x merge downsampling conv, then a gated MLP of intermediate_size
         return blocks + embed + positions * h + h * out * merge * merge + out * out + 3 * out * inter
     if kind == "pixtral":  # Mistral 3's projector: patch merger, then two linear layers into the decoder

@@ -242,3 +242,38 @@ def test_a_nas_decoder_counts_what_vllm_builds_of_each_layer():
     h, vocab = raw["hidden_size"], raw["vocab_size"]
     assert 0 in per_layer and len(set(per_layer)) > 3, "no-op layers and layers of several shapes"
     assert arch.parameter_count() == sum(per_layer) + 2 * vocab * h + h  # + embeddings, lm_head, final norm
+
+
+GEMMA4_TOWERS = {
+    "gemma-4-31B-it's vision tower": ({}, None),
+    "a smaller vision tower": ({"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16,
+                                "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 64, "patch_size": 14},
+                               None),
+    "with an audio tower": ({}, {}),
+    "with a smaller audio tower": ({}, {"hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 4,
+                                        "conv_kernel_size": 3, "subsampling_conv_channels": [64, 16],
+                                        "output_proj_dims": 768}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMMA4_TOWERS))
+def test_gemma4_towers_count_what_transformers_builds(name):
+    """Gemma 4's vision tower (a gated MLP, q and k norms, a 2-D position table) and audio tower (conformer blocks,
+    a convolutional subsampler), each with the projection into the decoder: everything transformers' Gemma 4 builds
+    beside the language model, which vLLM builds the same way (AutoModel.from_config). The planner counted the vision
+    MLP as two matrices (157M parameters, 0.29 GiB, under) before."""
+    import json
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "models" / "gemma-4-31B-it.json").read_text())
+    vision, audio = GEMMA4_TOWERS[name]
+    raw["vision_config"] = {**raw["vision_config"], **vision}
+    if audio is not None:
+        raw["audio_config"] = {**transformers.CONFIG_MAPPING["gemma4_audio"]().to_dict(), **audio}
+    config = transformers.CONFIG_MAPPING["gemma4"](**{k: v for k, v in raw.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    built = sum(p.numel() for n, p in model.named_parameters()
+                if "language_model" not in n and not n.startswith("lm_head"))
+    planned = parse_hf_config(raw, "gemma-4", "model.configFile").vision_parameters
+    assert planned == built, f"{planned / 1e6:.3f}M planned, {built / 1e6:.3f}M built"

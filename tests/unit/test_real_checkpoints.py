@@ -56,11 +56,37 @@ def test_the_transcribed_tensors_add_up_to_the_reports_totals(name):
     assert round(stored_bytes(tensors) / GIB, 2) == gib
 
 
+def vllm_gemma4_copies(name: str, tensors: dict, text: dict | None = None) -> float:
+    """The bytes vLLM 0.32.0 holds of a Gemma 4 checkpoint's tensors by its own weights mapper
+    (vllm/model_executor/models/gemma4.py _gemma4_layer_weights_mapper): a tensor it maps to nothing is dropped (the
+    KV-shared layers' K and V), one stacked into several shards is held once per shard (an attention_k_eq_v layer's
+    K, loaded into K and V)."""
+    import transformers
+    from vllm.model_executor.models.gemma4 import _gemma4_layer_weights_mapper
+
+    if text is None:
+        config = json.loads((PROJECT_DIR / "models" / f"{name}.json").read_text())
+        text = config.get("text_config", config)
+    mapper = _gemma4_layer_weights_mapper(
+        transformers.CONFIG_MAPPING["gemma4_text"](**{k: v for k, v in text.items() if k != "model_type"}))
+    held = 0.0
+    for tensor, entry in tensors.items():
+        decoder = "vision" not in tensor and "audio" not in tensor  # the mapper is the language model's
+        if decoder and any(old in tensor for old, new in mapper.orig_to_new_substr.items() if new is None):
+            continue
+        shards = next((shard for old, (_, shard) in mapper.orig_to_new_stacked.items() if old in tensor), None) \
+            if decoder else None
+        copies = len(shards) if isinstance(shards, list) else 1
+        held += copies * math.prod(entry["shape"]) * DTYPE_BYTES[entry["dtype"]]
+    return held
+
+
 @pytest.mark.parametrize("name", sorted(REPORTED))
 def test_the_plan_weighs_what_the_checkpoint_stores_and_the_count_agrees(name):
     """The plan's weights are the stored bytes less what vLLM skips (DeepSeek-V3.2's MTP layer 61, Qwen3.6-27B's
-    mtp.*), and counting config.json's parameters (the fallback when no header can be read) lands within 0.2% of them
-    on each family."""
+    mtp.*) and with what it holds twice (gemma-4-31B-it's attention_k_eq_v layers: K loaded into the V shard too,
+    by vLLM's own weights mapper), and counting config.json's parameters (the fallback when no header can be read)
+    lands within 0.2% of them on each family."""
     tensors = load_tensors_file(tensors_file(name), PROJECT_DIR)
     from_tensors = sizing(model={**model(name), "tensorsFile": tensors_file(name)}, accelerator=H200,
                           vllm={"maxModelLen": 8192})
@@ -69,7 +95,8 @@ def test_the_plan_weighs_what_the_checkpoint_stores_and_the_count_agrees(name):
     layers = layers.get("text_config", layers)["num_hidden_layers"]
     mtp = {n: e for n, e in tensors.items() if skipped_by_vllm(n, layers, 1)}
     assert bool(mtp) == (name in ("DeepSeek-V3.2", "Qwen3.6-27B"))  # layer 61 / Qwen3.5's mtp.* (15 tensors)
-    assert from_tensors.weights_gib == round((stored_bytes(tensors) - stored_bytes(mtp)) / GIB, 2)
+    extra = vllm_gemma4_copies(name, tensors) - stored_bytes(tensors) if name.startswith("gemma-4") else 0.0
+    assert from_tensors.weights_gib == round((stored_bytes(tensors) - stored_bytes(mtp) + extra) / GIB, 2)
     assert counted.weights_gib == pytest.approx(from_tensors.weights_gib, rel=0.002)
     assert not [w for w in from_tensors.warnings if w.startswith("model.tensorsFile")]  # within the 3% it reports
 
@@ -148,3 +175,35 @@ def test_a_bad_compact_file_is_one_line_naming_the_key(tmp_path, patterns, says)
     with pytest.raises(ConfigError) as err:
         load_tensors_file(str(path), PROJECT_DIR)
     assert err.value.key == "model.tensorsFile" and says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("k_eq_v", [False, True])
+def test_a_gemma4_checkpoint_is_weighed_as_vllms_weights_mapper_holds_it(k_eq_v):
+    """A Gemma 4 checkpoint shaped like E2B (bench/configs/gemma-4-e2b.json: the last 20 of 35 layers read an earlier
+    layer's KV cache) that ships K and V for every layer, as original checkpoints do: vLLM drops the KV-shared
+    layers' K, V and K norm, and with attention_k_eq_v its full-attention layers ship no V and hold K twice; the plan
+    weighs the tensors as vLLM's own mapper does."""
+    from planner.checkpoint import tensor_bytes
+    from planner.model_config import parse_hf_config
+
+    text = {**json.loads((PROJECT_DIR / "bench" / "configs" / "gemma-4-e2b.json").read_text()),
+            "attention_k_eq_v": k_eq_v}
+    h, layers = text["hidden_size"], text["num_hidden_layers"]
+    tensors = {"model.embed_tokens.weight": {"dtype": "BF16", "shape": [text["vocab_size"], h]}}
+    for i, kind in enumerate(text["layer_types"]):
+        dim = text["global_head_dim"] if kind == "full_attention" else text["head_dim"]
+        prefix = f"model.layers.{i}.self_attn."
+        for proj, rows in (("q_proj", text["num_attention_heads"] * dim), ("k_proj", dim), ("v_proj", dim),
+                           ("o_proj", h)):
+            if proj == "v_proj" and k_eq_v and kind == "full_attention":
+                continue
+            tensors[prefix + proj + ".weight"] = {"dtype": "BF16", "shape": [rows, h]}
+        tensors[prefix + "k_norm.weight"] = {"dtype": "BF16", "shape": [dim]}
+    arch = parse_hf_config(text, "gemma-4-e2b", "model.tensorsFile")
+    planned, skipped = tensor_bytes(tensors, layers, 0, "model.tensorsFile", arch)
+    assert planned == vllm_gemma4_copies("gemma-4-e2b", tensors, text)
+    first_shared = layers - text["num_kv_shared_layers"]
+    shared = [n for n in tensors if n.startswith("model.layers.") and int(n.split(".")[2]) >= first_shared
+              and n.split(".")[4] in ("k_proj", "v_proj", "k_norm")]
+    assert skipped == len(shared) > 0
+    assert planned != stored_bytes(tensors)
