@@ -266,7 +266,7 @@ def plan_rungs(settings: Settings, choice: EngineChoice, layout: Layout, weights
                               f"of notice, less than the group's {DRAIN_SECONDS} s drain, and losing one node "
                               "restarts the whole group; set accelerator.spotMultiNode: true to accept that, or "
                               "drop spot")
-        engine = with_item_floor(arch, engine_settings(choice.profile, rung.catalog, vllm.extra_args, vllm.dtype))
+        engine = engine_settings(choice.profile, rung.catalog, vllm.extra_args, vllm.dtype)
         got = fit(arch, rung.catalog, layout, vllm.gpu_memory_utilization, weights_bytes, kv_bytes,
                   vllm.max_model_len, engine)
         if rung.key != "accelerator" and got.kv_tokens < vllm.max_model_len and (not arch.unsized
