@@ -84,8 +84,7 @@ def held_copies(name: str, tensors: Mapping[str, Any], arch: ModelArchitecture |
     _gemma4_layer_weights_mapper) drops the K and V tensors checkpoints ship for its KV-shared layers (0) and loads an
     attention_k_eq_v layer's K into both the K and the V shard of its qkv_proj (2: a k_proj whose layer stores no
     v_proj); 1 for every other tensor (the towers' own layers included) and model."""
-    decoder = arch is not None and arch.model_type in GEMMA4_TYPES and not any(
-        f"{module}." in name for module in ENCODER_MODULES)
+    decoder = arch is not None and arch.model_type in GEMMA4_TYPES and not encoder_tensor(name)
     match = GEMMA4_KV_TENSOR.search(name) if decoder else None
     if match is None:
         return 1
@@ -176,6 +175,12 @@ FUSED_QKV_MODULES = frozenset({"qkv_proj", "query_key_value", "c_attn", "Wqkv", 
 and each rank keeps a whole head where there are fewer (linear.py QKVParallelLinear: num_kv_head_replicas)."""
 
 
+def encoder_tensor(name: str) -> bool:
+    """Whether a checkpoint tensor belongs to a multimodal encoder or projector (a path segment in
+    ENCODER_MODULES)."""
+    return any(segment in ENCODER_MODULES for segment in name.split("."))
+
+
 def _module(name: str) -> tuple[str, str]:
     """(module, attribute): `model.layers.0.self_attn.k_proj.weight` -> ("k_proj", "weight")."""
     parts = name.split(".")
@@ -186,9 +191,8 @@ def tensor_placement(name: str, shape: list[int], heads: int, kv_heads: int) -> 
     """Where vLLM 0.32.0 keeps the parameter a checkpoint tensor loads into: [(position, rule, share of the tensor,
     rows)], position a decoder layer index or FIRST_STAGE / LAST_STAGE / EVERY_STAGE, rule one of TensorGroup's
     rules; a fused query-key-value tensor splits into its query share and its key-value share."""
-    segments = name.split(".")
     module, attribute = _module(name)
-    if any(s in ENCODER_MODULES for s in segments):
+    if encoder_tensor(name):
         return [(EVERY_STAGE, "split", 1.0, 0)]
     if routed_expert(name):
         rule = "routed"
