@@ -68,6 +68,24 @@ def test_the_profile_allocates_the_up_projected_context_per_head():
     assert "dtype=k_c_normed.dtype" in branch[:800]
 
 
+def test_the_measuring_capture_builds_attention_metadata_so_it_allocates_no_context():
+    """vLLM 0.32.0's graph estimate (profile_cudagraph_memory) empties the allocator's cache and then captures; the
+    MLA layer allocates its worst-case context only without attention metadata (the profile run, counted in the
+    peak), and Model Runner V2's capture builds metadata for every captured batch, PIECEWISE included. So the
+    estimate counts no context segment, unlike 0.25.1's V1 capture, whose eager runs had no metadata and left one
+    reserved (docs/benchmarks.md "CUDA-graph capture traces"), and mla_graph_buffers carries none."""
+    from vllm.v1.worker.gpu import cudagraph_utils
+
+    capture = inspect.getsource(cudagraph_utils.ModelCudaGraphManager.capture)
+    assert re.search(r"attn_metadata, slot_mappings = prepare_inputs_to_capture\(", capture), capture
+    assert re.search(r"with set_forward_context\(\s*attn_metadata,", capture)
+    assert "attn_metadata = None" not in capture
+    builder = inspect.getsource(cudagraph_utils.prepare_inputs_to_capture)
+    assert "For PIECEWISE CUDA graphs: We still build attention metadata" in builder
+    profile = inspect.getsource(cudagraph_utils.profile_cudagraph_memory)
+    assert profile.index("torch.accelerator.empty_cache()") < profile.index("capture_model(profile_only=True)")
+
+
 def test_the_graphs_capture_flashattention_mla_with_the_split_count():
     assert AttentionConfig().flash_attn_max_num_splits_for_cuda_graph == SPLITS_FOR_GRAPHS
     source = inspect.getsource(VllmConfig._set_cudagraph_sizes)
