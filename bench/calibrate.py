@@ -245,10 +245,11 @@ def measure(args: argparse.Namespace, bench: Bench, entry: str) -> dict[str, Any
     env["VLLM_LOGGING_LEVEL"] = "DEBUG"
     if args.runner != "default":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
-    if args.trace_peak or args.trace_capture or args.trace_graphs or args.router_fake:
+    if args.trace_peak or args.trace_capture or args.trace_graphs or args.sample_graphs or args.router_fake:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PEAK_TRACE), env.get("PYTHONPATH")]))
-    if args.trace_peak or args.trace_capture or args.trace_graphs:
+    if args.trace_peak or args.trace_capture or args.trace_graphs or args.sample_graphs:
         env["VLLM_GKE_PEAK_TRACE"] = str(args.out / "peak-trace")
+        env["VLLM_GKE_GRAPH_SAMPLES"] = "1" if args.sample_graphs else "0"
         env["VLLM_GKE_PEAK_TRACE_CAPTURE"] = "1" if args.trace_capture else "0"
         env["VLLM_GKE_PEAK_TRACE_GRAPHS"] = "1" if args.trace_graphs else "0"
     if args.router_fake:
@@ -363,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="record only the V1 runner's CUDA-graph estimate, each capture between markers, and write "
                              "what each capture reserved and the allocation that needed it to "
                              "OUT/peak-trace/<model>.graphs.json (bench/peaktrace)")
+    parser.add_argument("--sample-graphs", action="store_true",
+                        help="record nothing but the device memory each FULL CUDA graph of Model Runner V2's capture "
+                             "took, in capture order, as vLLM 0.32.0's profile_cudagraph_memory samples its largest "
+                             "two, to OUT/peak-trace/<model>.samples.json (bench/peaktrace)")
     parser.add_argument("--router-fake", action="store_true",
                         help="register vLLM 0.32.0's fake of the fused MoE router kernel (_moe_C::grouped_topk) in "
                              "the server where its vLLM has none (0.25.1), so the profile's router compile keeps no "

@@ -11,6 +11,9 @@ recorded too: the segments the CUDA-graph capture reserved and the graph pools i
 With VLLM_GKE_PEAK_TRACE_GRAPHS=1 (`--trace-graphs`) only the V1 runner's CUDA-graph estimate
 (GPUModelRunner.profile_cudagraph_memory) is recorded, each capture between marker allocations: what each capture
 reserved and the allocation that needed it, to <model>.graphs.json.
+With VLLM_GKE_GRAPH_SAMPLES=1 (`--sample-graphs`) nothing is recorded but the device memory each FULL CUDA graph
+of Model Runner V2's capture took (free memory before and after its torch.cuda.graph, as vLLM 0.32.0's
+profile_cudagraph_memory samples its largest two), to <model>.samples.json (_sample_full_graphs).
 With VLLM_GKE_PEAK_TRACE_HOLDERS=1 each explicit gc.collect() of the profile also names what held the CUDA tensors
 it freed (_Holders).
 With VLLM_GKE_ROUTER_FAKE=1 (`--router-fake`) the worker's process registers vLLM 0.32.0's fake implementation of
@@ -456,6 +459,53 @@ def _record(worker, method: str, suffix: str, summarize_snapshot, torch, collect
     setattr(worker, method, recorded)
 
 
+FULL_GRAPH_CALLER = "v1/worker/gpu/cudagraph_utils.py"
+"""The module whose torch.cuda.graph blocks are Model Runner V2's FULL graphs (CudaGraphManager.capture); the
+PIECEWISE graphs are captured elsewhere (vLLM's CUDAGraphWrapper inside the compiled pieces)."""
+
+
+def _sample_full_graphs(worker, torch) -> None:
+    """Run Worker.compile_or_warm_up_model with torch.cuda.graph replaced by a subclass that, for the graphs
+    CudaGraphManager.capture opens (FULL_GRAPH_CALLER), synchronizes and reads the device's free memory before and
+    after the capture; write the drops, in capture order (the largest batch first), and the whole capture's drop to
+    VLLM_GKE_PEAK_TRACE/<model>.samples.json."""
+    original = worker.compile_or_warm_up_model
+
+    def sampled(gpu_worker):
+        samples: list[int] = []
+        base = torch.cuda.graph
+
+        class Sampled(base):
+            def __enter__(self):
+                caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+                self.sampled = caller.endswith(FULL_GRAPH_CALLER)
+                if self.sampled:
+                    torch.cuda.synchronize()
+                    self.free_before = torch.cuda.mem_get_info()[0]
+                return super().__enter__()
+
+            def __exit__(self, *exc):
+                result = super().__exit__(*exc)
+                if self.sampled:
+                    torch.cuda.synchronize()
+                    samples.append(self.free_before - torch.cuda.mem_get_info()[0])
+                return result
+
+        torch.cuda.graph = Sampled
+        torch.cuda.synchronize()
+        free_start = torch.cuda.mem_get_info()[0]
+        try:
+            return original(gpu_worker)
+        finally:
+            torch.cuda.graph = base
+            torch.cuda.synchronize()
+            name = Path(str(gpu_worker.model_config.model)).name
+            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.samples.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"full_graph_bytes": samples,
+                                       "warm_up_drop_bytes": free_start - torch.cuda.mem_get_info()[0]}))
+
+
 def _grouped_topk_fake(scores, num_expert_group: int, topk_group: int, topk: int, renormalize: bool,
                        routed_scaling_factor: float, bias, scoring_func: int = 0):
     """vLLM 0.32.0's fake of `_moe_C::grouped_topk` (vllm/_custom_ops.py _grouped_topk_fake): float32 weights and
@@ -490,6 +540,9 @@ def _wrap(module) -> None:
         state = "registered" if done else "not registered (present already, or no such op)"
         print(f"peaktrace: fake for _moe_C::grouped_topk {state}", file=sys.stderr, flush=True)
     if not os.environ.get("VLLM_GKE_PEAK_TRACE"):
+        return
+    if os.environ.get("VLLM_GKE_GRAPH_SAMPLES") == "1":  # FULL-graph memory samples alone, no history
+        _sample_full_graphs(module.Worker, torch)
         return
     if os.environ.get("VLLM_GKE_PEAK_TRACE_GRAPHS") == "1":  # the V1 graph profile alone (one history at a time)
         runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
