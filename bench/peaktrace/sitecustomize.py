@@ -467,13 +467,17 @@ PIECEWISE graphs are captured elsewhere (vLLM's CUDAGraphWrapper inside the comp
 def _sample_full_graphs(worker, torch) -> None:
     """Run Worker.compile_or_warm_up_model with torch.cuda.graph replaced by a subclass that, for the graphs
     CudaGraphManager.capture opens (FULL_GRAPH_CALLER), synchronizes and reads the device's free memory before and
-    after the capture; write the drops, in capture order (the largest batch first), and the whole capture's drop to
-    VLLM_GKE_PEAK_TRACE/<model>.samples.json."""
+    after the capture, and writes the drops so far, in capture order (the largest batch first), to
+    VLLM_GKE_PEAK_TRACE/<model>.samples.json after each graph: bench/calibrate.py stops the server once the capture
+    has logged, before the warm-up returns."""
     original = worker.compile_or_warm_up_model
 
     def sampled(gpu_worker):
         samples: list[int] = []
         base = torch.cuda.graph
+        name = Path(str(gpu_worker.model_config.model)).name
+        out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.samples.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
 
         class Sampled(base):
             def __enter__(self):
@@ -489,21 +493,17 @@ def _sample_full_graphs(worker, torch) -> None:
                 if self.sampled:
                     torch.cuda.synchronize()
                     samples.append(self.free_before - torch.cuda.mem_get_info()[0])
+                    out.write_text(json.dumps({"full_graph_bytes": samples}))
                 return result
 
         torch.cuda.graph = Sampled
-        torch.cuda.synchronize()
-        free_start = torch.cuda.mem_get_info()[0]
         try:
             return original(gpu_worker)
         finally:
             torch.cuda.graph = base
-            torch.cuda.synchronize()
-            name = Path(str(gpu_worker.model_config.model)).name
-            out = Path(os.environ["VLLM_GKE_PEAK_TRACE"]) / f"{name}.samples.json"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"full_graph_bytes": samples,
-                                       "warm_up_drop_bytes": free_start - torch.cuda.mem_get_info()[0]}))
+
+    sampled.__qualname__ = "peaktrace.compile_or_warm_up_model"
+    worker.compile_or_warm_up_model = sampled
 
 
 def _grouped_topk_fake(scores, num_expert_group: int, topk_group: int, topk: int, renormalize: bool,
