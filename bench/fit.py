@@ -23,7 +23,7 @@ planner/memory.py computes (peak_features) and through the same formula (fitted_
   1,000 of hidden size, the largest ratio);
 - the V2 CUDA graphs of MoE models beyond that line (GRAPHS_MOE_V2_PER_KQUERY_EXCESS): through the origin over the
   non-MLA MoE rows V2 captured, per 1,000 of query width beyond the hidden size, the line taken from the planner's
-  own cudagraph_bytes for the deployed engine.
+  own capture_bytes for the deployed engine.
 
 The rows are every started checkpoint up to the last finished validation batch, and the ablations (a checkpoint's
 config with one field changed, run to separate two terms); a new batch is predicted with these constants before it
@@ -60,8 +60,8 @@ from planner.memory import (  # noqa: E402
     MARGIN_FIELDS,
     SAMPLER_LOGITS_COPIES,
     PeakFeatures,
+    capture_bytes,
     compile_line_gib,
-    cudagraph_bytes,
     default_engine,
     fitted_peak_gib,
     forward_line_gib,
@@ -255,7 +255,7 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
     attention = _v1_attention(v1, with_hold)
     wide = [r for r in data if r.v2 and r.arch.num_experts and not r.arch.kv_lora_rank and r.graphs_captured]
     [graphs_excess] = _lstsq([[query_excess(r.arch, Layout(1, 1, 1)) / 1000] for r in wide],
-                             [float(r.graphs_captured or 0) - cudagraph_bytes(r.arch, Layout(1, 1, 1), DEPLOYED,
+                             [float(r.graphs_captured or 0) - capture_bytes(r.arch, Layout(1, 1, 1), DEPLOYED,
                                                                               without_terms) / GIB for r in wide])
     return replace(with_hold, v1_attention_per_query=attention,
                    graphs_moe_v2_per_kquery_excess=graphs_excess)

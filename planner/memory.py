@@ -97,11 +97,23 @@ def runner_v2(arch: ModelArchitecture, engine: EngineSettings) -> bool:
 
 def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
                     fitted: MemoryFit = FITTED) -> float:
-    """CUDA-graph memory the engine keeps out of the KV cache on each GPU: Model Runner V2 measures the capture
+    """CUDA-graph memory the engine keeps out of the KV cache on each GPU: what Model Runner V2's capture takes
+    (capture_bytes) and what vLLM 0.32.0's estimate of it adds (full_graph_extrapolation_bytes); the V1 runner's own
+    estimate (v1_graph_estimate_bytes). None with --enforce-eager."""
+    captured = capture_bytes(arch, layout, engine, fitted)
+    if engine.cudagraphs and engine.profile.cudagraph_reserved and runner_v2(arch, engine):
+        return captured + full_graph_extrapolation_bytes(arch, layout, engine)
+    return captured
+
+
+def capture_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
+                  fitted: MemoryFit = FITTED) -> float:
+    """What the CUDA-graph capture takes on each GPU: Model Runner V2 measures the capture
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory; 0.25.1's V2 had a stub returning 0), the V1
     runner extrapolates from two captures (v1_graph_estimate_bytes). MLA models on V2: the dense line plus the decode
     split buffers the capture keeps (mla_graph_buffers x split_buffer_bytes), or the V1 estimate where that is larger
-    (tensor-parallel layouts, unmeasured). None with --enforce-eager."""
+    (tensor-parallel layouts, unmeasured). The lines are fitted on 0.25.1's `Graph capturing finished ... took`, the
+    whole capture (bench/fit.py). None with --enforce-eager."""
     if not engine.cudagraphs:
         return 0.0
     if not runner_v2(arch, engine):
@@ -114,6 +126,36 @@ def cudagraph_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetti
                    dense + mla_graph_buffers(arch) * split_buffer_bytes(arch, layout, engine))
     moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.moe_layers else 0.0
     return dense + moe * GIB
+
+
+FULL_GRAPH_SAMPLE_FLOOR = 1 << 20
+"""vLLM 0.32.0's _MIN_PER_GRAPH_BYTES (v1/worker/gpu/cudagraph_utils.py): the least each further FULL graph is
+taken to cost when its estimate extrapolates."""
+WARMUP_ACCUMULATORS = 2
+"""How many split-KV accumulators of the second-largest FULL decode the cache held when that graph's capture began:
+its eager warm-up allocates them (the same splits as the graph), torch's graph entry empties the cache. Samples of
+Model Runner V2's capture (bench/calibrate.py --sample-graphs, vLLM 0.25.1 on an H200, validation 76): 124 MiB
+released for Llama-3.2-1B (1.00 accumulator of 124), 516 for Qwen3-8B (2.08 of 248); the larger count is kept, so
+that no plan promises the KV memory the estimate takes."""
+WARMUP_ACCUMULATORS_MLA = 1
+"""The same for FlashAttention MLA's latent accumulators: 514 MiB released for DeepSeek-V2-Lite (1.04 of 496)."""
+
+
+def full_graph_extrapolation_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """What vLLM 0.32.0's CUDA-graph estimate counts beyond the capture it stands for. profile_cudagraph_memory
+    captures the two largest FULL decode graphs and reads free device memory around each (CudaGraphManager.capture);
+    torch.cuda.graph's entry empties the allocator's cache after that reading, so the second sample is the graph's
+    own growth (about none: the pool the first left serves it) less what the graph's eager warm-up had cached, its
+    split-KV accumulators (WARMUP_ACCUMULATORS, or WARMUP_ACCUMULATORS_MLA, times split_buffer_bytes at that
+    batch). The estimate, measured - the samples + first + (FULL graphs - 1) x max(second, FULL_GRAPH_SAMPLE_FLOOR)
+    (_extrapolate_full_graph_memory), thus adds the released accumulators back and a floor for each further graph.
+    None with fewer than two FULL graphs (no second sample)."""
+    sizes = sorted(s for s in capture_sizes(engine) if s <= engine.max_num_seqs)
+    if len(sizes) < 2:
+        return 0.0
+    count = WARMUP_ACCUMULATORS_MLA if arch.kv_lora_rank else WARMUP_ACCUMULATORS
+    released = count * split_buffer_bytes(arch, layout, engine, batch=sizes[-2])
+    return released + (len(sizes) - 1) * FULL_GRAPH_SAMPLE_FLOOR
 
 
 def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
@@ -221,7 +263,8 @@ def profiling_cache_blocks(arch: ModelArchitecture, engine: EngineSettings) -> i
     return 0 if runner_v2(arch, engine) else largest_capture(engine)
 
 
-def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,
+                       batch: int | None = None) -> float:
     """FlashAttention's split-KV accumulator in the largest captured FULL graph on one GPU: under full CUDA graphs the
     attention metadata fixes num_splits at SPLITS_FOR_GRAPHS, and the kernel's intermediate buffers are
     [num_splits, num_heads, num_tokens, head_size] in float32 (v1/attention/backends/flash_attn.py, "Setting
@@ -233,10 +276,11 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     them. Measured on H200 and H100; B200 runs other kernels, for which the same size is kept unmeasured. The full
     graphs are decode batches, captured up to max_num_seqs (v1/cudagraph_dispatcher.py: capture sizes <=
     uniform_decode_query_len x max_num_seqs), so below 512 sequences the batch is max_num_seqs, not the largest
-    piecewise capture (Kimi-Linear at 32 sequences, validation 36: FULL largest 32, PIECEWISE 64, 64 MiB taken)."""
+    piecewise capture (Kimi-Linear at 32 sequences, validation 36: FULL largest 32, PIECEWISE 64, 64 MiB taken).
+    `batch`: another decode batch than the largest."""
     if not any(kind in ATTENTION_KINDS for kind in arch.kinds):
         return 0.0
-    batch = min(largest_capture(engine), engine.max_num_seqs)
+    batch = batch or min(largest_capture(engine), engine.max_num_seqs)
     heads = -(-arch.num_attention_heads // layout.tp)
     width = arch.kv_lora_rank or max(arch.head_dim, arch.global_attention[1])
     return SPLITS_FOR_GRAPHS * batch * heads * width * 4.0
