@@ -287,12 +287,12 @@ def split_buffer_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSe
 
 
 def mla_graph_buffers(arch: ModelArchitecture) -> int:
-    """How many split-buffer-sized blocks the CUDA-graph capture of a latent-attention model on Model Runner V2
-    keeps (vLLM 0.25.1 `Graph capturing finished ... took`, which 0.32.0's profile_cudagraph_memory measures the
-    same way): two (the graph pool held two segments of that size for DeepSeek-V2-shaped and Kimi-K2 BF16 in the
-    traces), three with FP8 block weights (DeepSeek-V2-shaped FP8 took 3.93 GiB more than BF16, outside the pool).
-    Refuted as a safe-side rule by validation 22 (held out): 80 heads took 2.7 buffers beyond the dense line, 1.79 GiB
-    more than planned; the count is not a function of the heads alone (1.9 at 128, 1.5 at 64)."""
+    """How many split-buffer-sized blocks the CUDA-graph capture of a latent-attention model on Model Runner V2 keeps
+    (vLLM 0.25.1 `Graph capturing finished ... took`; 0.32.0's estimate of the capture adds
+    full_graph_extrapolation_bytes): two (the graph pool held two segments of that size for DeepSeek-V2-shaped and
+    Kimi-K2 BF16 in the traces), three with FP8 block weights (DeepSeek-V2-shaped FP8 took 3.93 GiB more than BF16,
+    outside the pool). Refuted as a safe-side rule by validation 22 (held out): 80 heads took 2.7 buffers beyond the
+    dense line, 1.79 GiB more than planned; the count is not a function of the heads alone (1.9 at 128, 1.5 at 64)."""
     return 3 if arch.quant_method == "fp8" else 2
 
 

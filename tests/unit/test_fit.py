@@ -340,11 +340,13 @@ def test_only_0_25s_router_compile_holds_and_only_for_the_biased_grouped_router(
 
 
 def _graphs_planned(row: dict, fitted: MemoryFit) -> float:
-    """The CUDA-graph memory vLLM 0.32.0's plan keeps out of the KV cache for this row's model at TP=1, GiB."""
-    from planner.memory import cudagraph_bytes
+    """What vLLM 0.32.0's plan takes the CUDA-graph capture of this row's model at TP=1 to take, GiB (capture_bytes:
+    without what 0.32.0's estimate adds beyond the capture, full_graph_extrapolation_bytes, which a capture's `took`
+    does not show)."""
+    from planner.memory import capture_bytes
 
     a = parse_hf_config(row["config"], row["model"], "x")
-    return cudagraph_bytes(a, Layout(1, 1, 1), default_engine(H200), fitted) / GIB
+    return capture_bytes(a, Layout(1, 1, 1), default_engine(H200), fitted) / GIB
 
 
 V2_MOE_GRAPHS_HELD_OUT = [r for b in HELD_OUT for r in b["measured"]

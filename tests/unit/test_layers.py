@@ -178,6 +178,12 @@ def _module_names(tree: ast.Module) -> set[str]:
     return names
 
 
+INSTRUMENTS = {("bench/peaktrace/sitecustomize.py", "torch.cuda.graph")}
+"""The one replacement allowed: the site hook that instruments a vLLM server's own process for a GPU measurement
+(bench/calibrate.py --sample-graphs) swaps torch.cuda.graph for a subclass that reads free memory around each FULL
+capture, and puts it back when the warm-up returns."""
+
+
 def test_no_module_looks_up_constants_in_globals_or_assigns_another_modules_names():
     """The program's and the benchmark's code reads constants as names and passes changed ones as arguments (the
     fitted constants are one frozen object, planner/memory_fit.py): no globals() lookup, and no assignment to an
@@ -198,7 +204,10 @@ def test_no_module_looks_up_constants_in_globals_or_assigns_another_modules_name
                 base = target
                 while isinstance(base, ast.Attribute):
                     base = base.value
-                if isinstance(target, ast.Attribute) and isinstance(base, ast.Name) and base.id in modules:
+                allowed = (path.relative_to(root).as_posix(), ast.unparse(target)) in INSTRUMENTS
+                module_attribute = (isinstance(target, ast.Attribute) and isinstance(base, ast.Name)
+                                    and base.id in modules)
+                if module_attribute and not allowed:
                     found.append(f"{path.relative_to(root)}:{node.lineno} assigns {ast.unparse(target)}")
     assert len(files) > 40
     assert not found, found
