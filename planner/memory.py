@@ -150,7 +150,7 @@ def full_graph_extrapolation_bytes(arch: ModelArchitecture, layout: Layout, engi
     batch). The estimate, measured - the samples + first + (FULL graphs - 1) x max(second, FULL_GRAPH_SAMPLE_FLOOR)
     (_extrapolate_full_graph_memory), thus adds the released accumulators back and a floor for each further graph.
     None with fewer than two FULL graphs (no second sample)."""
-    sizes = sorted(s for s in capture_sizes(engine) if s <= engine.max_num_seqs)
+    sizes = full_graph_sizes(engine)
     if len(sizes) < 2:
         return 0.0
     count = WARMUP_ACCUMULATORS_MLA if arch.kv_lora_rank else WARMUP_ACCUMULATORS
@@ -239,8 +239,13 @@ def graph_counts(engine: EngineSettings) -> tuple[int, int]:
     """(PIECEWISE, FULL) graphs the V1 runner captures and its estimate counts (`Estimated PIECEWISE CUDA graph
     memory: ... + (N-1)`): every capture size, and the decode sizes up to max_num_seqs
     (v1/cudagraph_dispatcher.py)."""
-    sizes = capture_sizes(engine)
-    return len(sizes), sum(s <= engine.max_num_seqs for s in sizes)
+    return len(capture_sizes(engine)), len(full_graph_sizes(engine))
+
+
+def full_graph_sizes(engine: EngineSettings) -> tuple[int, ...]:
+    """The decode batches FULL graphs are captured for, ascending: the capture sizes up to max_num_seqs
+    (v1/cudagraph_dispatcher.py)."""
+    return tuple(s for s in capture_sizes(engine) if s <= engine.max_num_seqs)
 
 
 def largest_capture(engine: EngineSettings) -> int:

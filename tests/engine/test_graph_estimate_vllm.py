@@ -22,10 +22,10 @@ from planner.memory import (
     WARMUP_ACCUMULATORS,
     WARMUP_ACCUMULATORS_MLA,
     capture_bytes,
-    capture_sizes,
     cudagraph_bytes,
     default_engine,
     full_graph_extrapolation_bytes,
+    full_graph_sizes,
     split_buffer_bytes,
 )
 from tests.helpers import arch
@@ -55,7 +55,7 @@ def test_the_plan_adds_what_vllms_estimate_adds_to_the_capture(name, engine):
     """The first FULL graph grows the pool, the second (served by it) not at all, and each warm-up cached the plan's
     accumulators: vLLM's estimate then exceeds the capture (PIECEWISE + the first graph) by exactly the plan's term."""
     a = arch(name)
-    sizes = sorted(s for s in capture_sizes(engine) if s <= engine.max_num_seqs)
+    sizes = full_graph_sizes(engine)
     count = WARMUP_ACCUMULATORS_MLA if a.kv_lora_rank else WARMUP_ACCUMULATORS
     warm = [count * split_buffer_bytes(a, ONE, engine, batch=b) for b in (sizes[-1], sizes[-2])]
     piecewise, first = 700 * MIB, 60 * MIB + warm[0]
@@ -85,7 +85,7 @@ def test_the_sample_is_read_before_torch_empties_the_cache():
 def test_one_full_graph_gives_no_second_sample_and_nothing_beyond_the_capture():
     a = arch("Qwen3-8B")
     one = default_engine(ACCELERATORS["nvidia-h200-141gb"], extra_args=("--max-num-seqs", "1"))
-    assert sum(s <= one.max_num_seqs for s in capture_sizes(one)) == 1
+    assert len(full_graph_sizes(one)) == 1
     assert full_graph_extrapolation_bytes(a, ONE, one) == 0
     assert cudagraph_utils._extrapolate_full_graph_memory([5 * MIB], 1) == 5 * MIB
 
@@ -114,7 +114,7 @@ def test_the_plan_never_counts_fewer_accumulators_than_a_sampled_capture_release
     graph's entry released is at most the plan's accumulators (WARMUP_ACCUMULATORS), and at least one of them."""
     a = arch(row["model"])
     engine = default_engine(ACCELERATORS["nvidia-h200-141gb"], runner="v2")
-    sizes = sorted(s for s in capture_sizes(H200) if s <= H200.max_num_seqs)
+    sizes = full_graph_sizes(H200)
     assert len(row["full_graph_samples_mib"]) == len(sizes)
     released = -row["full_graph_samples_mib"][1] * MIB
     one = split_buffer_bytes(a, ONE, engine, batch=sizes[-2])
