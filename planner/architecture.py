@@ -232,6 +232,13 @@ class ModelArchitecture:
     per_layer_input: tuple[int, int] = (0, 0)
     """Gemma 4's per-layer input embeddings: (vocab_size_per_layer_input, hidden_size_per_layer_input)."""
     double_wide_mlp: bool = False
+    uncounted_towers: str = ""
+    """The multimodal towers config.json's count leaves out (planner/layers.py UNCOUNTED_TOWERS); "" where every tower
+    is counted (vision_parameters) or there is none."""
+    altup_inputs: int = 0
+    """Gemma 3n's AltUp: the hidden state is carried as this many predictions (altup_num_inputs); 0 without AltUp."""
+    laurel_rank: int = 0
+    """Gemma 3n's LAuReL block: a low-rank residual of this rank beside each layer's attention; 0 without."""
     """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
     checkpoint_groups: tuple[TensorGroup, ...] = ()
     """The checkpoint's tensors as vLLM places them (planner/checkpoint.py tensor_groups) where they were read (the
@@ -350,8 +357,14 @@ class ModelArchitecture:
         layers = self.num_layers
         per_layer = (vocab_pl * layers * width + h * layers * width + width + layers * (2 * h * width + h)
                      if width else 0)
+        # Gemma 3n (vllm/model_executor/models/gemma3n.py): each layer's AltUp (correction and prediction
+        # coefficients, modality router, correct_output_scale) and LAuReL (two low-rank projections); the model's
+        # altup_projections and altup_unembed_projections, n - 1 square projections each.
+        n, rank = self.altup_inputs, self.laurel_rank
+        altup = (layers * (n * n + n ** 3 + h * n + h + 2 * h * rank) + 2 * (n - 1) * h * h) if n else 0
         return {
             "attention": attention + kinds.count("indexed") * indexer,
+            "altup": altup,
             "linear": kinds.count("linear") * linear + kinds.count("conv") * short_conv,
             "mamba": kinds.count("mamba") * mamba + kinds.count("mamba1") * mamba1,
             "kda": kinds.count("kda") * kda,

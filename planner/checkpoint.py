@@ -27,7 +27,7 @@ from typing import Any
 
 from planner.architecture import EVERY_STAGE, FIRST_STAGE, LAST_STAGE, TIED_HEAD, ModelArchitecture, TensorGroup
 from planner.errors import ConfigError
-from planner.layers import GEMMA4_TYPES
+from planner.layers import GEMMA4_TYPES, SHARED_KV_TYPES
 
 DTYPE_BYTES = {"F64": 8.0, "I64": 8.0, "U64": 8.0, "F32": 4.0, "I32": 4.0, "U32": 4.0, "F16": 2.0, "BF16": 2.0,
                "I16": 2.0, "U16": 2.0, "F8_E4M3": 1.0, "F8_E5M2": 1.0, "F8_E8M0": 1.0, "I8": 1.0, "U8": 1.0,
@@ -80,17 +80,19 @@ GEMMA4_KV_TENSOR = re.compile(r"layers\.(\d+)\.self_attn\.(k_proj|v_proj|k_norm)
 
 
 def held_copies(name: str, tensors: Mapping[str, Any], arch: ModelArchitecture | None) -> int:
-    """How many copies of a checkpoint tensor vLLM holds: Gemma 4 (vllm/model_executor/models/gemma4.py
-    _gemma4_layer_weights_mapper) drops the K and V tensors checkpoints ship for its KV-shared layers (0) and loads an
-    attention_k_eq_v layer's K into both the K and the V shard of its qkv_proj (2: a k_proj whose layer stores no
-    v_proj); 1 for every other tensor (the towers' own layers included) and model."""
-    decoder = arch is not None and arch.model_type in GEMMA4_TYPES and not encoder_tensor(name)
+    """How many copies of a checkpoint tensor vLLM holds: Gemma 4 and Gemma 3n (vllm/model_executor/models/gemma4.py
+    _gemma4_layer_weights_mapper, gemma3n.py _kv_sharing_weights_mapper) drop the K and V tensors checkpoints ship for
+    their KV-shared layers (0); Gemma 4 loads an attention_k_eq_v layer's K into both the K and the V shard of its
+    qkv_proj (2: a k_proj whose layer stores no v_proj); 1 for every other tensor (the towers' own layers included)
+    and model."""
+    decoder = arch is not None and arch.model_type in SHARED_KV_TYPES and not encoder_tensor(name)
     match = GEMMA4_KV_TENSOR.search(name) if decoder else None
     if match is None:
         return 1
     if arch.kv_shared_layers and int(match.group(1)) >= arch.num_layers - arch.kv_shared_layers:
         return 0
-    return 2 if match.group(2) == "k_proj" and name.replace(".k_proj.", ".v_proj.") not in tensors else 1
+    k_eq_v = arch.model_type in GEMMA4_TYPES and match.group(2) == "k_proj"
+    return 2 if k_eq_v and name.replace(".k_proj.", ".v_proj.") not in tensors else 1
 
 
 def tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, mtp_layers: int,

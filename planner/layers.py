@@ -113,15 +113,20 @@ UNSIZED_KEYS = {
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
 Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES and FALCON_H1_TYPES (Zamba), DeepSeek V4's compressed
-attention, Gemma 3n (num_kv_shared_layers is sized for GEMMA4_TYPES only;
-Gemma 3n's KV sharing in its last num_kv_shared_layers layers, vllm/model_executor/models/gemma3n.py
-kv_sharing_target_layer_name, comes with embed_tokens_per_layer, vocab_size_per_layer_input x layers x
-hidden_size_per_layer_input weights and AltUp), LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
+attention, KV sharing outside SHARED_KV_TYPES, LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
 blocks per layer), NemotronH's latent experts (moe_latent_size). Read as any other decoder their numbers are
-unverified, the weights of Gemma 3n about 2.3B parameters under: they plan with stated parallelism and a warning."""
+unverified: they plan with stated parallelism and a warning."""
 GEMMA4_TYPES = frozenset({"gemma4_text"})
 """Gemma 4's decoder (the gemma4 wrapper keeps it in text_config): sliding and full layers of their own head dims
 and KV heads, the last num_kv_shared_layers reading an earlier layer's cache (vllm/model_executor/models/gemma4.py)."""
+GEMMA3N_TYPES = frozenset({"gemma3n_text"})
+"""Gemma 3n's decoder (the gemma3n wrapper keeps it in text_config; vllm/model_executor/models/gemma3n.py): sliding
+and full layers of one head shape, the last num_kv_shared_layers reading the cache of the last earlier layer of their
+type (Gemma3nAttention: kv_sharing_target_layer_name, first shared - 2 for a sliding layer, - 1 for a full one), the
+per-layer input embeddings Gemma 4 took over, AltUp's altup_num_inputs predictions of the hidden state and a LAuReL
+low-rank residual in every layer."""
+SHARED_KV_TYPES = GEMMA4_TYPES | GEMMA3N_TYPES
+"""Families whose num_kv_shared_layers the planner sizes (ModelArchitecture.kv_shared_layers)."""
 MAMBA2_KEYS = frozenset({"layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size",
                          "mamba_expand"})
 """The Mamba keys a MAMBA2_TYPES or MAMBA1_TYPES config has: sized there."""
@@ -132,10 +137,10 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
     sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES
-    gemma4 = str(cfg.get("model_type")) in GEMMA4_TYPES
+    shares_kv = str(cfg.get("model_type")) in SHARED_KV_TYPES
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
-                gemma4 and key == "num_kv_shared_layers"):
+                shares_kv and key == "num_kv_shared_layers"):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:
@@ -696,6 +701,8 @@ def input_modalities(wrapper: Mapping[str, Any]) -> tuple[str, ...]:
         return "image", "video"
     if kind == "gemma3":
         return ("image",)
+    if kind == "gemma3n":  # gemma3n_mm.py
+        return "image", "audio"
     if kind == "gemma4":
         return ("image", "audio", "video") if wrapper.get("audio_config") else ("image", "video")
     return ()
@@ -743,6 +750,13 @@ def encoder_input(vision: Mapping[str, Any], wrapper: Mapping[str, Any],
         return EncoderInput((side // patch) ** 2, first_int(vision, "num_channels", default=3) * patch ** 2, width,
                             tokens, out, 0, 0, False, side=side)
     return ()
+
+
+UNCOUNTED_TOWERS = {"gemma3n": "the MobileNetV5 vision tower (built by timm from vision_config.architecture) and the "
+                               "Conformer audio tower"}
+"""Wrappers whose towers the planner does not count from config.json, by model_type, and what they are (vLLM 0.32.0
+gemma3n_mm.py builds both with AutoModel.from_config): the decoder alone is counted, and the plan says so where
+the towers are served (planner/sizing.py); the checkpoint's tensors or model.weightsGib weigh them."""
 
 
 def audio_parameters(audio: object, text_hidden: int) -> int:

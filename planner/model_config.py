@@ -17,11 +17,13 @@ from planner.checkpoint import hub_offline
 from planner.errors import ConfigError
 from planner.layers import (
     FALCON_H1_TYPES,
-    GEMMA4_TYPES,
+    GEMMA3N_TYPES,
     GLM5_NEXT_TYPES,
     LFM2_TYPES,
     NAS_TYPES,
     PURE_MAMBA_TYPES,
+    SHARED_KV_TYPES,
+    UNCOUNTED_TOWERS,
     checkpoint_kv_cache_dtype,
     encoder_input,
     image_prefix_lm,
@@ -499,8 +501,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds and not pure_mamba else {}
     if pure_mamba:
         hybrid.update(_pure_mamba_fields(cfg, layers, hidden, int(inter), source))
-    if str(cfg.get("model_type")) in GEMMA4_TYPES and not unsized:
+    if str(cfg.get("model_type")) in SHARED_KV_TYPES and not unsized:
         hybrid.update(_gemma4_fields(cfg, kinds, head_dim, kv_heads, source))
+    if str(cfg.get("model_type")) in GEMMA3N_TYPES and not unsized:
+        hybrid.update(_gemma3n_fields(cfg, source))
     if "mamba1" in kinds and not pure_mamba:  # vllm/model_executor/models/jamba.py JambaMambaDecoderLayer
         hybrid["mamba1"] = (_count(cfg, source, ("mamba_expand",)) * hidden, _count(cfg, source, ("mamba_d_state",)),
                             _count(cfg, source, ("mamba_d_conv",)), _dt_rank(cfg, "mamba_dt_rank", hidden, source),
@@ -566,6 +570,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
         encoder_input=encoder_input(vision, wrapper, hidden) if isinstance(vision, Mapping) else (),
         modalities=input_modalities(wrapper) if isinstance(vision, Mapping) else (),
+        uncounted_towers=UNCOUNTED_TOWERS.get(str(wrapper.get("model_type")), "") if isinstance(vision, Mapping)
+        else "",
         image_prefix_lm=image_prefix_lm(wrapper),
         architecture=architecture,
         experts_per_token=max(top_k, 0) if experts else 0,
@@ -650,6 +656,15 @@ def _gemma4_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], head_dim: int
             "per_layer_input": (_count(cfg, source, ("vocab_size_per_layer_input",)), width) if width else (0, 0),
             "double_wide_mlp": cfg.get("use_double_wide_mlp") is True, "norms_per_layer": 7 if moe else 4,
             "router_scales": moe}
+
+
+def _gemma3n_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """What Gemma 3n's decoder has beyond Gemma 4's shape (vllm/model_executor/models/gemma3n.py): AltUp's
+    altup_num_inputs predictions of the hidden state and LAuReL's laurel_rank residual in every layer (their weights,
+    ModelArchitecture.parameter_parts "altup"), six norms a layer (input, post-attention, pre- and post-feed-forward,
+    post-LAuReL, AltUp's router norm)."""
+    return {"altup_inputs": _count(cfg, source, ("altup_num_inputs",), default=4),
+            "laurel_rank": _count(cfg, source, ("laurel_rank",), default=64), "norms_per_layer": 6}
 
 
 def _pure_mamba_inner(cfg: Mapping[str, Any], hidden: int, source: str) -> int:

@@ -349,6 +349,12 @@ def plan(settings: Settings) -> Sizing:
                         f"parallelism (tensor={layout.tp}, pipeline={layout.pp}) {taken} and {weighed}, and "
                         f"does not verify the KV tokens per replica ({result.kv_tokens:,} as if every layer were "
                         "full attention), that one sequence fits, or an HPA target derived from them")
+    if arch.uncounted_towers and weighed.startswith("weights counted") and multimodal_inputs(arch, engine):
+        warnings.append(f"{arch.name}: {arch.uncounted_towers} are not in the weights counted from config.json (the "
+                        f"decoder's alone, {gib_text(weights_bytes)}), so the KV tokens per replica "
+                        f"({result.kv_tokens:,}) are over-stated by their weights and profile; set model.weightsGib, "
+                        "give the checkpoint's tensors (model.tensorsFile), or serve it text-only with "
+                        "vllm.extraArgs --language-model-only")
     if arch.vision_parameters and not arch.encoder_input and multimodal_inputs(arch, engine):
         tower = f"{arch.architecture}'s" if arch.architecture else "its"
         warnings.append(f"{arch.name}: the profile vLLM runs on {tower} vision encoder (its "

@@ -937,6 +937,71 @@ def test_a_mutated_gemma4_rule_disagrees_with_vllm(mutation, monkeypatch):
     assert differing, f"the mutation '{mutation}' went unnoticed"
 
 
+# ------------------------------------------------------------------------------------------ Gemma 3n
+
+def gemma3n(name: str):
+    """(planner architecture, transformers' Gemma3nTextConfig) of a bench/configs Gemma 3n config."""
+    from transformers import CONFIG_MAPPING
+
+    raw = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
+    hf_config = CONFIG_MAPPING["gemma3n_text"](**{k: v for k, v in raw.items() if k != "model_type"})
+    return parse_hf_config(raw, name, "model.configFile"), hf_config
+
+
+def gemma3n_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int, batched: int) -> int:
+    """vLLM 0.32.0's count for Gemma 3n, its layers declared as vllm/model_executor/models/gemma3n.py
+    Gemma3nAttention declares them: head_dim x max(1, KV heads / TP) on every layer, config.sliding_window on a
+    sliding_attention layer, and no cache of its own for a layer at or past num_hidden_layers - num_kv_shared_layers
+    (kv_sharing_target_layer_name: the first shared index less 2 for a sliding layer, less 1 for a full one)."""
+    layers = hf_config.num_hidden_layers
+    heads = max(1, hf_config.num_key_value_heads // tp)
+    specs = {}
+    for i in range(layers - hf_config.num_kv_shared_layers):
+        if hf_config.layer_types[i] == "sliding_attention":
+            specs[i] = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=hf_config.head_dim,
+                                         dtype=torch.bfloat16, sliding_window=hf_config.sliding_window)
+        else:
+            specs[i] = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=hf_config.head_dim,
+                                         dtype=torch.bfloat16)
+    return vllm_count(EngineConfig(max_len, tp, pp, batched), specs, layers, pp, available)
+
+
+GEMMA3N_CASES = [("gemma-3n-e4b", 1), ("gemma-3n-e2b", 1)]
+"""Both shapes' shared layers read layers 18 and 19 from every later layer: one pipeline stage (as Gemma 4 E2B)."""
+
+
+@pytest.mark.parametrize(("name", "pp"), GEMMA3N_CASES)
+def test_gemma3n_counts_the_kv_tokens_vllm_0_32_counts(name, pp):
+    arch, hf_config = gemma3n(name)
+    assert not arch.unsized and arch.kv_shared_layers == hf_config.num_kv_shared_layers and arch.altup_inputs == 4
+    for tp, max_len in ((1, 8192), (2, 32768)):
+        ours = planner_tokens(arch, tp, pp, 9 * GIB, max_len, 8192)
+        theirs = gemma3n_vllm_tokens(hf_config, tp, pp, 9 * GIB, max_len, 8192)
+        assert ours == theirs, f"{name} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+GEMMA3N_MUTATIONS = {
+    "KV-shared layers allocate their own cache": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, kv_shared_layers=0), *rest)),
+    "sliding layers cached as full attention": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, layer_kinds=()), *rest)),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(GEMMA3N_MUTATIONS))
+def test_a_mutated_gemma3n_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for name, pp in GEMMA3N_CASES:
+        arch, hf_config = gemma3n(name)
+        for tp in (1, 2):
+            expected = gemma3n_vllm_tokens(hf_config, tp, pp, 9 * GIB, 32768, 8192)
+            with monkeypatch.context() as mp:
+                GEMMA3N_MUTATIONS[mutation](mp)
+                if planner_tokens(arch, tp, pp, 9 * GIB, 32768, 8192) != expected:
+                    differing.append((name, tp, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
 # ------------------------------------------------------------------------------------------ NAS decoders
 
 NAS = ROOT / "bench" / "configs" / "nemotron-super-49b.json"

@@ -29,8 +29,6 @@ pytest.importorskip("vllm")
 UNSIZED = {
     "bailing_moe_v3_vl": "linear attention that is neither Gated DeltaNet nor KDA",
     "deepseek_v4": "DeepSeek V4's compressed sparse attention and hyper-connections",
-    "gemma3n": "Gemma 3n's KV sharing with per-layer embeddings and AltUp",
-    "gemma3n_text": "Gemma 3n's KV sharing with per-layer embeddings and AltUp",
     "gemma4_unified": "Gemma 4 Unified's KV sharing",
     "inkling_mm_model": "Inkling's 'hybrid' layers",
     "inkling_text": "Inkling's 'hybrid' layers",

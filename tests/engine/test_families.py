@@ -276,13 +276,12 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     assert abs(f.weights_per_gpu / 2**30 / row["weights_gib_measured"] - 1) <= 0.03
 
 
-@pytest.mark.parametrize("model_type, key", [("gemma3n_text", "num_kv_shared_layers"),
-                                             ("longcat_flash", "zero_expert_num")])
+@pytest.mark.parametrize("model_type, key", [("longcat_flash", "zero_expert_num")])
 def test_families_that_would_plan_wrong_are_marked_as_transformers_writes_their_configs(model_type, key):
-    """Gemma 3n (KV shared by its last layers, 2.3B parameters of per-layer embeddings) and LongCat-Flash (two MLA
-    blocks per layer) read as plain decoders gave plans wrong both ways (LongCat-Flash: 6,498B parameters for a 560B
-    model); transformers' own default config of each is marked unsized naming the key, also inside a wrapper, so the
-    plan takes stated parallelism and says what it could not verify."""
+    """LongCat-Flash (two MLA blocks per layer) read as a plain decoder gave plans wrong both ways (6,498B parameters
+    for a 560B model); transformers' own default config is marked unsized naming the key, also inside a wrapper, so
+    the plan takes stated parallelism and says what it could not verify. Gemma 3n, marked so until its layers were
+    sized (test_a_gemma3n_wrapper_plans_its_decoder_and_says_what_it_does_not_count), plans sized."""
     from transformers import CONFIG_MAPPING
 
     cfg = {**CONFIG_MAPPING[model_type]().to_dict(), "architectures": ["X"]}
@@ -290,6 +289,32 @@ def test_families_that_would_plan_wrong_are_marked_as_transformers_writes_their_
     wrapped = parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m",
                               "model.configFile")
     assert key in wrapped.unsized
+
+
+def test_a_gemma3n_wrapper_plans_its_decoder_and_says_what_it_does_not_count(tmp_path):
+    """transformers' default Gemma 3n (google/gemma-3n-E4B's shape) in its wrapper: the decoder sized (the last 15
+    layers KV-shared, AltUp and LAuReL counted, not unsized), the towers named in one warning when the weights are
+    counted from config.json and the model's image and audio inputs are served, none when served text-only."""
+    from transformers import CONFIG_MAPPING
+
+    cfg = json.loads(json.dumps({**CONFIG_MAPPING["gemma3n"]().to_dict(),
+                                 "architectures": ["Gemma3nForConditionalGeneration"]}, default=str))
+    arch = parse_hf_config(cfg, "m", "model.configFile")
+    assert not arch.unsized and arch.kv_shared_layers == 15 and arch.modalities == ("image", "audio")
+    assert "MobileNetV5" in arch.uncounted_towers
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    section = {"id": "google/gemma-3n-E4B-it", "configFile": str(tmp_path / "config.json")}
+    l4 = accel("nvidia-l4", "g2-standard-8")
+    served = sizing(model=section, accelerator=l4, vllm={"maxModelLen": 8192})
+    [warning] = [w for w in served.warnings if "not in the weights counted" in w]
+    assert "MobileNetV5" in warning and "--language-model-only" in warning and "\n" not in warning
+    text_only = sizing(model=section, accelerator=l4, vllm={"maxModelLen": 8192,
+                                                            "extraArgs": ["--language-model-only"]})
+    assert not any("not in the weights counted" in w for w in text_only.warnings)
+    stated = sizing(model={**section, "weightsGib": 15.7}, accelerator=l4, vllm={"maxModelLen": 8192})
+    assert not any("not in the weights counted" in w for w in stated.warnings)
+    path = ROOT / "bench" / "configs" / "gemma-3n-e4b.json"  # the same decoder, unwrapped: no tower to count
+    assert parse_hf_config(json.loads(path.read_text()), "m", "model.configFile").uncounted_towers == ""
 
 
 def test_cut_layers_keeps_the_pattern_of_nemotron_h_and_kimi_linear():

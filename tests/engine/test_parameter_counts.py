@@ -192,6 +192,30 @@ def test_gemma4_counts_what_vllm_allocates_of_what_transformers_builds(name):
         v_for_k if raw.get("attention_k_eq_v") else 0)
 
 
+@pytest.mark.parametrize("name", ["gemma-3n-e4b", "gemma-3n-e2b"])
+def test_gemma3n_counts_what_transformers_builds(name):
+    """Gemma 3n's decoder as transformers builds it, which is what vLLM allocates (vllm/model_executor/models/
+    gemma3n.py): KV-shared layers with q and o only, per-layer input embeddings, AltUp and LAuReL in every layer, the
+    AltUp projections. Its checkpoints' K and V tensors of the shared layers are dropped (_kv_sharing_weights_mapper):
+    held_copies gives them none and every other tensor one."""
+    import json
+    from pathlib import Path
+
+    from planner.checkpoint import held_copies
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{name}.json").read_text())
+    config = transformers.CONFIG_MAPPING["gemma3n_text"](**{k: v for k, v in raw.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    arch = parse_hf_config(raw, name, "model.configFile")
+    assert arch.parameter_count() == sum(p.numel() for p in model.parameters())
+    first_shared = arch.num_layers - arch.kv_shared_layers
+    names = [f"model.language_model.layers.{i}.self_attn.{proj}.weight" for i in (first_shared - 1, first_shared)
+             for proj in ("q_proj", "k_proj", "v_proj", "k_norm")]
+    tensors = {name: {} for name in names}
+    assert [held_copies(n, tensors, arch) for n in names] == [1, 1, 1, 1, 1, 0, 0, 0]
+
+
 NAS_LAYERS = '''
 import json, socket, sys, tempfile, types
 from pathlib import Path
