@@ -108,13 +108,16 @@ UNSIZED_KEYS = {
     "num_kv_shared_layers": "layers that reuse another layer's KV cache, with per-layer input embeddings",
     "zero_expert_num": "two attention blocks per decoder layer and zero-computation experts",
     "moe_latent_size": "experts computed in a latent space",
+    "rel_extent": "relative-position attention beside a short-convolution state in every layer (Inkling)",
     "H_cycles": "decoder layers run again in cycles (HRM: H_cycles x L_cycles passes over stacks of "
                 "num_layers_per_stack)",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
 Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES and FALCON_H1_TYPES (Zamba), DeepSeek V4's compressed
 attention, KV sharing outside SHARED_KV_TYPES, LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
-blocks per layer), NemotronH's latent experts (moe_latent_size). Read as any other decoder their numbers are
+blocks per layer), NemotronH's latent experts (moe_latent_size), Inkling in vLLM's own config format
+(vllm/models/inkling/configs.py InklingModelConfig: rel_extent; every layer's InklingConvState is a sliding-window
+cache of its own block size, vllm/models/inkling/nvidia/sconv_swa_attn.py). Read as any other decoder their numbers are
 unverified: they plan with stated parallelism and a warning."""
 GEMMA4_TYPES = frozenset({"gemma4_text"})
 """Gemma 4's decoder (the gemma4 wrapper keeps it in text_config): sliding and full layers of their own head dims

@@ -51,12 +51,12 @@ NOT_DEPLOYABLE = {
     "deepseek_v41": "its default config has no decoder: checkpoints nest it in text_config",
     "ovis": "its default config has no decoder: checkpoints carry it in llm_config",
     "ultravox": "its default config names the decoder by text_model_id, a second checkpoint",
+    "inkling_model": "vLLM's InklingMoE asserts n_shared_experts > 0 and shared_expert_sink, which the default config "
+                     "(0 routed experts, none shared) lacks in every layer from dense_mlp_idx 0",
 }
 """Default configs that are no deployable decoder: each is refused in one line naming the key."""
 
-KNOWN_GAPS = {
-    "inkling_model": "n_routed_experts 0 with num_experts_per_tok 1, read as an MoE model without experts",
-}
+KNOWN_GAPS: dict[str, str] = {}
 """vLLM serves these and the planner refuses them: the gaps, each in one line naming the key (issue 42)."""
 
 
@@ -236,3 +236,18 @@ def test_a_tensor_size_the_mamba_mixer_cannot_split_is_refused_naming_it(tmp_pat
         plan(falcon, tmp_path, parallelism={"tensor": 3})
     jamba = json.loads((SHAPED / "jamba-1.5-mini.json").read_text())
     assert plan(jamba, tmp_path, parallelism={"tensor": 8}).tensor_parallel_size == 8
+
+
+def test_an_inkling_checkpoint_in_vllms_own_format_plans_with_what_it_cannot_verify(tmp_path):
+    """Inkling as vLLM's InklingModelConfig reads it (the checkpoint's own format, not transformers' layer_types): an
+    expert model vLLM builds (shared sink experts, local layers) read as a plain decoder planned silently with every
+    layer full attention and no convolution state; it plans with the one-line warning naming rel_extent."""
+    from vllm.models.inkling.configs import InklingModelConfig
+
+    config = InklingModelConfig(n_routed_experts=64, n_shared_experts=1, shared_expert_sink=True,
+                                num_experts_per_tok=4, local_layer_ids=[0, 1, 2, 4, 5, 6], use_sconv=True).to_dict()
+    config = json.loads(json.dumps({**config, "model_type": "inkling_model",
+                                    "architectures": ["InklingForCausalLM"]}, default=str))
+    chosen = plan(config, tmp_path)
+    [warning] = [w for w in chosen.warnings if "does not size yet" in w]
+    assert "rel_extent" in warning and "Inkling" in warning and "\n" not in warning
