@@ -923,18 +923,25 @@ GEMMA4_MUTATIONS = {
 }
 
 
+def mutated_cases(mutate, cases, load, vllm_tokens, available: int, monkeypatch) -> list[tuple[str, int, int]]:
+    """The (name, tp, pp) cases of a family (`load`: name -> (planner architecture, transformers config)) whose
+    planner count under `mutate` (a monkeypatch applier) differs from vLLM 0.32.0's (`vllm_tokens`) at 32k."""
+    differing = []
+    for name, pp in cases:
+        arch, hf_config = load(name)
+        for tp in (1, 2):
+            expected = vllm_tokens(hf_config, tp, pp, available, 32768, 8192)
+            with monkeypatch.context() as mp:
+                mutate(mp)
+                if planner_tokens(arch, tp, pp, available, 32768, 8192) != expected:
+                    differing.append((name, tp, pp))
+    return differing
+
+
 @pytest.mark.parametrize("mutation", sorted(GEMMA4_MUTATIONS))
 def test_a_mutated_gemma4_rule_disagrees_with_vllm(mutation, monkeypatch):
-    differing = []
-    for name, pp in GEMMA4_CASES:
-        arch, hf_config = gemma4(name)
-        for tp in (1, 2):
-            expected = gemma4_vllm_tokens(hf_config, tp, pp, 29 * GIB, 32768, 8192)
-            with monkeypatch.context() as mp:
-                GEMMA4_MUTATIONS[mutation](mp)
-                if planner_tokens(arch, tp, pp, 29 * GIB, 32768, 8192) != expected:
-                    differing.append((name, tp, pp))
-    assert differing, f"the mutation '{mutation}' went unnoticed"
+    assert mutated_cases(GEMMA4_MUTATIONS[mutation], GEMMA4_CASES, gemma4, gemma4_vllm_tokens, 29 * GIB,
+                         monkeypatch), f"the mutation '{mutation}' went unnoticed"
 
 
 # ------------------------------------------------------------------------------------------ Gemma 3n
@@ -980,9 +987,9 @@ def test_gemma3n_counts_the_kv_tokens_vllm_0_32_counts(name, pp):
         assert ours == theirs, f"{name} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
 
 
+SHARED_KV_MUTATION = "KV-shared layers allocate their own cache"
 GEMMA3N_MUTATIONS = {
-    "KV-shared layers allocate their own cache": lambda mp: mp.setattr(
-        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, kv_shared_layers=0), *rest)),
+    SHARED_KV_MUTATION: GEMMA4_MUTATIONS[SHARED_KV_MUTATION],
     "sliding layers cached as full attention": lambda mp: mp.setattr(
         kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, layer_kinds=()), *rest)),
 }
@@ -990,16 +997,8 @@ GEMMA3N_MUTATIONS = {
 
 @pytest.mark.parametrize("mutation", sorted(GEMMA3N_MUTATIONS))
 def test_a_mutated_gemma3n_rule_disagrees_with_vllm(mutation, monkeypatch):
-    differing = []
-    for name, pp in GEMMA3N_CASES:
-        arch, hf_config = gemma3n(name)
-        for tp in (1, 2):
-            expected = gemma3n_vllm_tokens(hf_config, tp, pp, 9 * GIB, 32768, 8192)
-            with monkeypatch.context() as mp:
-                GEMMA3N_MUTATIONS[mutation](mp)
-                if planner_tokens(arch, tp, pp, 9 * GIB, 32768, 8192) != expected:
-                    differing.append((name, tp, pp))
-    assert differing, f"the mutation '{mutation}' went unnoticed"
+    assert mutated_cases(GEMMA3N_MUTATIONS[mutation], GEMMA3N_CASES, gemma3n, gemma3n_vllm_tokens, 9 * GIB,
+                         monkeypatch), f"the mutation '{mutation}' went unnoticed"
 
 
 # ------------------------------------------------------------------------------------------ NAS decoders
