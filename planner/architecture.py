@@ -232,6 +232,7 @@ class ModelArchitecture:
     per_layer_input: tuple[int, int] = (0, 0)
     """Gemma 4's per-layer input embeddings: (vocab_size_per_layer_input, hidden_size_per_layer_input)."""
     double_wide_mlp: bool = False
+    """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
     uncounted_towers: str = ""
     """The multimodal towers config.json's count leaves out (planner/layers.py UNCOUNTED_TOWERS); "" where every tower
     is counted (vision_parameters) or there is none."""
@@ -239,7 +240,6 @@ class ModelArchitecture:
     """Gemma 3n's AltUp: the hidden state is carried as this many predictions (altup_num_inputs); 0 without AltUp."""
     laurel_rank: int = 0
     """Gemma 3n's LAuReL block: a low-rank residual of this rank beside each layer's attention; 0 without."""
-    """Gemma 4: the KV-shared layers' MLP is twice intermediate_size (use_double_wide_mlp)."""
     checkpoint_groups: tuple[TensorGroup, ...] = ()
     """The checkpoint's tensors as vLLM places them (planner/checkpoint.py tensor_groups) where they were read (the
     Hub's headers or model.tensorsFile); (): not read, the count decides."""
