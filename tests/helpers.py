@@ -39,6 +39,13 @@ def family_default_config(model_type: str) -> Any:
     return CONFIG_MAPPING[model_type](**FAMILY_DEFAULTS.get(model_type, {}))
 
 
+def config_json(config: Any, model_type: str) -> dict[str, Any]:
+    """A family config's config.json, naming `model_type`: vLLM's get_config registers DeepseekV3Config as
+    deepseek_v32 (AutoConfig.register), which sets that class's model_type for the rest of the process, and to_dict
+    writes the class's, so a process that has read DeepSeek-V3.2 through vLLM would name V3's defaults V3.2's."""
+    return {**config.to_dict(), "model_type": model_type}
+
+
 SHAPED = PROJECT_DIR / "bench" / "configs"
 HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba", "falcon_h1", "mamba", "falcon_mamba", "mamba2")
 HYBRIDS = {path.stem: json.loads(path.read_text()) for path in sorted(SHAPED.glob("*.json"))

@@ -18,6 +18,7 @@ from tests.helpers import (  # noqa: E402
     DECODER_FAMILIES,
     HYBRIDS,
     KIMI_LINEAR,
+    config_json,
     family_default_config,
     hybrid_config,
 )
@@ -42,7 +43,8 @@ def built_parameters(model_type: str) -> tuple[dict, int]:
     config = family_default_config(model_type)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-    return {**config.to_dict(), "architectures": [type(model).__name__]}, sum(p.numel() for p in model.parameters())
+    return ({**config_json(config, model_type), "architectures": [type(model).__name__]},
+            sum(p.numel() for p in model.parameters()))
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
@@ -64,7 +66,7 @@ def test_the_layers_count_what_transformers_builds_where_the_vocabulary_does_not
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     built = sum(p.numel() for p in model.parameters())
-    planned = parse_hf_config({**config.to_dict(), "architectures": [type(model).__name__]}, model_type,
+    planned = parse_hf_config({**config_json(config, model_type), "architectures": [type(model).__name__]}, model_type,
                               "model.configFile").parameter_count()
     assert planned == pytest.approx(built, rel=SMALL_VOCABULARY_TOLERANCE.get(model_type, 5e-4)), \
         f"{planned / 1e6:.2f}M planned, {built / 1e6:.2f}M built"

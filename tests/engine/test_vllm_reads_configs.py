@@ -15,6 +15,7 @@ from planner.model_config import parse_hf_config  # noqa: E402
 from tests.helpers import (  # noqa: E402
     DECODER_FAMILIES,
     HYBRIDS,
+    config_json,
     family_default_config,
     hybrid_config,
     vllm_model_config,
@@ -33,7 +34,7 @@ KIND = {"full_attention": "full", "sliding_attention": "sliding", "chunked_atten
 def family_config(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return {**family_default_config(model_type).to_dict(),
+    return {**config_json(family_default_config(model_type), model_type),
             "architectures": [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]}
 
 
