@@ -240,6 +240,11 @@ class ModelArchitecture:
     """Gemma 3n's AltUp: the hidden state is carried as this many predictions (altup_num_inputs); 0 without AltUp."""
     laurel_rank: int = 0
     """Gemma 3n's LAuReL block: a low-rank residual of this rank beside each layer's attention; 0 without."""
+    shared_blocks: tuple[int, int, int] = (0, 0, 0)
+    """Zamba2's shared transformer blocks (vllm/model_executor/models/zamba2.py): (num_mem_blocks, adapter_rank, 1
+    where the shared attention has q / k / v adapters); (0, 0, 0) for other families. Each block is an attention over
+    2 x hidden_size and a gated MLP of intermediate_size, run by every num_mem_blocks-th hybrid layer ("full" in
+    kinds), which holds its own adapters and a hidden-size linear."""
     checkpoint_groups: tuple[TensorGroup, ...] = ()
     """The checkpoint's tensors as vLLM places them (planner/checkpoint.py tensor_groups) where they were read (the
     Hub's headers or model.tensorsFile); (): not read, the count decides."""
@@ -362,6 +367,8 @@ class ModelArchitecture:
         # altup_projections and altup_unembed_projections, n - 1 square projections each.
         n, rank = self.altup_inputs, self.laurel_rank
         altup = (layers * (n * n + n ** 3 + h * n + h + 2 * h * rank) + 2 * (n - 1) * h * h) if n else 0
+        if self.shared_blocks[0]:
+            attention, mlp, norms = self._zamba2_shared(attention_layers, norms)
         return {
             "attention": attention + kinds.count("indexed") * indexer,
             "altup": altup,
@@ -394,6 +401,21 @@ class ModelArchitecture:
             attention += 2 * h * heads * dim + dim + (0 if shared else 2 * h * kv * dim + dim)
             mlp += self.mlp_matrices * h * self.intermediate_size * (2 if shared and self.double_wide_mlp else 1)
         return attention, mlp
+
+    def _zamba2_shared(self, hybrid_layers: int, norms: int) -> tuple[int, int, int]:
+        """Zamba2's attention, MLP and norm weights as vLLM allocates them (zamba2.py): in each of num_mem_blocks
+        shared blocks a q / k / v projection from and to 2 x hidden_size, an output projection to hidden_size, a gated
+        MLP and two norms (2 x hidden_size and hidden_size wide); in each hybrid layer a hidden-size linear, an MLP
+        adapter (hidden_size -> rank -> 2 x intermediate_size) and, with use_shared_attention_adapter, q / k / v
+        adapters (2 x hidden_size -> rank -> 2 x hidden_size)."""
+        h, inter = self.hidden_size, self.intermediate_size
+        blocks, rank, attention_adapters = self.shared_blocks
+        bias = self.mamba[7] if self.mamba else 0  # add_bias_linear: the MLP's biases too
+        attention = blocks * (2 * h * 6 * h + 2 * h * h) + hybrid_layers * (
+            h * h + attention_adapters * 3 * (2 * h * rank + rank * 2 * h))
+        mlp = (blocks * (self.mlp_matrices * h * inter + bias * (2 * inter + h))
+               + hybrid_layers * (h * rank + rank * 2 * inter))
+        return attention, mlp, norms + blocks * 3 * h
 
     def weight_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of all weights: the quantized parts at the checkpoint's rate, the rest at `unquantized_bytes`."""

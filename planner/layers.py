@@ -83,6 +83,13 @@ LFM2_TYPES = frozenset({"lfm2", "lfm2_moe"})
 """LFM2: short-convolution layers ("conv" in layer_types, transformers' Lfm2Config writing them from full_attn_idxs)
 beside full attention (vllm/model_executor/models/lfm2.py, lfm2_moe.py: Lfm2ShortConvDecoderLayer, its state from
 MambaStateShapeCalculator.short_conv_state_shape)."""
+ZAMBA2_TYPES = frozenset({"zamba2"})
+"""Zamba2 (vllm/model_executor/models/zamba2.py): a Mamba-2 mixer in every layer; a "hybrid" layer of
+layers_block_type runs one of num_mem_blocks shared attention-and-MLP blocks before its mixer (Zamba2HybridLayer),
+each such layer with a KV cache of its own (Zamba2Attention keeps one Attention per hybrid layer: num_attention_heads
+heads and as many KV heads, of 2 x hidden_size / num_attention_heads), its own LoRA adapters and a hidden-size
+linear. layer_kinds gives it two entries a layer, as Falcon-H1: the attention ("none" in a Mamba-only layer) and the
+mixer."""
 PURE_MAMBA_TYPES = {"mamba": "mamba1", "falcon_mamba": "mamba1", "mamba2": "mamba"}
 """Attention-free models, every layer one Mamba mixer and a norm, no MLP (vllm/model_executor/models/mamba.py
 MambaDecoderLayer: MambaMixer, Falcon-Mamba's with weightless RMS norms on dt, B and C; mamba2.py Mamba2DecoderLayer:
@@ -113,9 +120,9 @@ UNSIZED_KEYS = {
                 "num_layers_per_stack)",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
-Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES and FALCON_H1_TYPES (Zamba), DeepSeek V4's compressed
-attention, KV sharing outside SHARED_KV_TYPES, LongCat-Flash (vllm/model_executor/models/longcat_flash.py: two MLA
-blocks per layer), NemotronH's latent experts (moe_latent_size), Inkling in vLLM's own config format
+Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES, FALCON_H1_TYPES and ZAMBA2_TYPES, DeepSeek V4's
+compressed attention, KV sharing outside SHARED_KV_TYPES, LongCat-Flash (vllm/model_executor/models/longcat_flash.py:
+two MLA blocks per layer), NemotronH's latent experts (moe_latent_size), Inkling in vLLM's own config format
 (vllm/models/inkling/configs.py InklingModelConfig: rel_extent; every layer's InklingConvState is a sliding-window
 cache of its own block size, vllm/models/inkling/nvidia/sconv_swa_attn.py). Read as any other decoder their numbers are
 unverified: they plan with stated parallelism and a warning."""
@@ -139,7 +146,7 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     """(key, what it marks) when the config has a layer structure the planner does not size yet, else None. Such a
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
-    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES
+    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES | ZAMBA2_TYPES
     shares_kv = str(cfg.get("model_type")) in SHARED_KV_TYPES
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
@@ -238,6 +245,12 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return (PURE_MAMBA_TYPES[str(cfg.get("model_type"))],) * layers, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
+    if str(cfg.get("model_type")) in ZAMBA2_TYPES:
+        # zamba2.py Zamba2Model: a Zamba2HybridLayer (shared attention, then the mixer) where layers_block_type[i] is
+        # "hybrid", a Zamba2MambaDecoderLayer for any other name ("mamba", transformers 5's "linear_attention")
+        blocks = named_kinds(cfg.get("layers_block_type") or [], {"hybrid": "full"}, layers, "layers_block_type",
+                             source, other="none")
+        return tuple(kind for block in blocks for kind in (block, "mamba")), 0
     if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
         # vllm/models/glm5next/common/model.py _is_kda_layer: layer_types[i] == "linear_attention" is KDA, every other
         # layer latent attention with an indexer when index_topk is set (Glm5NextMLAAttention: is_v32)

@@ -24,6 +24,7 @@ from planner.layers import (
     PURE_MAMBA_TYPES,
     SHARED_KV_TYPES,
     UNCOUNTED_TOWERS,
+    ZAMBA2_TYPES,
     checkpoint_kv_cache_dtype,
     encoder_input,
     image_prefix_lm,
@@ -433,6 +434,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         # which some such configs write as 0 (GLM-5-Next); vLLM's MLA layers never read it
         latent = bool(cfg.get("kv_lora_rank")) and cfg.get("head_dim") == 0
         head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads) if not latent else hidden // heads
+        if str(cfg.get("model_type")) in ZAMBA2_TYPES:
+            head_dim, kv_heads = _zamba2_heads(hidden, heads, source)
         if not head_dim:
             raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
                                               "head_dim is given")
@@ -486,7 +489,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         kv_heads = next((kv for kv in layer_kv if kv), kv_heads)
         inter = max(widths, default=0) or inter  # the widest MLP sets the activation peak
         ffn_free = frozenset(i for i, width in enumerate(widths) if not width)
-    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES else 1  # kinds: that many per decoder layer
+    zamba2 = str(cfg.get("model_type")) in ZAMBA2_TYPES
+    if zamba2:  # its MLPs are in the shared blocks (ModelArchitecture.shared_blocks), none in a decoder layer
+        ffn_free = frozenset(range(layers))
+    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES else 1  # kinds: that many a layer
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
                                                     part_layers(kinds[::slots], set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
@@ -536,6 +542,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         counts["shared_expert_intermediate_size"] = (counts["n_shared_experts"] * _count(
             cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0)) if moe else 0
         counts["n_shared_experts"] = 0
+    if zamba2 and not unsized:
+        hybrid.update(_zamba2_fields(cfg, source), ffn_free_layers=layers, norms_per_layer=1)
     if per_modality:  # ernie45_vl_moe.py: a router per modality, the shared experts without a gate
         hybrid.update(expert_routers=2, shared_expert_gate=False)
     if str(cfg.get("model_type")) == "granitemoehybrid":  # vllm granitemoehybrid.py: GraniteMoeSharedMLP
@@ -554,7 +562,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
         vocab_size=vocab, max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), num_experts=experts,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)) or zamba2, num_experts=experts,
         moe_intermediate_size=counts["moe_intermediate_size"], num_shared_experts=counts["n_shared_experts"],
         first_dense_layers=counts["first_k_dense_replace"], kv_lora_rank=counts["kv_lora_rank"],
         qk_rope_head_dim=counts["qk_rope_head_dim"],
@@ -725,6 +733,12 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
         dims = (heads * head_dim, count("n_groups"), heads, head_dim, count("ssm_state_size"), count("conv_kernel"),
                 int(cfg.get("use_conv_bias", True) is not False), int(bool(cfg.get("use_bias"))))
         ssm = str(cfg.get("mamba_ssm_cache_dtype") or "float32")
+    elif str(cfg.get("model_type")) in ZAMBA2_TYPES:  # zamba2.py Zamba2MambaDecoderLayer
+        inner = count("mamba_expand") * hidden
+        heads = count("n_mamba_heads")
+        dims = (inner, count("mamba_ngroups"), heads, inner // heads, count("mamba_d_state"), count("mamba_d_conv"),
+                int(cfg.get("use_conv_bias", True) is not False), int(bool(cfg.get("add_bias_linear"))))
+        ssm = ""
     else:  # Falcon-H1 states the mixer's width as mamba_d_ssm where it is not mamba_expand x hidden_size
         inner = count("mamba_d_ssm") if cfg.get("mamba_d_ssm") is not None else count("mamba_expand") * hidden
         dims = (inner, count("mamba_n_groups"), count("mamba_n_heads"), count("mamba_d_head"),
@@ -736,7 +750,29 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # falcon_h1.py: MambaMixer2(use_rms_norm=mamba_rms_norm)
         return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2,
                 "mamba_norm": cfg.get("mamba_rms_norm") is True}
+    if str(cfg.get("model_type")) in ZAMBA2_TYPES:  # an attention and a mixer entry a layer (layers.py ZAMBA2_TYPES)
+        return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2}
     return {"mamba": dims, "mamba_ssm_dtype": ssm}
+
+
+def _zamba2_heads(hidden: int, heads: int, source: str) -> tuple[int, int]:
+    """(head dim, KV heads) of Zamba2's shared attention as vLLM builds it (vllm/model_executor/models/zamba2.py
+    Zamba2Attention): attention over the concatenated hidden state and input embedding, attention_hidden_size
+    2 x hidden_size (transformers' Zamba2Config sets it so), split in num_attention_heads heads of
+    attention_head_dim = 2 x hidden_size / num_attention_heads, with as many KV heads as heads (its QKVParallelLinear
+    is given no KV-head count); vLLM refuses heads that do not divide it."""
+    if (2 * hidden) % heads:
+        raise ConfigError(source, heads, f"num_attention_heads must divide 2 x hidden_size ({2 * hidden}): vLLM's "
+                                         "Zamba2Attention splits attention_hidden_size into that many heads")
+    return 2 * hidden // heads, heads
+
+
+def _zamba2_fields(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Zamba2's shared blocks (ModelArchitecture.shared_blocks): num_mem_blocks, adapter_rank, and whether its
+    attention has q / k / v adapters (use_shared_attention_adapter); every hybrid layer has an MLP adapter
+    (zamba2.py Zamba2MLP)."""
+    return {"shared_blocks": (_count(cfg, source, ("num_mem_blocks",)), _count(cfg, source, ("adapter_rank",)),
+                              int(cfg.get("use_shared_attention_adapter") is True))}
 
 
 def _fetch_from_hub(model_id: str, revision: str) -> dict[str, Any]:

@@ -1001,6 +1001,81 @@ def test_a_mutated_gemma3n_rule_disagrees_with_vllm(mutation, monkeypatch):
                          monkeypatch), f"the mutation '{mutation}' went unnoticed"
 
 
+# ------------------------------------------------------------------------------------------ Zamba2
+
+ZAMBA2 = ("zamba2-7b", "zamba2-2.7b")
+
+
+def zamba2(name: str):
+    """(planner architecture, transformers' Zamba2Config) of a bench/configs Zamba2 config."""
+    from transformers import CONFIG_MAPPING
+
+    raw = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
+    hf_config = CONFIG_MAPPING["zamba2"](**{k: v for k, v in raw.items() if k != "model_type"})
+    hf_config.architectures = raw["architectures"]
+    return parse_hf_config(raw, name, "model.configFile"), hf_config
+
+
+def zamba2_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int, batched: int,
+                       model_config=None) -> int:
+    """vLLM 0.32.0's count for Zamba2, its layers declared and named as vllm/model_executor/models/zamba2.py builds
+    them: a MambaMixer2 in every layer (prefix str(hybrid layers + i) + ".mixer"), its state from Zamba2ForCausalLM's
+    own get_mamba_state_shape_from_config; one Attention per hybrid layer (Zamba2Attention's dpa_list, "model.attn.j")
+    of num_attention_heads / TP heads of attention_head_dim. The attention block grows to hold a state by the page
+    _align_hybrid_block_size computes from vLLM's ModelConfig (`model_config`: its get_num_kv_heads and get_head_size,
+    Zamba2ModelArchConfigConvertor's attention_head_dim). Zamba2 has no SupportsPP: one stage."""
+    assert pp == 1, "vLLM serves Zamba2 without pipeline parallelism"
+    cfg = EngineConfig(max_len, tp, pp, batched)
+    state = state_spec(hf_config, tp, cfg.cache_config.mamba_cache_mode)
+    if model_config is not None:
+        heads_for_page = model_config.get_num_kv_heads(types.SimpleNamespace(tensor_parallel_size=tp))
+        head_for_page = model_config.get_head_size()
+    else:
+        heads_for_page, head_for_page = hf_config.num_key_value_heads // tp, hf_config.attention_head_dim
+    page = FullAttentionSpec(block_size=1, num_kv_heads=heads_for_page, head_size=head_for_page,
+                             dtype=torch.bfloat16).page_size_bytes
+    block = hybrid_block(page, state.page_size_bytes, False)
+    full = FullAttentionSpec(block_size=block, num_kv_heads=hf_config.num_attention_heads // tp,
+                             head_size=hf_config.attention_head_dim, dtype=torch.bfloat16)
+    state = replace(state, block_size=block, page_size_padded=full.page_size_bytes)
+    hybrid = sum(t == "hybrid" for t in hf_config.layers_block_type)
+    worker: dict[str, object] = {f"model.attn.{j}": full for j in range(hybrid)}
+    worker.update({f"{hybrid + i}.mixer": state for i in range(len(hf_config.layers_block_type))})
+    configs = kv_cache_utils.get_kv_cache_configs(cfg, [worker], [available])
+    return kv_cache_utils.get_kv_cache_capacity(cfg, configs[0])[0]
+
+
+@pytest.mark.parametrize("name", ZAMBA2)
+def test_zamba2_counts_the_kv_tokens_vllm_0_32_counts(name, tmp_path):
+    arch, hf_config = zamba2(name)
+    raw = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
+    model_config = vllm_model_config(raw, tmp_path)
+    assert not arch.unsized and arch.kinds.count("full") == len(hf_config.hybrid_layer_ids)
+    assert arch.kinds.count("mamba") == hf_config.num_hidden_layers
+    _, batched = batch_defaults(H200.memory_bytes, H200.device_name, PROFILE)
+    for tp in (1, 2, 4):
+        for available, max_len in ((9 * GIB, 8192), (41 * GIB, 4096)):
+            ours = planner_tokens(arch, tp, 1, available, max_len, batched)
+            theirs = zamba2_vllm_tokens(hf_config, tp, 1, available, max_len, batched, model_config)
+            assert ours == theirs, f"{name} tp={tp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+ZAMBA2_MUTATIONS = {
+    "every layer's shared attention holds a cache": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(
+            replace(arch, layer_kinds=tuple("full" if k == "none" else k for k in arch.kinds)), *rest)),
+    "the attention's head dim hidden_size / heads": lambda mp: mp.setattr(
+        kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(
+            replace(arch, head_dim=arch.hidden_size // arch.num_attention_heads), *rest)),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(ZAMBA2_MUTATIONS))
+def test_a_mutated_zamba2_rule_disagrees_with_vllm(mutation, monkeypatch):
+    assert mutated_cases(ZAMBA2_MUTATIONS[mutation], [(name, 1) for name in ZAMBA2], zamba2, zamba2_vllm_tokens,
+                         29 * GIB, monkeypatch), f"the mutation '{mutation}' went unnoticed"
+
+
 # ------------------------------------------------------------------------------------------ NAS decoders
 
 NAS = ROOT / "bench" / "configs" / "nemotron-super-49b.json"

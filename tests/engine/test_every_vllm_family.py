@@ -35,7 +35,6 @@ UNSIZED = {
     "longcat_flash": "two attention blocks per layer and zero-computation experts",
     "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
     "qwen4_exp_text": "Qwen4's query-sparse attention without latent attention",
-    "zamba2": "Zamba 2's shared attention blocks beside Mamba-2",
     "hrm_text": "HRM's layers run again in cycles (H_cycles x L_cycles)",
 }
 """Families the planner does not size yet (planner/layers.py UNSIZED_KEYS and unknown layer_types)."""

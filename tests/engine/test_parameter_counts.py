@@ -270,6 +270,56 @@ def test_a_nas_decoder_counts_what_vllm_builds_of_each_layer():
     assert arch.parameter_count() == sum(per_layer) + 2 * vocab * h + h  # + embeddings, lm_head, final norm
 
 
+ZAMBA2_MODEL = '''
+import json, socket, sys, tempfile
+from pathlib import Path
+import torch
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.model_executor.models.zamba2 import Zamba2ForCausalLM
+from tests.helpers import vllm_model_config
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+with set_current_vllm_config(VllmConfig()):
+    init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
+    initialize_model_parallel(1, 1)
+counts = []
+for path in sys.argv[1:]:
+    config = VllmConfig(model_config=vllm_model_config(json.loads(Path(path).read_text()), Path(tempfile.mkdtemp())))
+    with torch.device("meta"), set_current_vllm_config(config):
+        counts.append(sum(p.numel() for p in Zamba2ForCausalLM(vllm_config=config, prefix="").parameters()))
+print(json.dumps(counts))
+'''
+
+
+def test_zamba2_counts_what_vllm_builds():
+    """Zamba2 as vLLM 0.32.0's own Zamba2ForCausalLM builds it on the meta device (in a fresh process, one
+    tensor-parallel rank over gloo): num_mem_blocks shared attention-and-MLP blocks, each hybrid layer's adapters and
+    linear, a Mamba-2 mixer in every layer, the head tied to the input table. Both shapes: with and without the
+    attention adapters; transformers' Zamba2ForCausalLM builds the same counts."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    paths = [root / "bench" / "configs" / f"{name}.json" for name in ("zamba2-7b", "zamba2-2.7b")]
+    done = subprocess.run([sys.executable, "-c", ZAMBA2_MODEL, *map(str, paths)], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    for path, count in zip(paths, built, strict=True):
+        raw = json.loads(path.read_text())
+        arch = parse_hf_config(raw, path.stem, "model.configFile")
+        assert arch.parameter_count() == count, f"{path.stem}: planner {arch.parameter_count()}, vLLM {count}"
+        config = transformers.CONFIG_MAPPING["zamba2"](**{k: v for k, v in raw.items() if k != "model_type"})
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        assert sum(p.numel() for p in model.parameters()) == count
+
+
 GEMMA4_TOWERS = {
     "gemma-4-31B-it's vision tower": ({}, None),
     "a smaller vision tower": ({"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16,
