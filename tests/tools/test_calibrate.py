@@ -138,3 +138,14 @@ def test_repeated_extra_flags_all_reach_the_prediction(tmp_path):
     both = predict_row("models/Kimi-Linear-48B-A3B-Instruct.json:12", "nvidia-h200-141gb",
                        extra=("--max-num-seqs=32", "--mamba-ssm-cache-dtype=bfloat16"))
     assert written["rows"][0]["kv_cache_tokens_predicted"] == both["kv_cache_tokens_predicted"]
+
+
+def test_a_length_vllm_would_refuse_is_not_predicted(tmp_path):
+    """vLLM refuses a max_model_len above the config's max_position_embeddings before it loads anything, so a
+    prediction at that length could never be checked: calibrate says so in one line and writes none."""
+    proc = subprocess.run([sys.executable, "bench/calibrate.py", "bench/configs/zamba2-2.7b.json", "--predict-only",
+                           "--max-model-len", "8192", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and not (tmp_path / "predictions.json").exists()
+    assert proc.stderr.strip().splitlines()[-1] == ("calibrate: --max-model-len 8192: bench/configs/zamba2-2.7b.json "
+                                                    "supports at most 4096 tokens (its max_position_embeddings)")
