@@ -33,10 +33,13 @@ checkpoints write them: 128 = hidden_size / num_attention_heads, 8 KV heads)."""
 
 
 def family_default_config(model_type: str) -> Any:
-    """transformers' default config of a decoder family (FAMILY_DEFAULTS added)."""
-    from transformers import CONFIG_MAPPING
+    """transformers' default config of a decoder family (FAMILY_DEFAULTS added), from transformers' own class for it:
+    vLLM's get_config registers DeepseekV3Config as deepseek_v32 (AutoConfig.register with exist_ok), so in a test
+    process that has read DeepSeek-V3.2 through vLLM, CONFIG_MAPPING would build V3's config for V3.2 (the planner
+    reads the same built-in classes: planner/model_config.py _config_classes)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, _LazyConfigMapping
 
-    return CONFIG_MAPPING[model_type](**FAMILY_DEFAULTS.get(model_type, {}))
+    return _LazyConfigMapping(CONFIG_MAPPING_NAMES)[model_type](**FAMILY_DEFAULTS.get(model_type, {}))
 
 
 def config_json(config: Any, model_type: str) -> dict[str, Any]:
