@@ -240,6 +240,12 @@ class ModelArchitecture:
     """Gemma 3n's AltUp: the hidden state is carried as this many predictions (altup_num_inputs); 0 without AltUp."""
     laurel_rank: int = 0
     """Gemma 3n's LAuReL block: a low-rank residual of this rank beside each layer's attention; 0 without."""
+    mlps_beside_experts: int = 0
+    """Dense MLPs of intermediate_size in every layer beside its expert block (LongCat-Flash: 2, longcat_flash.py
+    FlashDecoderLayer.mlps); 0 elsewhere."""
+    zero_experts: int = 0
+    """Zero-computation experts the router scores beside the routed ones (LongCat-Flash's zero_expert_num): they hold
+    no weights, but the router's classifier and its e_score_correction_bias are num_experts + this wide."""
     shared_blocks: tuple[int, int, int] = (0, 0, 0)
     """Zamba2's shared transformer blocks (vllm/model_executor/models/zamba2.py): (num_mem_blocks, adapter_rank, 1
     where the shared attention has q / k / v adapters); (0, 0, 0) for other families. Each block is an attention over
@@ -346,7 +352,8 @@ class ModelArchitecture:
             self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
             if self.shared_expert_intermediate_size else 0)
         attention *= attention_layers
-        mlp = dense_layers * self.mlp_matrices * h * self.intermediate_size
+        mlp_layers = dense_layers + self.num_layers * self.mlps_beside_experts
+        mlp = mlp_layers * self.mlp_matrices * h * self.intermediate_size
         norms = self.num_layers * self.norms_per_layer * h + h
         if self.layer_kv_heads:  # NAS: each layer its own KV heads and MLP width, a norm before each it has
             q_width = self.num_attention_heads * self.head_dim
@@ -380,7 +387,8 @@ class ModelArchitecture:
             "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,
             "router": moe_layers * (self.expert_routers * h * self.num_experts
-                                    + (h + self.num_experts) * self.router_scales),
+                                    + (h + self.num_experts) * self.router_scales
+                                    + (h + 1) * self.zero_experts + self.num_experts * bool(self.zero_experts)),
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
             "norms": norms,

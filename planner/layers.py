@@ -90,6 +90,12 @@ each such layer with a KV cache of its own (Zamba2Attention keeps one Attention 
 heads and as many KV heads, of 2 x hidden_size / num_attention_heads), its own LoRA adapters and a hidden-size
 linear. layer_kinds gives it two entries a layer, as Falcon-H1: the attention ("none" in a Mamba-only layer) and the
 mixer."""
+LONGCAT_TYPES = frozenset({"longcat_flash"})
+"""LongCat-Flash (vllm/model_executor/models/longcat_flash.py FlashDecoderLayer): in each of num_layers layers two
+latent-attention blocks (DeepseekV2MLAAttention, each with its own cache) and two dense MLPs of ffn_hidden_size
+beside one expert block of n_routed_experts experts of expert_ffn_hidden_size; the router also scores
+zero_expert_num zero-computation experts (zero_expert_type "identity"), which hold no weights. layer_kinds gives it
+two entries a layer, as Falcon-H1."""
 PURE_MAMBA_TYPES = {"mamba": "mamba1", "falcon_mamba": "mamba1", "mamba2": "mamba"}
 """Attention-free models, every layer one Mamba mixer and a norm, no MLP (vllm/model_executor/models/mamba.py
 MambaDecoderLayer: MambaMixer, Falcon-Mamba's with weightless RMS norms on dt, B and C; mamba2.py Mamba2DecoderLayer:
@@ -113,7 +119,7 @@ UNSIZED_KEYS = {
     "mamba_expand": MAMBA, "attn_layer_indices": MAMBA,
     "kv_lora_rank_per_layer": "compressed attention", "compress_ratios": "compressed attention",
     "num_kv_shared_layers": "layers that reuse another layer's KV cache, with per-layer input embeddings",
-    "zero_expert_num": "two attention blocks per decoder layer and zero-computation experts",
+    "zero_expert_num": "zero-computation experts in a family other than LongCat-Flash's",
     "moe_latent_size": "experts computed in a latent space",
     "rel_extent": "relative-position attention beside a short-convolution state in every layer (Inkling)",
     "H_cycles": "decoder layers run again in cycles (HRM: H_cycles x L_cycles passes over stacks of "
@@ -121,11 +127,11 @@ UNSIZED_KEYS = {
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
 Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES, FALCON_H1_TYPES and ZAMBA2_TYPES, DeepSeek V4's
-compressed attention, KV sharing outside SHARED_KV_TYPES, LongCat-Flash (vllm/model_executor/models/longcat_flash.py:
-two MLA blocks per layer), NemotronH's latent experts (moe_latent_size), Inkling in vLLM's own config format
-(vllm/models/inkling/configs.py InklingModelConfig: rel_extent; every layer's InklingConvState is a sliding-window
-cache of its own block size, vllm/models/inkling/nvidia/sconv_swa_attn.py). Read as any other decoder their numbers are
-unverified: they plan with stated parallelism and a warning."""
+compressed attention, KV sharing outside SHARED_KV_TYPES, zero-computation experts outside LONGCAT_TYPES, NemotronH's
+latent experts (moe_latent_size), Inkling in vLLM's own config format (vllm/models/inkling/configs.py
+InklingModelConfig: rel_extent; every layer's InklingConvState is a sliding-window cache of its own block size,
+vllm/models/inkling/nvidia/sconv_swa_attn.py). Read as any other decoder their numbers are unverified: they plan with
+stated parallelism and a warning."""
 GEMMA4_TYPES = frozenset({"gemma4_text"})
 """Gemma 4's decoder (the gemma4 wrapper keeps it in text_config): sliding and full layers of their own head dims
 and KV heads, the last num_kv_shared_layers reading an earlier layer's cache (vllm/model_executor/models/gemma4.py)."""
@@ -148,9 +154,10 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     the plan could not verify (planner/sizing.py)."""
     sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES | ZAMBA2_TYPES
     shares_kv = str(cfg.get("model_type")) in SHARED_KV_TYPES
+    longcat = str(cfg.get("model_type")) in LONGCAT_TYPES
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
-                shares_kv and key == "num_kv_shared_layers"):
+                shares_kv and key == "num_kv_shared_layers") and not (longcat and key == "zero_expert_num"):
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:
@@ -245,6 +252,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return (PURE_MAMBA_TYPES[str(cfg.get("model_type"))],) * layers, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
+    if str(cfg.get("model_type")) in LONGCAT_TYPES:  # two latent-attention blocks in every layer
+        return ("full", "full") * layers, 0
     if str(cfg.get("model_type")) in ZAMBA2_TYPES:
         # zamba2.py Zamba2Model: a Zamba2HybridLayer (shared attention, then the mixer) where layers_block_type[i] is
         # "hybrid", a Zamba2MambaDecoderLayer for any other name ("mamba", transformers 5's "linear_attention")

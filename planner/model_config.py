@@ -20,6 +20,7 @@ from planner.layers import (
     GEMMA3N_TYPES,
     GLM5_NEXT_TYPES,
     LFM2_TYPES,
+    LONGCAT_TYPES,
     NAS_TYPES,
     PURE_MAMBA_TYPES,
     SHARED_KV_TYPES,
@@ -237,8 +238,11 @@ def _builtin_model_type(cls: Any) -> str | None:
                  if name == cls.__name__ and model_type_to_module_name(key) == parts[2]), None)
 
 
-ALIASED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings")
-"""The sizes read through a config class's attribute_map where the config names them its own way (_aliased)."""
+ALIASED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "intermediate_size",
+           "moe_intermediate_size")
+"""The sizes read through a config class's attribute_map where the config names them its own way (_aliased;
+LongCat-Flash: ffn_hidden_size and expert_ffn_hidden_size, which vLLM's longcat_flash.py reads as intermediate_size
+and moe_intermediate_size)."""
 
 
 def _aliased(cls: Any, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -354,7 +358,8 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
         return _aliased(classes[model_type], _filled(classes[model_type], cfg, source) or dict(cfg))
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str) and text["model_type"] in classes:
-        return {**cfg, "text_config": _filled(classes[text["model_type"]], text, source) or dict(text)}
+        inner = classes[text["model_type"]]
+        return {**cfg, "text_config": _aliased(inner, _filled(inner, text, source) or dict(text))}
     if model_type in REMOTE_CONFIG_BASES:  # remote code the planner reads through the class it extends
         base = classes[REMOTE_CONFIG_BASES[model_type]]
         return {**(_filled(base, cfg, source) or dict(cfg)), "model_type": model_type}
@@ -418,7 +423,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     per_modality = isinstance(cfg.get("moe_intermediate_size"), list)
     cfg = _per_modality_experts(cfg)
     blocks = cfg.get("layers_block_type")  # NemotronHConfig 5.x keeps no num_hidden_layers: it is this list's length
-    layers = _count(cfg, source, ("num_hidden_layers", "n_layer", "num_layers"),
+    longcat = str(cfg.get("model_type")) in LONGCAT_TYPES  # its layers are num_layers (num_hidden_layers: 2 x that)
+    layers = _count(cfg, source, ("num_layers",) if longcat else ("num_hidden_layers", "n_layer", "num_layers"),
                     default=len(blocks) if isinstance(blocks, list) and blocks else None)
     hidden = _count(cfg, source, ("hidden_size", "n_embd", "d_model"))
     pure_mamba = str(cfg.get("model_type")) in PURE_MAMBA_TYPES
@@ -492,7 +498,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     zamba2 = str(cfg.get("model_type")) in ZAMBA2_TYPES
     if zamba2:  # its MLPs are in the shared blocks (ModelArchitecture.shared_blocks), none in a decoder layer
         ffn_free = frozenset(range(layers))
-    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES else 1  # kinds: that many a layer
+    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES | LONGCAT_TYPES else 1  # kinds a layer
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
                                                     part_layers(kinds[::slots], set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
@@ -544,6 +550,11 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         counts["n_shared_experts"] = 0
     if zamba2 and not unsized:
         hybrid.update(_zamba2_fields(cfg, source), ffn_free_layers=layers, norms_per_layer=1)
+    if longcat:
+        _longcat_keys(cfg, source)
+    if longcat and not unsized:  # longcat_flash.py FlashDecoderLayer: two MLPs and four norms beside the experts
+        hybrid.update(cache_slots=2, mlps_beside_experts=2, norms_per_layer=4,
+                      zero_experts=_count(cfg, source, ("zero_expert_num",), minimum=0, default=0))
     if per_modality:  # ernie45_vl_moe.py: a router per modality, the shared experts without a gate
         hybrid.update(expert_routers=2, shared_expert_gate=False)
     if str(cfg.get("model_type")) == "granitemoehybrid":  # vllm granitemoehybrid.py: GraniteMoeSharedMLP
@@ -568,7 +579,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         qk_rope_head_dim=counts["qk_rope_head_dim"],
         torch_dtype=dtype, weight_bytes_per_param=weight_bytes, quantized_share=tuple(sorted(share.items())),
         quant_method=method,
-        layer_kinds=kinds if set(kinds) != {"full"} else (), window=window,
+        layer_kinds=kinds if set(kinds) != {"full"} or len(kinds) != layers else (), window=window,
         moe_layer_count=len(moe), q_lora_rank=counts["q_lora_rank"],
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
@@ -753,6 +764,21 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
     if str(cfg.get("model_type")) in ZAMBA2_TYPES:  # an attention and a mixer entry a layer (layers.py ZAMBA2_TYPES)
         return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2}
     return {"mamba": dims, "mamba_ssm_dtype": ssm}
+
+
+LONGCAT_REQUIRED = {
+    "zero_expert_type": "vLLM's LongcatMoe asserts it is set (the published checkpoints say \"identity\")",
+    "mla_scale_q_lora": "vLLM's longcat_flash.py reads it to scale the query LoRA norm (published checkpoints: true)",
+    "mla_scale_kv_lora": "vLLM's longcat_flash.py reads it to scale the KV LoRA norm (published checkpoints: true)",
+}
+"""Keys a LongCat-Flash config.json must set for vLLM 0.32.0 to build the model: transformers' LongcatFlashConfig has
+no default for them, and vLLM's class fails without them (tests/engine/test_every_vllm_family.py NOT_DEPLOYABLE)."""
+
+
+def _longcat_keys(cfg: Mapping[str, Any], source: str) -> None:
+    for key, why in LONGCAT_REQUIRED.items():
+        if cfg.get(key) is None:
+            raise ConfigError(source, None, f"a LongCat-Flash config needs {key}: {why}")
 
 
 def _zamba2_heads(hidden: int, heads: int, source: str) -> tuple[int, int]:

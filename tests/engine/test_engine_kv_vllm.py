@@ -1076,6 +1076,43 @@ def test_a_mutated_zamba2_rule_disagrees_with_vllm(mutation, monkeypatch):
                          29 * GIB, monkeypatch), f"the mutation '{mutation}' went unnoticed"
 
 
+# ------------------------------------------------------------------------------------------ LongCat-Flash
+
+LONGCAT = json.loads((ROOT / "bench" / "configs" / "longcat-flash.json").read_text())
+
+
+def longcat_vllm_tokens(raw: dict, tp: int, pp: int, available: int, max_len: int, batched: int) -> int:
+    """vLLM 0.32.0's count for LongCat-Flash, its layers declared from config.json as vllm/model_executor/models/
+    longcat_flash.py FlashDecoderLayer declares them: in each of num_layers layers two DeepseekV2MLAAttention blocks,
+    each an MLAAttentionSpec of kv_lora_rank + qk_rope_head_dim (one latent head on every rank), the pipeline
+    stages dealing whole layers (get_pp_indices over num_layers)."""
+    latent = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=raw["kv_lora_rank"] + raw["qk_rope_head_dim"],
+                              dtype=torch.bfloat16, cache_dtype_str="auto")
+    layers = raw["num_layers"]
+    return vllm_count(EngineConfig(max_len, tp, pp, batched), {i: (latent, latent) for i in range(layers)}, layers,
+                      pp, available)
+
+
+LONGCAT_CASES = [(tp, pp) for tp in (1, 2, 8) for pp in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(("tp", "pp"), LONGCAT_CASES, ids=[f"tp{t}-pp{p}" for t, p in LONGCAT_CASES])
+def test_longcat_flash_counts_the_kv_tokens_vllm_0_32_counts(tp, pp):
+    arch = parse_hf_config(LONGCAT, "longcat-flash", "model.configFile")
+    assert not arch.unsized
+    for available, max_len in ((9 * GIB, 8192), (41 * GIB, 131072)):
+        ours = planner_tokens(arch, tp, pp, available, max_len, 8192)
+        theirs = longcat_vllm_tokens(LONGCAT, tp, pp, available, max_len, 8192)
+        assert ours == theirs, f"tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def test_one_latent_cache_a_layer_disagrees_with_vllm_for_longcat_flash():
+    """The mutation: LongCat-Flash read as one latent cache a layer."""
+    arch = parse_hf_config(LONGCAT, "longcat-flash", "model.configFile")
+    one = replace(arch, layer_kinds=arch.kinds[::2], cache_slots=1)
+    assert planner_tokens(one, 1, 1, 9 * GIB, 8192, 8192) != longcat_vllm_tokens(LONGCAT, 1, 1, 9 * GIB, 8192, 8192)
+
+
 # ------------------------------------------------------------------------------------------ NAS decoders
 
 NAS = ROOT / "bench" / "configs" / "nemotron-super-49b.json"

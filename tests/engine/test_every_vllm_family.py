@@ -32,7 +32,6 @@ UNSIZED = {
     "gemma4_unified": "Gemma 4 Unified's KV sharing",
     "inkling_mm_model": "Inkling's 'hybrid' layers",
     "inkling_text": "Inkling's 'hybrid' layers",
-    "longcat_flash": "two attention blocks per layer and zero-computation experts",
     "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
     "qwen4_exp_text": "Qwen4's query-sparse attention without latent attention",
     "hrm_text": "HRM's layers run again in cycles (H_cycles x L_cycles)",
@@ -50,6 +49,7 @@ NOT_DEPLOYABLE = {
     "deepseek_v41": "its default config has no decoder: checkpoints nest it in text_config",
     "ovis": "its default config has no decoder: checkpoints carry it in llm_config",
     "ultravox": "its default config names the decoder by text_model_id, a second checkpoint",
+    "longcat_flash": "vLLM's LongcatMoe asserts zero_expert_type, which transformers' default config leaves unset",
     "inkling_model": "vLLM's InklingMoE asserts n_shared_experts > 0 and shared_expert_sink, which the default config "
                      "(0 routed experts, none shared) lacks in every layer from dense_mlp_idx 0",
 }

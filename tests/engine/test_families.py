@@ -276,19 +276,28 @@ def test_todays_planner_never_over_counts_a_validation_checkpoint(row):
     assert abs(f.weights_per_gpu / 2**30 / row["weights_gib_measured"] - 1) <= 0.03
 
 
-@pytest.mark.parametrize("model_type, key", [("longcat_flash", "zero_expert_num")])
-def test_families_that_would_plan_wrong_are_marked_as_transformers_writes_their_configs(model_type, key):
-    """LongCat-Flash (two MLA blocks per layer) read as a plain decoder gave plans wrong both ways (6,498B parameters
-    for a 560B model); transformers' own default config is marked unsized naming the key, also inside a wrapper, so
-    the plan takes stated parallelism and says what it could not verify. Gemma 3n, marked so until its layers were
-    sized (test_a_gemma3n_wrapper_plans_its_decoder_and_says_what_it_does_not_count), plans sized."""
+def test_longcat_flash_plans_sized_where_it_once_planned_wrong():
+    """LongCat-Flash (two MLA blocks and two MLPs per layer beside the experts) read as a plain decoder gave plans
+    wrong both ways (6,498B parameters for a 560B model), and was then marked unsized. Now its layers are sized:
+    transformers' default config (meituan-longcat/LongCat-Flash-Chat's shape) with the keys the published config sets
+    counts what vLLM's class builds (test_parameter_counts.py test_longcat_flash_counts_what_vllm_builds), also inside a
+    wrapper. zero_expert_num in another family still marks the config unsized, naming the key; Gemma 3n, marked so
+    until its layers were sized (test_a_gemma3n_wrapper_plans_its_decoder_and_says_what_it_does_not_count), plans
+    sized."""
     from transformers import CONFIG_MAPPING
 
-    cfg = {**CONFIG_MAPPING[model_type]().to_dict(), "architectures": ["X"]}
-    assert key in parse_hf_config(cfg, "m", "model.configFile").unsized
-    wrapped = parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m",
-                              "model.configFile")
-    assert key in wrapped.unsized
+    from planner.model_config import LONGCAT_REQUIRED
+
+    cfg = {**CONFIG_MAPPING["longcat_flash"]().to_dict(), "architectures": ["LongcatFlashForCausalLM"],
+           "zero_expert_type": "identity", "mla_scale_q_lora": True, "mla_scale_kv_lora": True}
+    assert set(LONGCAT_REQUIRED) <= set(cfg)
+    for arch in (parse_hf_config(cfg, "m", "model.configFile"),
+                 parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m",
+                                 "model.configFile")):
+        assert not arch.unsized and arch.parameter_count() == 560_664_980_480
+        assert arch.kinds == ("full",) * 56 and arch.cache_slots == 2
+    other = {**CONFIG_MAPPING["deepseek_v3"]().to_dict(), "architectures": ["X"], "zero_expert_num": 4}
+    assert "zero_expert_num" in parse_hf_config(other, "m", "model.configFile").unsized
 
 
 def test_a_gemma3n_wrapper_plans_its_decoder_and_says_what_it_does_not_count(tmp_path):

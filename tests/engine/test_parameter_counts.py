@@ -270,15 +270,16 @@ def test_a_nas_decoder_counts_what_vllm_builds_of_each_layer():
     assert arch.parameter_count() == sum(per_layer) + 2 * vocab * h + h  # + embeddings, lm_head, final norm
 
 
-ZAMBA2_MODEL = '''
-import json, socket, sys, tempfile
+VLLM_BUILT = '''
+import importlib, json, socket, sys, tempfile
 from pathlib import Path
 import torch
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.model_executor.models.zamba2 import Zamba2ForCausalLM
 from tests.helpers import vllm_model_config
 
+module, name = sys.argv[1].split(":")
+cls = getattr(importlib.import_module(module), name)
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -286,38 +287,55 @@ with set_current_vllm_config(VllmConfig()):
     init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
     initialize_model_parallel(1, 1)
 counts = []
-for path in sys.argv[1:]:
+for path in sys.argv[2:]:
     config = VllmConfig(model_config=vllm_model_config(json.loads(Path(path).read_text()), Path(tempfile.mkdtemp())))
     with torch.device("meta"), set_current_vllm_config(config):
-        counts.append(sum(p.numel() for p in Zamba2ForCausalLM(vllm_config=config, prefix="").parameters()))
+        counts.append(sum(p.numel() for p in cls(vllm_config=config, prefix="").parameters()))
 print(json.dumps(counts))
 '''
 
 
-def test_zamba2_counts_what_vllm_builds():
-    """Zamba2 as vLLM 0.32.0's own Zamba2ForCausalLM builds it on the meta device (in a fresh process, one
-    tensor-parallel rank over gloo): num_mem_blocks shared attention-and-MLP blocks, each hybrid layer's adapters and
-    linear, a Mamba-2 mixer in every layer, the head tied to the input table. Both shapes: with and without the
-    attention adapters; transformers' Zamba2ForCausalLM builds the same counts."""
+def vllm_built(model_class: str, names: list[str]) -> list[tuple[dict, int]]:
+    """(config.json, parameters) of bench/configs `names` as vLLM 0.32.0's own `model_class` ("module:Class")
+    builds them on the meta device, in a fresh process (the model needs vLLM's tensor-parallel group: one rank over
+    gloo)."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    paths = [root / "bench" / "configs" / f"{name}.json" for name in ("zamba2-7b", "zamba2-2.7b")]
-    done = subprocess.run([sys.executable, "-c", ZAMBA2_MODEL, *map(str, paths)], cwd=root, capture_output=True,
-                          text=True, timeout=300)
+    paths = [root / "bench" / "configs" / f"{name}.json" for name in names]
+    done = subprocess.run([sys.executable, "-c", VLLM_BUILT, model_class, *map(str, paths)], cwd=root,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     built = json.loads(done.stdout.strip().splitlines()[-1])
-    for path, count in zip(paths, built, strict=True):
-        raw = json.loads(path.read_text())
-        arch = parse_hf_config(raw, path.stem, "model.configFile")
-        assert arch.parameter_count() == count, f"{path.stem}: planner {arch.parameter_count()}, vLLM {count}"
+    return [(json.loads(path.read_text()), count) for path, count in zip(paths, built, strict=True)]
+
+
+def test_zamba2_counts_what_vllm_builds():
+    """Zamba2 as vLLM 0.32.0's own Zamba2ForCausalLM builds it: num_mem_blocks shared attention-and-MLP blocks, each
+    hybrid layer's adapters and linear, a Mamba-2 mixer in every layer, the head tied to the input table. Both shapes:
+    with and without the attention adapters; transformers' Zamba2ForCausalLM builds the same counts."""
+    names = ["zamba2-7b", "zamba2-2.7b"]
+    for name, (raw, count) in zip(names, vllm_built("vllm.model_executor.models.zamba2:Zamba2ForCausalLM", names),
+                                  strict=True):
+        arch = parse_hf_config(raw, name, "model.configFile")
+        assert arch.parameter_count() == count, f"{name}: planner {arch.parameter_count()}, vLLM {count}"
         config = transformers.CONFIG_MAPPING["zamba2"](**{k: v for k, v in raw.items() if k != "model_type"})
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(config)
         assert sum(p.numel() for p in model.parameters()) == count
+
+
+def test_longcat_flash_counts_what_vllm_builds():
+    """LongCat-Flash as vLLM 0.32.0's own LongcatFlashForCausalLM builds it (its class is the reference: transformers'
+    differs in its expert layout): per layer two latent-attention blocks, two dense MLPs, four norms and the routed
+    experts, the router as wide as routed and zero-computation experts together, which hold no weights."""
+    [(raw, count)] = vllm_built("vllm.model_executor.models.longcat_flash:LongcatFlashForCausalLM", ["longcat-flash"])
+    arch = parse_hf_config(raw, "longcat-flash", "model.configFile")
+    assert not arch.unsized and arch.zero_experts == 256 and len(arch.kinds) == 2 * arch.num_layers
+    assert arch.parameter_count() == count, f"planner {arch.parameter_count()}, vLLM {count}"
 
 
 GEMMA4_TOWERS = {
