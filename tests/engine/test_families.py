@@ -291,11 +291,11 @@ def test_longcat_flash_plans_sized_where_it_once_planned_wrong():
     cfg = {**CONFIG_MAPPING["longcat_flash"]().to_dict(), "architectures": ["LongcatFlashForCausalLM"],
            "zero_expert_type": "identity", "mla_scale_q_lora": True, "mla_scale_kv_lora": True}
     assert set(LONGCAT_REQUIRED) <= set(cfg)
-    for arch in (parse_hf_config(cfg, "m", "model.configFile"),
+    for read in (parse_hf_config(cfg, "m", "model.configFile"),
                  parse_hf_config({"model_type": "wrapper", "architectures": ["W"], "text_config": cfg}, "m",
                                  "model.configFile")):
-        assert not arch.unsized and arch.parameter_count() == 560_664_980_480
-        assert arch.kinds == ("full",) * 56 and arch.cache_slots == 2
+        assert not read.unsized and read.parameter_count() == 560_664_980_480
+        assert read.kinds == ("full",) * 56 and read.cache_slots == 2
     other = {**CONFIG_MAPPING["deepseek_v3"]().to_dict(), "architectures": ["X"], "zero_expert_num": 4}
     assert "zero_expert_num" in parse_hf_config(other, "m", "model.configFile").unsized
 
