@@ -246,6 +246,10 @@ class ModelArchitecture:
     zero_experts: int = 0
     """Zero-computation experts the router scores beside the routed ones (LongCat-Flash's zero_expert_num): they hold
     no weights, but the router's classifier and its e_score_correction_bias are num_experts + this wide."""
+    weight_layers: int = 0
+    """Decoder layers that hold weights where fewer than num_layers, the layers holding a KV cache (HRM-Text: its two
+    stacks' 2 x num_layers_per_stack layers, run num_hidden_layers times in all, each run with its own cache); 0 where
+    every layer holds its own weights."""
     shared_blocks: tuple[int, int, int] = (0, 0, 0)
     """Zamba2's shared transformer blocks (vllm/model_executor/models/zamba2.py): (num_mem_blocks, adapter_rank, 1
     where the shared attention has q / k / v adapters); (0, 0, 0) for other families. Each block is an attention over
@@ -309,7 +313,7 @@ class ModelArchitecture:
         (dense layers), experts (routed and shared), router, embeddings, vision, norms."""
         h = self.hidden_size
         kinds = self.kinds
-        attention_layers = sum(kind in ATTENTION_KINDS for kind in kinds)
+        attention_layers = self.weight_layers or sum(kind in ATTENTION_KINDS for kind in kinds)
         if self.kv_lora_rank:
             nope, rope, v_dim = self.mla_nope_dim, self.qk_rope_head_dim, self.mla_v_dim
             heads = self.num_attention_heads
@@ -325,7 +329,7 @@ class ModelArchitecture:
         key, value = k_heads * k_dim, v_heads * v_dim_l
         linear = h * (2 * key + 2 * value) + h * 2 * v_heads + (2 * key + value) * kernel + value * h
         moe_layers = self.moe_layers
-        dense_layers = self.num_layers - moe_layers - self.ffn_free_layers
+        dense_layers = (self.weight_layers or self.num_layers) - moe_layers - self.ffn_free_layers
         i_heads, i_dim = self.indexer  # vllm/models/deepseek_v32/attention.py DeepseekV32Indexer
         indexer = self.q_lora_rank * i_heads * i_dim + h * (i_dim + i_heads) + 2 * i_dim
         if self.indexer_pool > 1:  # the pooling's position embedding and gate (index_kpool_compress_ape / _gate)
@@ -354,7 +358,7 @@ class ModelArchitecture:
         attention *= attention_layers
         mlp_layers = dense_layers + self.num_layers * self.mlps_beside_experts
         mlp = mlp_layers * self.mlp_matrices * h * self.intermediate_size
-        norms = self.num_layers * self.norms_per_layer * h + h
+        norms = (self.weight_layers or self.num_layers) * self.norms_per_layer * h + h  # + the final norm
         if self.layer_kv_heads:  # NAS: each layer its own KV heads and MLP width, a norm before each it has
             q_width = self.num_attention_heads * self.head_dim
             attention = sum(2 * h * q_width + 2 * h * kv * self.head_dim for kv in self.layer_kv_heads if kv)

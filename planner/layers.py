@@ -96,6 +96,12 @@ latent-attention blocks (DeepseekV2MLAAttention, each with its own cache) and tw
 beside one expert block of n_routed_experts experts of expert_ffn_hidden_size; the router also scores
 zero_expert_num zero-computation experts (zero_expert_type "identity"), which hold no weights. layer_kinds gives it
 two entries a layer, as Falcon-H1."""
+HRM_TYPES = frozenset({"hrm_text"})
+"""HRM-Text (vllm/model_executor/models/hrm_text.py): two stacks (L and H) of num_layers_per_stack decoder layers,
+the L stack run L_cycles times in each of H_cycles cycles and the H stack once, each run of a layer with a KV cache of
+its own (HrmTextAttention.attn_per_step: one PrefillPrefixLMAttention per step). transformers' HrmTextConfig writes
+num_hidden_layers as those runs (num_layers_per_stack x H_cycles x (L_cycles + 1)), which vLLM reads; the weights are
+the two stacks' layers only (ModelArchitecture.weight_layers)."""
 PURE_MAMBA_TYPES = {"mamba": "mamba1", "falcon_mamba": "mamba1", "mamba2": "mamba"}
 """Attention-free models, every layer one Mamba mixer and a norm, no MLP (vllm/model_executor/models/mamba.py
 MambaDecoderLayer: MambaMixer, Falcon-Mamba's with weightless RMS norms on dt, B and C; mamba2.py Mamba2DecoderLayer:
@@ -122,8 +128,7 @@ UNSIZED_KEYS = {
     "zero_expert_num": "zero-computation experts in a family other than LongCat-Flash's",
     "moe_latent_size": "experts computed in a latent space",
     "rel_extent": "relative-position attention beside a short-convolution state in every layer (Inkling)",
-    "H_cycles": "decoder layers run again in cycles (HRM: H_cycles x L_cycles passes over stacks of "
-                "num_layers_per_stack)",
+    "H_cycles": "decoder layers run again in cycles (as HRM-Text's H_cycles) in a family other than HRM-Text",
 }
 """config.json keys of families vLLM serves whose structure the planner does not size yet, and what each marks:
 Mamba / SSM hybrids other than MAMBA2_TYPES, MAMBA1_TYPES, FALCON_H1_TYPES and ZAMBA2_TYPES, DeepSeek V4's
@@ -154,10 +159,11 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     the plan could not verify (planner/sizing.py)."""
     sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES | ZAMBA2_TYPES
     shares_kv = str(cfg.get("model_type")) in SHARED_KV_TYPES
-    longcat = str(cfg.get("model_type")) in LONGCAT_TYPES
+    own = {"zero_expert_num"} if str(cfg.get("model_type")) in LONGCAT_TYPES else {"H_cycles"} if str(
+        cfg.get("model_type")) in HRM_TYPES else set()  # keys of a family the planner sizes
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
-                shares_kv and key == "num_kv_shared_layers") and not (longcat and key == "zero_expert_num"):
+                shares_kv and key == "num_kv_shared_layers") and key not in own:
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:

@@ -19,6 +19,7 @@ from planner.layers import (
     FALCON_H1_TYPES,
     GEMMA3N_TYPES,
     GLM5_NEXT_TYPES,
+    HRM_TYPES,
     LFM2_TYPES,
     LONGCAT_TYPES,
     NAS_TYPES,
@@ -442,6 +443,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         head_dim = _count(cfg, source, ("head_dim",), default=hidden // heads) if not latent else hidden // heads
         if str(cfg.get("model_type")) in ZAMBA2_TYPES:
             head_dim, kv_heads = _zamba2_heads(hidden, heads, source)
+        if str(cfg.get("model_type")) in HRM_TYPES:  # hrm_text.py: "HF main hardcodes MHA", so does vLLM
+            kv_heads = heads
         if not head_dim:
             raise ConfigError(source, hidden, f"hidden_size is smaller than num_attention_heads ({heads}) and no "
                                               "head_dim is given")
@@ -552,6 +555,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         hybrid.update(_zamba2_fields(cfg, source), ffn_free_layers=layers, norms_per_layer=1)
     if longcat:
         _longcat_keys(cfg, source)
+    if str(cfg.get("model_type")) in HRM_TYPES and not unsized:
+        # hrm_text.py: the L and H stacks' layers hold the weights, their norms have none (RMSNorm has_weight=False);
+        # z_L_init, one hidden-size vector, in the place of a final norm
+        hybrid.update(weight_layers=2 * _count(cfg, source, ("num_layers_per_stack",)), norms_per_layer=0)
     if longcat and not unsized:  # longcat_flash.py FlashDecoderLayer: two MLPs and four norms beside the experts
         hybrid.update(cache_slots=2, mlps_beside_experts=2, norms_per_layer=4,
                       zero_experts=_count(cfg, source, ("zero_expert_num",), minimum=0, default=0))
@@ -584,7 +591,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
         gated_attention=(str(cfg.get("model_type")) in GATED_ATTENTION_TYPES
-                         and cfg.get(GATE_SWITCH.get(str(cfg.get("model_type")), "attn_output_gate")) is not False),
+                         and cfg.get(GATE_SWITCH.get(str(cfg.get("model_type")), "attn_output_gate")) is not False)
+        or str(cfg.get("model_type")) in HRM_TYPES,  # hrm_text.py gqkv_proj: a sigmoid gate beside every query
         linear_attention=linear,  # type: ignore[arg-type]
         vision_parameters=vision_parameters(vision, hidden, wrapper) if isinstance(vision, Mapping) else 0,
         encoder_input=encoder_input(vision, wrapper, hidden) if isinstance(vision, Mapping) else (),

@@ -1113,6 +1113,40 @@ def test_one_latent_cache_a_layer_disagrees_with_vllm_for_longcat_flash():
     assert planner_tokens(one, 1, 1, 9 * GIB, 8192, 8192) != longcat_vllm_tokens(LONGCAT, 1, 1, 9 * GIB, 8192, 8192)
 
 
+# ------------------------------------------------------------------------------------------ HRM-Text
+
+HRM = json.loads((ROOT / "bench" / "configs" / "hrm-text-1b.json").read_text())
+
+
+def hrm_vllm_tokens(raw: dict, tp: int, pp: int, available: int, max_len: int, batched: int) -> int:
+    """vLLM 0.32.0's count for HRM-Text, its caches declared from config.json as vllm/model_executor/models/hrm_text.py
+    HrmTextAttention declares them: for each of num_layers_per_stack layers, one PrefillPrefixLMAttention per step the
+    layer runs at, H_cycles x L_cycles in the L stack and H_cycles in the H stack, of num_attention_heads / TP KV heads
+    ("HF main hardcodes MHA") of head_dim. No pipeline parallelism (its class raises)."""
+    assert pp == 1
+    runs = raw["num_layers_per_stack"] * raw["H_cycles"] * (raw["L_cycles"] + 1)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=raw["num_attention_heads"] // tp, head_size=raw["head_dim"],
+                             dtype=torch.bfloat16)
+    return vllm_count(EngineConfig(max_len, tp, pp, batched), {i: spec for i in range(runs)}, runs, pp, available)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_hrm_text_counts_the_kv_tokens_vllm_0_32_counts(tp):
+    arch = parse_hf_config(HRM, "hrm-text-1b", "model.configFile")
+    assert not arch.unsized
+    for available in (9 * GIB, 41 * GIB):
+        ours = planner_tokens(arch, tp, 1, available, 2048, 8192)
+        theirs = hrm_vllm_tokens(HRM, tp, 1, available, 2048, 8192)
+        assert ours == theirs, f"tp={tp}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def test_a_cache_for_each_stack_layer_only_disagrees_with_vllm_for_hrm_text():
+    """The mutation: one KV cache per layer of the two stacks (as their weights), not one per run."""
+    arch = parse_hf_config(HRM, "hrm-text-1b", "model.configFile")
+    once = replace(arch, num_layers=arch.weight_layers, layer_kinds=())
+    assert planner_tokens(once, 1, 1, 9 * GIB, 2048, 8192) != hrm_vllm_tokens(HRM, 1, 1, 9 * GIB, 2048, 8192)
+
+
 # ------------------------------------------------------------------------------------------ NAS decoders
 
 NAS = ROOT / "bench" / "configs" / "nemotron-super-49b.json"

@@ -34,7 +34,6 @@ UNSIZED = {
     "inkling_text": "Inkling's 'hybrid' layers",
     "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
     "qwen4_exp_text": "Qwen4's query-sparse attention without latent attention",
-    "hrm_text": "HRM's layers run again in cycles (H_cycles x L_cycles)",
 }
 """Families the planner does not size yet (planner/layers.py UNSIZED_KEYS and unknown layer_types)."""
 

@@ -338,6 +338,15 @@ def test_longcat_flash_counts_what_vllm_builds():
     assert arch.parameter_count() == count, f"planner {arch.parameter_count()}, vLLM {count}"
 
 
+def test_hrm_text_counts_what_vllm_builds():
+    """HRM-Text as vLLM 0.32.0's own HrmTextForCausalLM builds it: two stacks of num_layers_per_stack layers (gated MHA
+    attention, a gated MLP, weightless norms) and z_L_init, whatever the number of runs num_hidden_layers counts."""
+    [(raw, count)] = vllm_built("vllm.model_executor.models.hrm_text:HrmTextForCausalLM", ["hrm-text-1b"])
+    arch = parse_hf_config(raw, "hrm-text-1b", "model.configFile")
+    assert not arch.unsized and arch.weight_layers == 32 and arch.num_layers == 128
+    assert arch.parameter_count() == count, f"planner {arch.parameter_count()}, vLLM {count}"
+
+
 GEMMA4_TOWERS = {
     "gemma-4-31B-it's vision tower": ({}, None),
     "a smaller vision tower": ({"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16,
