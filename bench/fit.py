@@ -231,6 +231,10 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
     graphs = [r for r in on_v2 if r.graphs_captured]
     graphs_base, graphs_per_khidden = _lstsq([[1.0, r.arch.hidden_size / 1000] for r in graphs],
                                              [float(r.graphs_captured or 0) for r in graphs])
+    plain = [r for r in graphs if not r.arch.num_experts and not r.arch.kv_lora_rank]
+    plain_base, plain_per_khidden, plain_per_100_pieces = _lstsq(
+        [[1.0, r.arch.hidden_size / 1000, graph_pieces(r.arch, Layout(1, 1, 1)) / 100] for r in plain],
+        [float(r.graphs_captured or 0) for r in plain])
     v1 = [r for r in data if not r.v2]
     growths = [(float(graph_pieces(r.arch, Layout(1, 1, 1))),
                 float(r.graphs_estimate or 0) - split_buffer_bytes(r.arch, Layout(1, 1, 1), ENGINE) / GIB)
@@ -243,7 +247,8 @@ def fit(data: list[Row], margin_gib: float = FITTED.peak_margin_gib,
         baseline_gib_by_gpu=tuple((gpu, _baseline([r for r in on_v2 if r.accelerator == gpu]))
                                   for gpu in sorted({r.accelerator for r in on_v2})),
         graphs_dense_base_gib=graphs_base, graphs_dense_per_khidden_gib=graphs_per_khidden,
-        graphs_moe_v2_per_kquery_excess=0.0,
+        graphs_plain_base_gib=plain_base, graphs_plain_per_khidden_gib=plain_per_khidden,
+        graphs_plain_per_100_pieces_gib=plain_per_100_pieces, graphs_moe_v2_per_kquery_excess=0.0,
         graphs_v1_growth_base_gib=growth_base, graphs_v1_growth_per_100_pieces_gib=100 * growth_per_piece,
         graphs_mla_per_khidden_gib=max(float(r.graphs_estimate or 0) / (r.arch.hidden_size / 1000) for r in mla),
         peak_margin_gib=margin_gib, moe_peak_margin_gib=moe_margin_gib,

@@ -112,14 +112,18 @@ def capture_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory; 0.25.1's V2 had a stub returning 0), the V1
     runner extrapolates from two captures (v1_graph_estimate_bytes). MLA models on V2: the dense line plus the decode
     split buffers the capture keeps (mla_graph_buffers x split_buffer_bytes), or the V1 estimate where that is larger
-    (tensor-parallel layouts, unmeasured). The lines are fitted on 0.25.1's `Graph capturing finished ... took`, the
-    whole capture (bench/fit.py). None with --enforce-eager."""
+    (tensor-parallel layouts, unmeasured). A model without experts or latent attention: a plane in the hidden width
+    and the graph's pieces on one GPU (graphs_plain_*). The lines are fitted on 0.25.1's `Graph capturing finished
+    ... took`, the whole capture (bench/fit.py). None with --enforce-eager."""
     if not engine.cudagraphs:
         return 0.0
     if not runner_v2(arch, engine):
         return v1_graph_estimate_bytes(arch, layout, engine, fitted)
     if not engine.profile.cudagraph_reserved:
         return 0.0
+    if not arch.num_experts and not arch.kv_lora_rank:  # the plane in the width and the pieces on one GPU
+        return (fitted.graphs_plain_base_gib + fitted.graphs_plain_per_khidden_gib * arch.hidden_size / 1000
+                + fitted.graphs_plain_per_100_pieces_gib * graph_pieces(arch, layout) / 100) * GIB
     dense = (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000) * GIB
     if arch.kv_lora_rank:
         return max(v1_graph_estimate_bytes(arch, layout, engine, fitted),

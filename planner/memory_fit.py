@@ -63,6 +63,17 @@ class MemoryFit:
     """CUDA graphs as Model Runner V2 captures them (0.25.1, "Graph capturing finished ... took N GiB"): 0.48-2.56
     GiB on 36 runs, a line in the hidden width. vLLM 0.32.0 keeps them out of the KV cache; 0.25.1's V2 did not (its
     estimate a stub); 0.32.0 itself cannot start here (its torch needs 2.13)."""
+    graphs_plain_base_gib: float
+    graphs_plain_per_khidden_gib: float
+    graphs_plain_per_100_pieces_gib: float
+    """The same capture for a model without experts or latent attention: a plane in the hidden width and the graph's
+    pieces on one GPU (planner/memory.py graph_pieces: its attention and state layers), fitted on those rows of the
+    line's alone (32). The capture grows about 9 MiB a piece: Llama-3.1-70B cut to 28 / 40 / 68 layers took 1.53 /
+    1.63 / 1.89 GiB, Qwen2.5-72B at 12 / 64 layers 1.39 / 1.86, Mistral-Large at 8 / 42 1.90 / 2.20, and HRM-Text's
+    128 attention runs 1.57 where the line gives 0.63 (validation 81). Added 2026-11-29 after that run; on the 54 dense
+    V2 captures of the held-out batches, which neither was fitted on, the line missed by mean -0.08, sd 0.26, up to
+    0.94 GiB short (HRM-Text), the plane by mean -0.02, sd 0.21, up to 0.37 short (tests/unit/test_fit.py
+    test_dense_graphs_on_v2_...). Models with experts or latent attention keep the line and their own terms."""
     graphs_moe_v2_per_kquery_excess: float
     """On top of that line for a mixture-of-experts model on Model Runner V2, per 1,000 by which one token's query on
     a GPU (heads / TP x query head width) is wider than its hidden size (planner/memory.py query_excess). The
@@ -127,6 +138,9 @@ FITTED = MemoryFit(
     baseline_gib_by_gpu=(("nvidia-h100-80gb", 0.4222), ("nvidia-h200-141gb", 0.5403)),
     graphs_dense_base_gib=0.4316,
     graphs_dense_per_khidden_gib=0.1288,
+    graphs_plain_base_gib=0.0294,
+    graphs_plain_per_khidden_gib=0.1387,
+    graphs_plain_per_100_pieces_gib=0.8996,
     graphs_moe_v2_per_kquery_excess=0.1174,
     graphs_v1_growth_base_gib=0.0900,
     graphs_v1_growth_per_100_pieces_gib=0.6250,
