@@ -218,23 +218,30 @@ def test_gemma3n_counts_what_transformers_builds(name):
     assert [held_copies(n, tensors, arch) for n in names] == [1, 1, 1, 1, 1, 0, 0, 0]
 
 
-NAS_LAYERS = '''
-import json, socket, sys, tempfile, types
+ONE_RANK = '''
+import json, socket, sys, tempfile
 from pathlib import Path
 import torch
-from transformers import LlamaConfig
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.model_executor.models.nemotron_nas import DeciLMDecoderLayer
 from tests.helpers import vllm_model_config
 
-raw = json.loads(Path(sys.argv[1]).read_text())
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
 with set_current_vllm_config(VllmConfig()):
     init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
     initialize_model_parallel(1, 1)
+'''
+"""The head of a script that builds vLLM 0.32.0's own modules on the meta device: the tensor-parallel group they
+need, one rank over gloo (run in a fresh process, as vLLM's groups are process-wide)."""
+
+NAS_LAYERS = ONE_RANK + '''
+import types
+from transformers import LlamaConfig
+from vllm.model_executor.models.nemotron_nas import DeciLMDecoderLayer
+
+raw = json.loads(Path(sys.argv[1]).read_text())
 config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("block_configs", "model_type", "intermediate_size",
                                                                    "num_key_value_heads")})
 config.block_configs = [types.SimpleNamespace(**{part: types.SimpleNamespace(**fields) for part, fields in b.items()})
@@ -270,22 +277,11 @@ def test_a_nas_decoder_counts_what_vllm_builds_of_each_layer():
     assert arch.parameter_count() == sum(per_layer) + 2 * vocab * h + h  # + embeddings, lm_head, final norm
 
 
-VLLM_BUILT = '''
-import importlib, json, socket, sys, tempfile
-from pathlib import Path
-import torch
-from vllm.config import VllmConfig, set_current_vllm_config
-from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from tests.helpers import vllm_model_config
+VLLM_BUILT = ONE_RANK + '''
+import importlib
 
 module, name = sys.argv[1].split(":")
 cls = getattr(importlib.import_module(module), name)
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-with set_current_vllm_config(VllmConfig()):
-    init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
-    initialize_model_parallel(1, 1)
 counts = []
 for path in sys.argv[2:]:
     config = VllmConfig(model_config=vllm_model_config(json.loads(Path(path).read_text()), Path(tempfile.mkdtemp())))
