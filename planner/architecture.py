@@ -429,6 +429,21 @@ class ModelArchitecture:
                + hybrid_layers * (h * rank + rank * 2 * inter))
         return attention, mlp, norms + blocks * 3 * h
 
+    def rerun_parameters(self) -> int:
+        """Parameters a token's forward multiplies by more than once, counted once for each further run: HRM-Text's
+        stack layers, run num_layers times in all against weight_layers that hold them (hrm_text.py), and Zamba2's
+        shared blocks, run by every hybrid layer against num_mem_blocks that hold them (zamba2.py). 0 elsewhere."""
+        parts = self.parameter_parts()
+        if self.weight_layers:
+            per_layer = (parts["attention"] + parts["mlp"]) / self.weight_layers
+            return round(per_layer * (self.num_layers - self.weight_layers))
+        blocks = self.shared_blocks[0]
+        if blocks:
+            h = self.hidden_size
+            block = 2 * h * 6 * h + 2 * h * h + self.mlp_matrices * h * self.intermediate_size
+            return block * (self.kinds.count("full") - blocks)
+        return 0
+
     def weight_bytes(self, unquantized_bytes: float) -> float:
         """Bytes of all weights: the quantized parts at the checkpoint's rate, the rest at `unquantized_bytes`."""
         return sum(self.part_bytes(unquantized_bytes).values())

@@ -71,11 +71,12 @@ class Estimate:
 
 def active_parameters(arch: ModelArchitecture) -> float:
     """Parameters a token's forward multiplies by: all but the routed experts it is not sent to, the input
-    embedding (a lookup) and any vision tower; the output projection counts."""
+    embedding (a lookup) and any vision tower; the output projection counts; weights run more than once (HRM-Text's
+    stack layers, Zamba2's shared blocks) count once a run (ModelArchitecture.rerun_parameters)."""
     parts = arch.parameter_parts()
     routed = parts["experts"] * (1 - arch.experts_per_token / arch.num_experts) if arch.num_experts else 0.0
     lookup = arch.vocab_size * arch.hidden_size if not arch.tie_word_embeddings else 0
-    return sum(parts.values()) - routed - lookup - parts["vision"]
+    return sum(parts.values()) - routed - lookup - parts["vision"] + arch.rerun_parameters()
 
 
 def estimate(arch: ModelArchitecture, acc: Accelerator, layout: Layout, weights_bytes: float, fit: Fit,
@@ -94,6 +95,8 @@ def estimate(arch: ModelArchitecture, acc: Accelerator, layout: Layout, weights_
     link = acc.link_gb_s * 1e9
     flops_per_token = 2 * active_parameters(arch) / gpus
     other, routed = weights_split(arch, layout, weights_bytes)
+    # weights a step reads again (HRM-Text's stack layers, Zamba2's shared blocks): read from memory on every run
+    other += arch.rerun_parameters() / max(arch.parameter_count(), 1) * weights_bytes / (tp * pp)
     shard = expert_shard(arch, layout) if routed else None
 
     def collectives(tokens: int) -> float:

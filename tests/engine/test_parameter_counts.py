@@ -6,7 +6,9 @@ no weights): the planner's sum of parts (attention, MLP or experts and shared ex
 must equal the built model's parameters. Weights the planner leaves out are KV tokens it promises that vLLM does not
 have; weights it adds are tokens it withholds."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -341,6 +343,37 @@ def test_hrm_text_counts_what_vllm_builds():
     arch = parse_hf_config(raw, "hrm-text-1b", "model.configFile")
     assert not arch.unsized and arch.weight_layers == 32 and arch.num_layers == 128
     assert arch.parameter_count() == count, f"planner {arch.parameter_count()}, vLLM {count}"
+
+
+def test_weights_run_more_than_once_are_read_and_multiplied_on_every_run(monkeypatch):
+    """HRM-Text runs each of its 32 stack layers 4 times a step (128 runs: hrm_text.py HrmTextModel.forward) and
+    Zamba2-7B each of its 2 shared blocks on 13 hybrid layers (zamba2.py): the throughput estimate's decode step
+    reads and multiplies those weights once a run, so it is slower than with each weight once."""
+    from planner import throughput
+    from planner.architecture import ModelArchitecture
+    from planner.catalog import ACCELERATORS
+    from planner.layout import Layout, fit
+    from planner.memory import default_engine, model_weight_bytes
+
+    root = Path(__file__).resolve().parents[2]
+    hrm = parse_hf_config(json.loads((root / "bench/configs/hrm-text-1b.json").read_text()), "hrm", "x")
+    h, inter = hrm.hidden_size, hrm.intermediate_size
+    assert hrm.rerun_parameters() == (128 - 32) * (5 * h * h + 3 * h * inter)  # gate, q, k, v, o; gated MLP
+    zamba = parse_hf_config(json.loads((root / "bench/configs/zamba2-7b.json").read_text()), "zamba", "x")
+    h, inter = zamba.hidden_size, zamba.intermediate_size
+    assert zamba.rerun_parameters() == (13 - 2) * (2 * h * 6 * h + 2 * h * h + 3 * h * inter)
+    acc = ACCELERATORS["nvidia-h200-141gb"]
+    for arch in (hrm, zamba):
+        engine = default_engine(acc, "0.32.0")
+        weights = model_weight_bytes(arch, "auto")
+        got = fit(arch, acc, Layout(1, 1, 1), 0.9, weights, 2.0, 2048, engine)
+        work = throughput.Workload(1000, 200)
+        rerun = throughput.estimate(arch, acc, Layout(1, 1, 1), weights, got, engine, work)
+        with monkeypatch.context() as mp:
+            mp.setattr(ModelArchitecture, "rerun_parameters", lambda self: 0)
+            once = throughput.estimate(arch, acc, Layout(1, 1, 1), weights, got, engine, work)
+        assert rerun.decode_step_seconds > once.decode_step_seconds
+        assert rerun.tokens_per_s_per_gpu < once.tokens_per_s_per_gpu
 
 
 GEMMA4_TOWERS = {
