@@ -151,19 +151,23 @@ SHARED_KV_TYPES = GEMMA4_TYPES | GEMMA3N_TYPES
 MAMBA2_KEYS = frozenset({"layers_block_type", "hybrid_override_pattern", "mamba_d_state", "ssm_state_size",
                          "mamba_expand"})
 """The Mamba keys a MAMBA2_TYPES or MAMBA1_TYPES config has: sized there."""
+SIZED_MAMBA_TYPES = MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES | ZAMBA2_TYPES
+SIZED_KEYS = {**dict.fromkeys(SIZED_MAMBA_TYPES, MAMBA2_KEYS),
+              **dict.fromkeys(SHARED_KV_TYPES, frozenset({"num_kv_shared_layers"})),
+              **dict.fromkeys(LONGCAT_TYPES, frozenset({"zero_expert_num"})),
+              **dict.fromkeys(HRM_TYPES, frozenset({"H_cycles"}))}
+"""model_type -> the UNSIZED_KEYS its config has that the planner sizes for that family (MAMBA2_KEYS for the Mamba
+hybrids, num_kv_shared_layers for SHARED_KV_TYPES, zero_expert_num for LongCat-Flash, H_cycles for HRM-Text)."""
 
 
 def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     """(key, what it marks) when the config has a layer structure the planner does not size yet, else None. Such a
     model is not refused (vLLM serves it): it plans with the parallelism the stack states and a warning naming what
     the plan could not verify (planner/sizing.py)."""
-    sized_mamba = str(cfg.get("model_type")) in MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES | ZAMBA2_TYPES
-    shares_kv = str(cfg.get("model_type")) in SHARED_KV_TYPES
-    own = {"zero_expert_num"} if str(cfg.get("model_type")) in LONGCAT_TYPES else {"H_cycles"} if str(
-        cfg.get("model_type")) in HRM_TYPES else set()  # keys of a family the planner sizes
+    sized_mamba = str(cfg.get("model_type")) in SIZED_MAMBA_TYPES
+    sized = SIZED_KEYS.get(str(cfg.get("model_type")), frozenset())
     for key, what in UNSIZED_KEYS.items():
-        if cfg.get(key) is not None and not (sized_mamba and key in MAMBA2_KEYS) and not (
-                shares_kv and key == "num_kv_shared_layers") and key not in own:
+        if cfg.get(key) is not None and key not in sized:
             return key, f"{key} in the model config marks {what}"
     types = cfg.get("layer_types")
     if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:
