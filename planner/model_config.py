@@ -501,7 +501,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     zamba2 = str(cfg.get("model_type")) in ZAMBA2_TYPES
     if zamba2:  # its MLPs are in the shared blocks (ModelArchitecture.shared_blocks), none in a decoder layer
         ffn_free = frozenset(range(layers))
-    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES | LONGCAT_TYPES else 1  # kinds a layer
+    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES | LONGCAT_TYPES else 1  # cache_slots
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
                                                     part_layers(kinds[::slots], set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
@@ -512,7 +512,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                               "linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, "
                               "linear_value_head_dim and linear_conv_kernel_dim (another linear-attention kind)")
     if unsized:
-        kinds, window = ("full",) * layers, 0  # sized as full attention, and said to be unverified
+        kinds, window, slots = ("full",) * layers, 0, 1  # sized as full attention, and said to be unverified
     hybrid = _mamba2_fields(cfg, kinds, hidden, source) if "mamba" in kinds and not pure_mamba else {}
     if pure_mamba:
         hybrid.update(_pure_mamba_fields(cfg, layers, hidden, int(inter), source))
@@ -560,7 +560,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         # z_L_init, one hidden-size vector, in the place of a final norm
         hybrid.update(weight_layers=2 * _count(cfg, source, ("num_layers_per_stack",)), norms_per_layer=0)
     if longcat and not unsized:  # longcat_flash.py FlashDecoderLayer: two MLPs and four norms beside the experts
-        hybrid.update(cache_slots=2, mlps_beside_experts=2, norms_per_layer=4,
+        hybrid.update(mlps_beside_experts=2, norms_per_layer=4,
                       zero_experts=_count(cfg, source, ("zero_expert_num",), minimum=0, default=0))
     if per_modality:  # ernie45_vl_moe.py: a router per modality, the shared experts without a gate
         hybrid.update(expert_routers=2, shared_expert_gate=False)
@@ -586,7 +586,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         qk_rope_head_dim=counts["qk_rope_head_dim"],
         torch_dtype=dtype, weight_bytes_per_param=weight_bytes, quantized_share=tuple(sorted(share.items())),
         quant_method=method,
-        layer_kinds=kinds if set(kinds) != {"full"} or len(kinds) != layers else (), window=window,
+        layer_kinds=kinds if set(kinds) != {"full"} or len(kinds) != layers else (), window=window, cache_slots=slots,
         moe_layer_count=len(moe), q_lora_rank=counts["q_lora_rank"],
         qk_nope_head_dim=counts["qk_nope_head_dim"], v_head_dim=counts["v_head_dim"],
         shared_expert_intermediate_size=counts["shared_expert_intermediate_size"],
@@ -767,10 +767,7 @@ def _mamba2_fields(cfg: Mapping[str, Any], kinds: tuple[str, ...], hidden: int, 
     if ssm:
         _state_dtype(ssm, "mamba_ssm_cache_dtype", source)
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # falcon_h1.py: MambaMixer2(use_rms_norm=mamba_rms_norm)
-        return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2,
-                "mamba_norm": cfg.get("mamba_rms_norm") is True}
-    if str(cfg.get("model_type")) in ZAMBA2_TYPES:  # an attention and a mixer entry a layer (layers.py ZAMBA2_TYPES)
-        return {"mamba": dims, "mamba_ssm_dtype": ssm, "cache_slots": 2}
+        return {"mamba": dims, "mamba_ssm_dtype": ssm, "mamba_norm": cfg.get("mamba_rms_norm") is True}
     return {"mamba": dims, "mamba_ssm_dtype": ssm}
 
 
