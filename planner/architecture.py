@@ -414,34 +414,39 @@ class ModelArchitecture:
             mlp += self.mlp_matrices * h * self.intermediate_size * (2 if shared and self.double_wide_mlp else 1)
         return attention, mlp
 
+    def _zamba2_block(self) -> tuple[int, int]:
+        """(attention, MLP) weights of one of Zamba2's shared blocks (zamba2.py Zamba2AttentionDecoderLayer): a q / k
+        / v projection from and to 2 x hidden_size and an output projection to hidden_size; a gated MLP of
+        intermediate_size (without its biases)."""
+        h = self.hidden_size
+        return 2 * h * 6 * h + 2 * h * h, self.mlp_matrices * h * self.intermediate_size
+
     def _zamba2_shared(self, hybrid_layers: int, norms: int) -> tuple[int, int, int]:
-        """Zamba2's attention, MLP and norm weights as vLLM allocates them (zamba2.py): in each of num_mem_blocks
-        shared blocks a q / k / v projection from and to 2 x hidden_size, an output projection to hidden_size, a gated
-        MLP and two norms (2 x hidden_size and hidden_size wide); in each hybrid layer a hidden-size linear, an MLP
-        adapter (hidden_size -> rank -> 2 x intermediate_size) and, with use_shared_attention_adapter, q / k / v
-        adapters (2 x hidden_size -> rank -> 2 x hidden_size)."""
+        """Zamba2's attention, MLP and norm weights as vLLM allocates them (zamba2.py): num_mem_blocks shared blocks
+        (_zamba2_block; the MLP's biases with add_bias_linear) with two norms each (2 x hidden_size and hidden_size
+        wide); in each hybrid layer a hidden-size linear, an MLP adapter (hidden_size -> rank -> 2 x
+        intermediate_size) and, with use_shared_attention_adapter, q / k / v adapters (2 x hidden_size -> rank ->
+        2 x hidden_size)."""
         h, inter = self.hidden_size, self.intermediate_size
         blocks, rank, attention_adapters = self.shared_blocks
         bias = self.mamba[7] if self.mamba else 0  # add_bias_linear: the MLP's biases too
-        attention = blocks * (2 * h * 6 * h + 2 * h * h) + hybrid_layers * (
+        block_attention, block_mlp = self._zamba2_block()
+        attention = blocks * block_attention + hybrid_layers * (
             h * h + attention_adapters * 3 * (2 * h * rank + rank * 2 * h))
-        mlp = (blocks * (self.mlp_matrices * h * inter + bias * (2 * inter + h))
-               + hybrid_layers * (h * rank + rank * 2 * inter))
+        mlp = blocks * (block_mlp + bias * (2 * inter + h)) + hybrid_layers * (h * rank + rank * 2 * inter)
         return attention, mlp, norms + blocks * 3 * h
 
     def rerun_parameters(self) -> int:
         """Parameters a token's forward multiplies by more than once, counted once for each further run: HRM-Text's
         stack layers, run num_layers times in all against weight_layers that hold them (hrm_text.py), and Zamba2's
         shared blocks, run by every hybrid layer against num_mem_blocks that hold them (zamba2.py). 0 elsewhere."""
-        parts = self.parameter_parts()
         if self.weight_layers:
+            parts = self.parameter_parts()
             per_layer = (parts["attention"] + parts["mlp"]) / self.weight_layers
             return round(per_layer * (self.num_layers - self.weight_layers))
         blocks = self.shared_blocks[0]
         if blocks:
-            h = self.hidden_size
-            block = 2 * h * 6 * h + 2 * h * h + self.mlp_matrices * h * self.intermediate_size
-            return block * (self.kinds.count("full") - blocks)
+            return sum(self._zamba2_block()) * (self.kinds.count("full") - blocks)
         return 0
 
     def weight_bytes(self, unquantized_bytes: float) -> float:
