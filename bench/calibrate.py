@@ -312,9 +312,7 @@ def predict_row(entry: str, accelerator: str, utilization: float = 0.9, max_mode
 
     config, layers, text_mode = parse_entry(entry)
     arch = parse_hf_config(entry_config(config, layers, text_mode), config.stem, "calibrate")
-    if arch.max_position_embeddings and max_model_len > arch.max_position_embeddings:
-        # vLLM refuses it before loading anything (ModelConfig: "User-specified max_model_len ... is greater than the
-        # derived max_model_len"), so no row would run against this prediction
+    if not arch.admits(max_model_len):  # vLLM refuses it before loading anything: no row would run against it
         raise SystemExit(f"calibrate: --max-model-len {max_model_len}: {entry} supports at most "
                          f"{arch.max_position_embeddings} tokens (its max_position_embeddings)")
     fit = single_gpu_fit(arch, accelerator, utilization, max_model_len, dtype, kv_cache_dtype,

@@ -290,6 +290,12 @@ class ModelArchitecture:
         """The max_model_len vLLM takes without --max-model-len."""
         return self.max_position_embeddings or DEFAULT_CONTEXT
 
+    def admits(self, max_len: int) -> bool:
+        """Whether vLLM starts the model at this max_model_len: no longer than max_position_embeddings where
+        config.json names one (vllm/config/model.py _get_and_verify_max_len refuses "User-specified max_model_len ...
+        greater than the derived max_model_len" unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set)."""
+        return not self.max_position_embeddings or max_len <= self.max_position_embeddings
+
     @property
     def attention_kv_heads(self) -> tuple[int, ...]:
         """The KV-head counts of the attention layers: each NAS layer's own, else num_kv_heads."""

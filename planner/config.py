@@ -407,7 +407,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     model, note = _model(cfg["model"], project_dir)
     v = cfg["vllm"]
     max_len = v.max_model_len or model.architecture.context
-    if model.architecture.max_position_embeddings and max_len > model.architecture.max_position_embeddings:
+    if not model.architecture.admits(max_len):
         raise ConfigError("vllm.maxModelLen", max_len,
                           f"{model.architecture.name} supports at most "
                           f"{model.architecture.max_position_embeddings} tokens")
