@@ -883,17 +883,20 @@ def gemma4_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: int
     per_layer_config[i]'s head dim and KV heads, a window on sliding layers, and no cache of its own for a layer in
     the last num_kv_shared_layers (kv_sharing_target_layer_name)."""
     layers = hf_config.num_hidden_layers
-    specs = {}
-    for i in range(layers - hf_config.num_kv_shared_layers):
-        layer = hf_config.per_layer_config[i]
-        heads = max(1, layer.num_key_value_heads // tp)
-        if hf_config.layer_types[i] == "sliding_attention":
-            specs[i] = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
-                                         dtype=torch.bfloat16, sliding_window=hf_config.sliding_window)
-        else:
-            specs[i] = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=layer.head_dim,
-                                         dtype=torch.bfloat16)
+    specs = {i: gemma_layer_spec(hf_config, i, hf_config.per_layer_config[i].num_key_value_heads,
+                                 hf_config.per_layer_config[i].head_dim, tp)
+             for i in range(layers - hf_config.num_kv_shared_layers)}
     return vllm_count(EngineConfig(max_len, tp, pp, batched), specs, layers, pp, available)
+
+
+def gemma_layer_spec(hf_config, i: int, kv_heads: int, head_dim: int, tp: int):
+    """Layer i's spec as Gemma 4's and Gemma 3n's attention declares it: max(1, KV heads / TP) heads of head_dim, the
+    config's sliding_window where layer_types[i] is sliding_attention, else full attention."""
+    heads = max(1, kv_heads // tp)
+    if hf_config.layer_types[i] == "sliding_attention":
+        return SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=head_dim, dtype=torch.bfloat16,
+                                 sliding_window=hf_config.sliding_window)
+    return FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=head_dim, dtype=torch.bfloat16)
 
 
 GEMMA4_CASES = [("gemma-4-e2b", 1), *(("gemma-4-31b", pp) for pp in (1, 2, 3)), ("gemma-4-26b-a4b", 2)]
@@ -961,15 +964,8 @@ def gemma3n_vllm_tokens(hf_config, tp: int, pp: int, available: int, max_len: in
     sliding_attention layer, and no cache of its own for a layer at or past num_hidden_layers - num_kv_shared_layers
     (kv_sharing_target_layer_name: the first shared index less 2 for a sliding layer, less 1 for a full one)."""
     layers = hf_config.num_hidden_layers
-    heads = max(1, hf_config.num_key_value_heads // tp)
-    specs = {}
-    for i in range(layers - hf_config.num_kv_shared_layers):
-        if hf_config.layer_types[i] == "sliding_attention":
-            specs[i] = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=hf_config.head_dim,
-                                         dtype=torch.bfloat16, sliding_window=hf_config.sliding_window)
-        else:
-            specs[i] = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=hf_config.head_dim,
-                                         dtype=torch.bfloat16)
+    specs = {i: gemma_layer_spec(hf_config, i, hf_config.num_key_value_heads, hf_config.head_dim, tp)
+             for i in range(layers - hf_config.num_kv_shared_layers)}
     return vllm_count(EngineConfig(max_len, tp, pp, batched), specs, layers, pp, available)
 
 
