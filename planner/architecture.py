@@ -205,6 +205,15 @@ class ModelArchitecture:
     kda: tuple[int, int, int] = (0, 0, 0)
     """Kimi Delta Attention layers: heads, head dim, short-conv kernel (linear_attn_config num_heads, head_dim,
     short_conv_kernel_size)."""
+    kda_full_gates: bool = False
+    """Whether a Kimi Delta Attention layer's f and g projections are hidden x heads x head_dim matrices (Ling 3.0's
+    no_kda_lora: bailing_moe_v3.py f_proj, g_proj) rather than Kimi's low-rank pairs through head_dim (f_a / f_b,
+    g_a / g_b)."""
+    mla_output_gate: int = 0
+    """Latent attention's sigmoid output gate, its width per head: 1 head-wise, v_head_dim element-wise (Ling 3.0's
+    gated_attention_proj_granularity_type: bailing_moe_v3.py g_proj); 0 without one."""
+    router_bias: bool = False
+    """Whether each MoE layer's router has a per-expert bias beside its weight (Ling 3.0: gate.expert_bias)."""
     mamba: tuple[int, ...] = ()
     """Mamba-2 mixer layers (kind "mamba"): intermediate size, groups, heads, head dim, state size, conv kernel, conv
     bias (1/0), projection bias (1/0), as planner/model_config.py _mamba2_fields reads them per family."""
@@ -326,7 +335,8 @@ class ModelArchitecture:
             q = (h * self.q_lora_rank + self.q_lora_rank * heads * (nope + rope) if self.q_lora_rank
                  else h * heads * (nope + rope))
             attention = (q + h * (self.kv_lora_rank + rope) + self.kv_lora_rank * heads * (nope + v_dim)
-                         + heads * v_dim * h + self.q_lora_rank + self.kv_lora_rank)  # + q_a / kv_a layernorms
+                         + heads * v_dim * h + self.q_lora_rank + self.kv_lora_rank  # + q_a / kv_a layernorms
+                         + h * heads * self.mla_output_gate)
         else:
             q_width = self.num_attention_heads * self.head_dim * (2 if self.gated_attention else 1)
             kv_width = self.num_kv_heads * self.head_dim
@@ -345,8 +355,8 @@ class ModelArchitecture:
         hyper = 2 * (mix * streams * h + mix + 3) if streams else 0
         kda_heads, kda_dim, kda_kernel = self.kda  # vllm/models/kimi_k3/nvidia/model.py, KimiDeltaAttention
         width = kda_heads * kda_dim
-        kda = (3 * h * width + 3 * width * kda_kernel + width + kda_heads + 2 * (h * kda_dim + kda_dim * width)
-               + h * kda_heads + kda_dim + width * h)
+        gates = 2 * h * width if self.kda_full_gates else 2 * (h * kda_dim + kda_dim * width)  # f and g
+        kda = 3 * h * width + 3 * width * kda_kernel + width + kda_heads + gates + h * kda_heads + kda_dim + width * h
         channels, conv_kernel, conv_biases = self.short_conv
         short_conv = 3 * h * channels + channels * conv_kernel + channels * h + conv_biases * (5 * channels)
         inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
@@ -396,7 +406,7 @@ class ModelArchitecture:
             "per_layer_input": per_layer,
             "experts": moe_layers * self.num_experts * self.expert_matrices * h * expert_inter,
             "shared": moe_layers * shared,
-            "router": moe_layers * (self.expert_routers * h * self.num_experts
+            "router": moe_layers * (self.expert_routers * h * self.num_experts + self.num_experts * self.router_bias
                                     + (h + self.num_experts) * self.router_scales
                                     + (h + 1) * self.zero_experts + self.num_experts * bool(self.zero_experts)),
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),

@@ -111,6 +111,16 @@ get_mamba_state_shape_from_config."""
 OWN_LAYER_NAMES = GLM5_NEXT_TYPES | LFM2_TYPES
 """Families whose layer_types layer_kinds reads with the model class's own rule (every name but one is the other
 kind), so no name in it marks a structure unsized_reason would need to flag."""
+BAILING_V3_ARCHITECTURES = frozenset({"BailingMoeV3ForCausalLM"})
+"""Ling 3.0 (vllm/model_executor/models/bailing_moe_v3.py), known by its architecture: its model_type bailing_hybrid
+is Ling 2.5's too (BailingMoeV2_5ForCausalLM, bailing_moe_linear.py). Kimi Delta Attention layers of
+num_attention_heads x head_dim with short_conv_kernel_size convolutions and full-width f / g projections
+(no_kda_lora), latent attention on the last layer of each layer_group_size group and on a last partial group
+(_is_kda_layer), whatever layer_types says."""
+BAILING_V3_KEYS = ("layer_group_size", "short_conv_kernel_size", "head_dim", "no_kda_lora", "use_bias",
+                   "moe_shared_expert_intermediate_size", "n_group", "topk_group", "first_k_dense_replace")
+"""The keys bailing_moe_v3.py reads that a remote config class would otherwise supply: where a config.json naming
+remote code (auto_map) writes each, the planner reads it as the class does (remote_code_reason)."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -251,6 +261,12 @@ def named_kinds(entries: list[Any], names: Mapping[str, str], layers: int, key: 
     return tuple(names[e] for e in entries[:layers])
 
 
+def bailing_v3(cfg: Mapping[str, Any]) -> bool:
+    """Whether the config is Ling 3.0's decoder (BAILING_V3_ARCHITECTURES)."""
+    architectures = cfg.get("architectures")
+    return isinstance(architectures, list) and bool(architectures) and architectures[0] in BAILING_V3_ARCHITECTURES
+
+
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
     """(kind per layer, window) as vLLM builds the layers (cited per rule)."""
     window = cfg.get("sliding_window")
@@ -270,6 +286,17 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         blocks = named_kinds(cfg.get("layers_block_type") or [], {"hybrid": "full"}, layers, "layers_block_type",
                              source, other="none")
         return tuple(kind for block in blocks for kind in (block, "mamba")), 0
+    if bailing_v3(cfg):
+        # bailing_moe_v3.py _is_kda_layer: Kimi Delta Attention unless the layer ends a layer_group_size group or lies
+        # past the last whole group
+        group = cfg.get("layer_group_size")
+        if group is None and cfg.get("auto_map"):  # its remote config class supplies it: planned unsized
+            return ("full",) * layers, 0  # (planner/model_config.py remote_code_reason)
+        if not positive_int(group):
+            raise ConfigError(source, group, "layer_group_size must be a positive integer: BailingMoeV3ForCausalLM "
+                                             "puts latent attention on the last layer of each group")
+        whole = layers // group * group
+        return tuple("full" if (i + 1) % group == 0 or i >= whole else "kda" for i in range(layers)), 0
     if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
         # vllm/models/glm5next/common/model.py _is_kda_layer: layer_types[i] == "linear_attention" is KDA, every other
         # layer latent attention with an indexer when index_topk is set (Glm5NextMLAAttention: is_v32)
@@ -849,6 +876,12 @@ def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapp
     if kind == "pixtral":  # Mistral 3's projector: patch merger, then two linear layers into the decoder
         wrapped = integer("spatial_merge_size", default=2, source=wrapper or {})
         return blocks + embed + h * h * wrapped * wrapped + h * out + out * out
+    if merge and (wrapper or {}).get("model_type") == "bailing_moe_v3_vl":
+        # bailing_moe_v3_vl.py: Qwen3's tower without its deepstack mergers, a patch merger that is a LayerNorm only,
+        # then a projector of two linear layers with biases into the decoder's width
+        width = h * merge * merge
+        return (blocks + embed + integer("num_position_embeddings") * h + 2 * h
+                + width * text_hidden + text_hidden * text_hidden + 2 * text_hidden)
     if merge:  # Qwen2-VL family: merger MLP over merge x merge patches (Qwen3-VL: one more per deepstack layer)
         width = h * merge * merge
         deepstack = vision.get("deepstack_visual_indexes")

@@ -16,6 +16,7 @@ from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.checkpoint import hub_offline
 from planner.errors import ConfigError
 from planner.layers import (
+    BAILING_V3_KEYS,
     FALCON_H1_TYPES,
     GEMMA3N_TYPES,
     GLM5_NEXT_TYPES,
@@ -27,6 +28,7 @@ from planner.layers import (
     SHARED_KV_TYPES,
     UNCOUNTED_TOWERS,
     ZAMBA2_TYPES,
+    bailing_v3,
     checkpoint_kv_cache_dtype,
     encoder_input,
     image_prefix_lm,
@@ -182,6 +184,11 @@ GATE_SWITCH = {"muse_glimmer_text": "use_attn_output_gate"}
 EXPERTS_OPTIONAL = frozenset({"granitemoehybrid"})
 """Families whose layers build experts only when the config has some, whatever num_experts_per_tok says
 (vllm/model_executor/models/granitemoehybrid.py: `num_local_experts > 0`; the dense Granite 4.0-H checkpoints)."""
+
+WRAPPED_DECODERS = {"bailing_moe_v3_vl": "BailingMoeV3ForCausalLM"}
+"""Wrappers whose decoder config is known by the architecture their config class gives it where text_config names
+none (vllm/transformers_utils/configs/bailing_moe_v3_vl.py BailingMoeV3TextConfig: architectures defaults to
+BailingMoeV3ForCausalLM, the class BailingMoeV3VLForConditionalGeneration builds)."""
 
 WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
 """What a multimodal wrapper's top level sets for its decoder when text_config leaves it out."""
@@ -342,6 +349,8 @@ def remote_code_reason(cfg: Mapping[str, Any], named: str) -> tuple[str, str] | 
     if not named or cfg.get("model_type") in REMOTE_CONFIG_BASES \
             or _architecture_type(cfg.get("architectures"), _config_classes()) is not None:
         return None
+    if bailing_v3(cfg) and all(cfg.get(key) is not None for key in BAILING_V3_KEYS):
+        return None  # every key bailing_moe_v3.py reads beyond the common ones is written: read as vLLM's class reads
     return "auto_map", (f"auto_map names the config class {named}, remote code the planner does not run (the "
                         "fields config.json leaves out take none of its defaults)")
 
@@ -418,6 +427,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     vision, wrapper = cfg.get("vision_config"), cfg
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
         text = cfg["text_config"]
+        if cfg.get("model_type") in WRAPPED_DECODERS and not text.get("architectures"):
+            text = {**text, "architectures": [WRAPPED_DECODERS[str(cfg["model_type"])]]}
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
     unsized = unsized or unsized_reason(cfg)
@@ -529,9 +540,28 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if "linear" in kinds and not unsized and architecture in SSM_DTYPE_FROM_CONFIG \
             and cfg.get("mamba_ssm_dtype") is not None:
         hybrid["mamba_ssm_dtype"] = _state_dtype(str(cfg["mamba_ssm_dtype"]), "mamba_ssm_dtype", source)
-    if "kda" in kinds:
+    if "kda" in kinds and bailing_v3(cfg):
+        if cfg.get("no_kda_lora") is not True:  # bailing_moe_v3.py BailingMoeV3KimiDeltaAttention raises without it
+            raise ConfigError(source, cfg.get("no_kda_lora"), "no_kda_lora must be true: vLLM's BailingMoeV3 Kimi "
+                                                              "Delta Attention builds full-width f and g projections "
+                                                              "only (\"BailingMoeV3 KDA currently expects "
+                                                              "no_kda_lora=True\")")
+        hybrid.update(kda=(heads, int(head_dim), _count(cfg, source, ("short_conv_kernel_size",))),
+                      kda_full_gates=True)
+    elif "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
+    if bailing_v3(cfg):  # bailing_moe_v3.py: the latent attention's output gate, the router's expert_bias
+        granularity = cfg.get("gated_attention_proj_granularity_type")
+        if granularity not in (None, "head_wise", "element_wise"):
+            raise ConfigError(source, granularity, "gated_attention_proj_granularity_type must be head_wise, "
+                                                   "element_wise or unset")
+        hybrid.update(mla_output_gate={"head_wise": 1, "element_wise": counts["v_head_dim"]}.get(granularity, 0),
+                      router_bias=bool(experts), shared_expert_gate=False)
+        # BailingMoeV3MoE: one shared MLP of moe_shared_expert_intermediate_size x num_shared_experts, ungated
+        counts["shared_expert_intermediate_size"] = counts["n_shared_experts"] * _count(
+            cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0) if experts else 0
+        counts["n_shared_experts"] = 0
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
     if str(cfg.get("model_type")) in LFM2_TYPES:

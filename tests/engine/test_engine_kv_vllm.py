@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import kv_cache, memory
+from planner import kv_cache, memory, model_config
 from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.catalog import ACCELERATORS, GIB
 from planner.engine import PROFILES, batch_defaults, engine_settings
@@ -567,6 +567,7 @@ KDA_MUTATIONS = {
     "a latent-attention hybrid's block in steps of 16": lambda mp: mp.setattr(kv_cache, "MLA_HYBRID_BLOCK_TOKENS", 16),
 }
 _kda = kv_cache.kda_state_bytes
+_layer_kinds = model_config.layer_kinds
 
 
 @pytest.mark.parametrize("mutation", sorted(KDA_MUTATIONS))
@@ -579,6 +580,66 @@ def test_a_mutated_kda_rule_disagrees_with_vllm(mutation, monkeypatch):
             KDA_MUTATIONS[mutation](mp)
             if planner_tokens(arch, tp, 1, 23 * GIB, 32768, 8192) != expected:
                 differing.append(tp)
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+# ------------------------------------------------------------------------------------------ Ling 3.0 (Bailing V3)
+
+def ling3(layers: int = 24):
+    """(planner architecture, vLLM's own BailingMoeV3TextConfig, the layer kinds vLLM's _is_kda_layer gives) of
+    bench/configs/ling-3.0-tiny.json with `layers` layers (22: a last partial group of layer_group_size 4)."""
+    from vllm.model_executor.models.bailing_moe_v3 import _is_kda_layer
+    from vllm.transformers_utils.configs.bailing_moe_v3_vl import BailingMoeV3TextConfig
+
+    raw = {**json.loads((ROOT / "bench" / "configs" / "ling-3.0-tiny.json").read_text()), "num_hidden_layers": layers}
+    hf_config = BailingMoeV3TextConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+    kinds = tuple("kda" if _is_kda_layer(i, hf_config.layer_group_size, hf_config.num_hidden_layers) else "full"
+                  for i in range(layers))
+    return parse_hf_config(raw, "ling-3.0-tiny", "model.configFile"), hf_config, kinds
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("layers", [24, 22])
+def test_ling3_counts_the_kv_tokens_vllm_0_32_counts(layers, tp, pp):
+    """Ling 3.0: Kimi Delta Attention layers (their state from BailingMoeV3ForCausalLM's own
+    get_mamba_state_shape_from_config / _dtype_from_config) and latent attention where vLLM's _is_kda_layer puts it;
+    the vLLM side declares its layers by that function, not by the planner's kinds."""
+    arch, hf_config, kinds = ling3(layers)
+    assert arch.kinds == kinds and not arch.unsized
+    for max_len in (8192, 131072):
+        ours = planner_tokens(arch, tp, pp, 23 * GIB, max_len, 8192)
+        theirs = vllm_tokens(replace(arch, layer_kinds=kinds), tp, pp, 23 * GIB, max_len, 8192, hf_config=hf_config)
+        assert ours == theirs, f"tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def _whole_groups_only(cfg, layers, source):
+    """The Ling 3.0 layer rule without its tail: latent attention on each group's last layer only."""
+    kinds, window = _layer_kinds(cfg, layers, source)
+    group = cfg.get("layer_group_size")
+    return (tuple("full" if (i + 1) % group == 0 else "kda" for i in range(layers)) if group else kinds), window
+
+
+LING3_MUTATIONS = {
+    "no latent attention past the last whole group": lambda mp: mp.setattr(model_config, "layer_kinds",
+                                                                            _whole_groups_only),
+    "the KDA state of half the attention heads": lambda mp: mp.setattr(
+        kv_cache, "kda_state_bytes", lambda arch, tp, b: _kda(replace(arch, kda=(arch.kda[0] // 2, *arch.kda[1:])),
+                                                              tp, b)),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(LING3_MUTATIONS))
+def test_a_mutated_ling3_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for tp in (1, 2, 4):
+        with monkeypatch.context() as mp:
+            LING3_MUTATIONS[mutation](mp)
+            arch, hf_config, kinds = ling3(22)
+            ours = planner_tokens(arch, tp, 1, 23 * GIB, 32768, 8192)
+        theirs = vllm_tokens(replace(arch, layer_kinds=kinds), tp, 1, 23 * GIB, 32768, 8192, hf_config=hf_config)
+        if ours != theirs:
+            differing.append(tp)
     assert differing, f"the mutation '{mutation}' went unnoticed"
 
 

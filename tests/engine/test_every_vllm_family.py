@@ -27,7 +27,6 @@ pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
 UNSIZED = {
-    "bailing_moe_v3_vl": "linear attention that is neither Gated DeltaNet nor KDA",
     "deepseek_v4": "DeepSeek V4's compressed sparse attention and hyper-connections",
     "gemma4_unified": "Gemma 4 Unified's KV sharing",
     "inkling_mm_model": "Inkling's 'hybrid' layers",
@@ -49,6 +48,8 @@ NOT_DEPLOYABLE = {
     "ovis": "its default config has no decoder: checkpoints carry it in llm_config",
     "ultravox": "its default config names the decoder by text_model_id, a second checkpoint",
     "longcat_flash": "vLLM's LongcatMoe asserts zero_expert_type, which transformers' default config leaves unset",
+    "bailing_moe_v3_vl": "vLLM's BailingMoeV3 Kimi Delta Attention raises without no_kda_lora, which the default "
+                         "text config leaves false",
     "inkling_model": "vLLM's InklingMoE asserts n_shared_experts > 0 and shared_expert_sink, which the default config "
                      "(0 routed experts, none shared) lacks in every layer from dense_mlp_idx 0",
 }
@@ -249,3 +250,35 @@ def test_an_inkling_checkpoint_in_vllms_own_format_plans_with_what_it_cannot_ver
     chosen = plan(config, tmp_path)
     [warning] = [w for w in chosen.warnings if "does not size yet" in w]
     assert "rel_extent" in warning and "Inkling" in warning and "\n" not in warning
+
+
+def test_a_ling3_wrapper_plans_its_decoder_and_tower_sized(tmp_path):
+    """Bailing V3 VL (vllm/model_executor/models/bailing_moe_v3_vl.py) with no_kda_lora, as its checkpoints set it:
+    its decoder is Ling 3.0's (Kimi Delta Attention and latent attention by layer_group_size; text_config names no
+    architecture, its config class gives BailingMoeV3ForCausalLM) and its tower Qwen3's without the deepstack
+    mergers: transformers' Qwen3-VL tower so configured, less its own merger's two linear layers, plus Bailing's
+    LayerNorm merger and two-layer projector into the decoder, within 0.1% (the tower's biases, which the count leaves
+    out). It plans on the 8 x H200 node without a warning that a layer is unsized."""
+    import torch
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    config = default_config("bailing_moe_v3_vl")
+    config["text_config"] = {**config["text_config"], "no_kda_lora": True}
+    config["text_config"].pop("architectures")
+    arch = parse_hf_config(config, "m", "model.configFile")
+    assert not arch.unsized and arch.kinds.count("kda") == 16 and arch.kinds.count("full") == 4
+    vision = config["vision_config"]
+    tower = Qwen3VLVisionConfig(**{k: v for k, v in vision.items() if k != "model_type"})
+    tower.deepstack_visual_indexes = []
+    with torch.device("meta"):
+        model = Qwen3VLVisionModel(tower)
+    merged, text = vision["hidden_size"] * vision["spatial_merge_size"] ** 2, config["text_config"]["hidden_size"]
+    built = (sum(p.numel() for n, p in model.named_parameters() if not n.startswith("merger.linear"))
+             # transformers' merger LayerNorm is as wide as Bailing's
+             + merged * text + text + text * text + text)
+    assert arch.vision_parameters == pytest.approx(built, rel=0.001)
+    s = plan(config, tmp_path)
+    assert s.kv_cache_tokens_per_replica >= s.max_model_len
+    assert not any("does not size yet" in w for w in s.warnings), s.warnings
+

@@ -398,3 +398,23 @@ def test_a_profiling_cache_over_the_gpu_is_planned_as_vllm_fails_on_it():
         assert f.start_bytes < 0.85 * ACCELERATORS[row["accelerator"]].memory_bytes, row["model"]
     oom = single_gpu_fit(parse_hf_config(codestral, "mamba-codestral-7b", "x"), "nvidia-h100-80gb", 0.9, 8192)
     assert oom.kv_tokens == 0
+
+
+def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses():
+    """Ling 3.0 (BailingMoeV3ForCausalLM) and Ling 2.5 share model_type bailing_hybrid, so the planner knows Ling 3.0
+    by its architecture. Its checkpoints name remote code (auto_map): where config.json writes every key
+    bailing_moe_v3.py reads beyond the common ones (planner/layers.py BAILING_V3_KEYS) it plans sized, where one is
+    left to the remote class it plans with the one-line unverified warning. no_kda_lora false is refused, as vLLM's
+    BailingMoeV3KimiDeltaAttention raises; a layer_group_size that is no positive integer is refused naming the key."""
+    from planner.layers import BAILING_V3_KEYS
+
+    raw = json.loads((ROOT / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
+    remote = {**raw, "auto_map": {"AutoConfig": "configuration_bailing_moe_v3.BailingMoeV3Config"}}
+    assert not parse_hf_config(remote, "m", "model.configFile").unsized
+    for key in BAILING_V3_KEYS:
+        left_out = {k: v for k, v in remote.items() if k != key}
+        assert "auto_map" in parse_hf_config(left_out, "m", "model.configFile").unsized, key
+    for key, value in (("no_kda_lora", False), ("layer_group_size", 0)):
+        with pytest.raises(ConfigError) as refused:
+            parse_hf_config({**raw, key: value}, "m", "model.configFile")
+        assert key in str(refused.value) and "\n" not in str(refused.value)

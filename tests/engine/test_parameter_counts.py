@@ -345,6 +345,53 @@ def test_hrm_text_counts_what_vllm_builds():
     assert arch.parameter_count() == count, f"planner {arch.parameter_count()}, vLLM {count}"
 
 
+LING3_BUILT = ONE_RANK + '''
+from vllm.model_executor.models.bailing_moe_v3 import BailingMoeV3ForCausalLM
+from vllm.transformers_utils.configs.bailing_moe_v3_vl import BailingMoeV3TextConfig
+
+counts = []
+for fields in json.loads(sys.argv[1]):
+    raw = {**json.loads(Path("bench/configs/ling-3.0-tiny.json").read_text()), **fields}
+    # a plain Llama config.json gives the VllmConfig its dtype; the model reads vLLM's own text config of Ling 3.0
+    model = vllm_model_config(json.loads(Path("models/Llama-3.2-1B-Instruct.json").read_text()),
+                              Path(tempfile.mkdtemp()))
+    model.hf_config = model.hf_text_config = BailingMoeV3TextConfig(
+        **{k: v for k, v in raw.items() if k != "model_type"})
+    config = VllmConfig(model_config=model)
+    with torch.device("meta"), set_current_vllm_config(config):
+        counts.append(sum(p.numel() for p in BailingMoeV3ForCausalLM(vllm_config=config, prefix="").parameters()))
+print(json.dumps(counts))
+'''
+
+LING3_VARIANTS = [{}, {"num_hidden_layers": 22, "gated_attention_proj_granularity_type": "element_wise"},
+                  {"q_lora_rank": None, "gated_attention_proj_granularity_type": None, "first_k_dense_replace": 3,
+                   "moe_shared_expert_intermediate_size": 1024, "num_shared_experts": 2}]
+"""bench/configs/ling-3.0-tiny.json and two variants: a last partial layer group with an element-wise attention gate;
+no query LoRA, no gate, three dense layers and two shared experts of another width."""
+
+
+def test_ling3_counts_what_vllm_builds():
+    """Ling 3.0 as vLLM 0.32.0's own BailingMoeV3ForCausalLM builds it on the meta device (from vLLM's
+    BailingMoeV3TextConfig: transformers has no class for it): Kimi Delta Attention layers with full-width f and g
+    projections, latent attention with its output gate, the routers' expert_bias, shared experts of
+    moe_shared_expert_intermediate_size x num_shared_experts. Kimi's low-rank f and g counted instead miss."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", LING3_BUILT, json.dumps(LING3_VARIANTS)], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    base = json.loads((root / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
+    for fields, count in zip(LING3_VARIANTS, built, strict=True):
+        arch = parse_hf_config({**base, **fields}, "ling-3.0-tiny", "model.configFile")
+        assert not arch.unsized and arch.kda_full_gates and arch.parameter_count() == count, \
+            f"{fields}: planner {arch.parameter_count()}, vLLM {count}"
+        assert replace(arch, kda_full_gates=False).parameter_count() != count
+        assert replace(arch, router_bias=False).parameter_count() != count
+
+
 def test_weights_run_more_than_once_are_read_and_multiplied_on_every_run(monkeypatch):
     """HRM-Text runs each of its 32 stack layers 4 times a step (128 runs: hrm_text.py HrmTextModel.forward) and
     Zamba2-7B each of its 2 shared blocks on 13 hybrid layers (zamba2.py): the throughput estimate's decode step
