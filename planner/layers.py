@@ -117,6 +117,11 @@ is Ling 2.5's too (BailingMoeV2_5ForCausalLM, bailing_moe_linear.py). Kimi Delta
 num_attention_heads x head_dim with short_conv_kernel_size convolutions and full-width f / g projections
 (no_kda_lora), latent attention on the last layer of each layer_group_size group and on a last partial group
 (_is_kda_layer), whatever layer_types says."""
+LIGHTNING_ARCHITECTURES = frozenset({"BailingMoeV2_5ForCausalLM"})
+"""Ling 2.5 (vllm/model_executor/models/bailing_moe_linear.py, model_type bailing_hybrid as Ling 3.0's): linear
+attention with a heads x head_dim x head_dim state (MambaStateShapeCalculator.linear_attention_state_shape) on every
+layer but the last of each layer_group_size group, latent attention there. Not sized yet: it plans with the warning
+(unsized_reason), where read as a plain latent-attention decoder it had planned every layer's cache wrong, silently."""
 BAILING_V3_KEYS = ("layer_group_size", "short_conv_kernel_size", "head_dim", "no_kda_lora", "use_bias",
                    "moe_shared_expert_intermediate_size", "n_group", "topk_group", "first_k_dense_replace")
 """The keys bailing_moe_v3.py reads that a remote config class would otherwise supply: where a config.json naming
@@ -179,6 +184,12 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and key not in sized:
             return key, f"{key} in the model config marks {what}"
+    architectures = cfg.get("architectures")
+    group = cfg.get("layer_group_size")
+    if isinstance(architectures, list) and architectures and architectures[0] in LIGHTNING_ARCHITECTURES \
+            and positive_int(group) and group > 1:
+        return "layer_group_size", ("layer_group_size in the model config marks Ling 2.5's linear attention "
+                                    "(bailing_moe_linear.py: every layer but the last of each group)")
     types = cfg.get("layer_types")
     if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:
         known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else dict(KIND_NAMES)

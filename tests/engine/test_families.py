@@ -404,7 +404,8 @@ def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses()
     """Ling 3.0 (BailingMoeV3ForCausalLM) and Ling 2.5 share model_type bailing_hybrid, so the planner knows Ling 3.0
     by its architecture. Its checkpoints name remote code (auto_map): where config.json writes every key
     bailing_moe_v3.py reads beyond the common ones (planner/layers.py BAILING_V3_KEYS) it plans sized, where one is
-    left to the remote class it plans with the one-line unverified warning. no_kda_lora false is refused, as vLLM's
+    left to the remote class it plans with the one-line unverified warning. Ling 2.5's linear attention is not sized
+    yet: it plans with the warning, where it had planned every layer as latent attention. no_kda_lora false is refused, as vLLM's
     BailingMoeV3KimiDeltaAttention raises; a layer_group_size that is no positive integer is refused naming the key."""
     from planner.layers import BAILING_V3_KEYS
 
@@ -414,6 +415,9 @@ def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses()
     for key in BAILING_V3_KEYS:
         left_out = {k: v for k, v in remote.items() if k != key}
         assert "auto_map" in parse_hf_config(left_out, "m", "model.configFile").unsized, key
+    ling25 = {**raw, "architectures": ["BailingMoeV2_5ForCausalLM"]}  # bailing_moe_linear.py: not sized yet
+    assert "Ling 2.5" in parse_hf_config(ling25, "m", "model.configFile").unsized
+    assert not parse_hf_config({**ling25, "layer_group_size": 1}, "m", "model.configFile").unsized  # all latent
     for key, value in (("no_kda_lora", False), ("layer_group_size", 0)):
         with pytest.raises(ConfigError) as refused:
             parse_hf_config({**raw, key: value}, "m", "model.configFile")
