@@ -405,8 +405,9 @@ def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses()
     by its architecture. Its checkpoints name remote code (auto_map): where config.json writes every key
     bailing_moe_v3.py reads beyond the common ones (planner/layers.py BAILING_V3_KEYS) it plans sized, where one is
     left to the remote class it plans with the one-line unverified warning. Ling 2.5's linear attention is not sized
-    yet: it plans with the warning, where it had planned every layer as latent attention. no_kda_lora false is refused, as vLLM's
-    BailingMoeV3KimiDeltaAttention raises; a layer_group_size that is no positive integer is refused naming the key."""
+    yet: it plans with the warning, where it had planned every layer as latent attention. no_kda_lora false is
+    refused, as vLLM's BailingMoeV3KimiDeltaAttention raises; a layer_group_size that is no positive integer is
+    refused naming the key."""
     from planner.layers import BAILING_V3_KEYS
 
     raw = json.loads((ROOT / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
