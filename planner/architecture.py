@@ -12,10 +12,10 @@ from typing import NamedTuple
 ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
 key cache beside it, DeepSeek-V3.2 and GLM-5)."""
-STATE_KINDS = ("linear", "mamba", "mamba1", "kda", "conv")
+STATE_KINDS = ("linear", "mamba", "mamba1", "kda", "conv", "lightning")
 """Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba"), Mamba-1 ("mamba1"), Kimi
-Delta Attention ("kda") and LFM2's short convolution ("conv"). A layer of kind "none" holds neither (NemotronH's MLP
-and expert layers)."""
+Delta Attention ("kda"), LFM2's short convolution ("conv") and Ling 2.5's linear attention ("lightning"). A layer of
+kind "none" holds neither (NemotronH's MLP and expert layers)."""
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "float8_e4m3fn": 1.0}
 
@@ -205,6 +205,14 @@ class ModelArchitecture:
     kda: tuple[int, int, int] = (0, 0, 0)
     """Kimi Delta Attention layers: heads, head dim, short-conv kernel (linear_attn_config num_heads, head_dim,
     short_conv_kernel_size)."""
+    lightning: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """Ling 2.5's linear-attention layers (kind "lightning"): heads, head dim, q / k norms (1/0: use_qk_norm), and the
+    group_norm_size its gated output norm is split in, which a TP size must not exceed and must divide
+    (vllm/model_executor/layers/mamba/linear/bailing_linear_attn.py BailingMoELinearAttention asserts both)."""
+    kda_state_flag: bool = True
+    """Whether a Kimi Delta Attention layer's recurrent state follows --mamba-ssm-cache-dtype (Kimi's: kda_state_dtype
+    receives it); Ling 3.0's keeps it float32 whatever the flag (bailing_moe_v3.py get_state_dtype passes the conv
+    dtype only, so vLLM neither follows nor refuses the flag)."""
     kda_full_gates: bool = False
     """Whether a Kimi Delta Attention layer's f and g projections are hidden x heads x head_dim matrices (Ling 3.0's
     no_kda_lora: bailing_moe_v3.py f_proj, g_proj) rather than Kimi's low-rank pairs through head_dim (f_a / f_b,
@@ -357,6 +365,9 @@ class ModelArchitecture:
         width = kda_heads * kda_dim
         gates = 2 * h * width if self.kda_full_gates else 2 * (h * kda_dim + kda_dim * width)  # f and g
         kda = 3 * h * width + 3 * width * kda_kernel + width + kda_heads + gates + h * kda_heads + kda_dim + width * h
+        l_heads, l_dim, l_norms, _ = self.lightning  # bailing_linear_attn.py: query_key_value (MHA), g_proj, dense,
+        inner = l_heads * l_dim  # the gated output norm, the q / k norms
+        lightning = 3 * h * inner + h * inner + inner * h + inner + 2 * l_dim * l_norms
         channels, conv_kernel, conv_biases = self.short_conv
         short_conv = 3 * h * channels + channels * conv_kernel + channels * h + conv_biases * (5 * channels)
         inner, groups, m_heads, _, state, m_kernel, conv_bias, proj_bias = self.mamba or (0,) * 8
@@ -399,7 +410,8 @@ class ModelArchitecture:
         return {
             "attention": attention + kinds.count("indexed") * indexer,
             "altup": altup,
-            "linear": kinds.count("linear") * linear + kinds.count("conv") * short_conv,
+            "linear": (kinds.count("linear") * linear + kinds.count("conv") * short_conv
+                       + kinds.count("lightning") * lightning),
             "mamba": kinds.count("mamba") * mamba + kinds.count("mamba1") * mamba1,
             "kda": kinds.count("kda") * kda,
             "mlp": mlp,

@@ -184,6 +184,14 @@ class ShortConvState(LinearState):
 
 
 @dataclass(frozen=True)
+class LightningState(LinearState):
+    """MambaSpec for a Ling 2.5 linear-attention layer: a heads x head_dim x head_dim state per request in the
+    conv-state dtype, padded to the attention page."""
+
+    kind = "lightning"
+
+
+@dataclass(frozen=True)
 class NoCache(LayerSpec):
     """A layer with neither attention nor state (NemotronH's MLP and expert blocks): vLLM declares no spec for it,
     but it still counts in the pipeline split (get_pp_indices splits all layers)."""
@@ -283,6 +291,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                                          state_bytes=mamba1_state_bytes(arch, tp, states))
             elif kind == "kda":
                 made[kind] = KDAState(attention.token_bytes, state_bytes=kda_state_bytes(arch, tp, states))
+            elif kind == "lightning":
+                made[kind] = LightningState(attention.token_bytes, state_bytes=lightning_state_bytes(arch, tp, states))
             elif kind == "conv":
                 made[kind] = ShortConvState(attention.token_bytes,
                                             state_bytes=short_conv_state_bytes(arch, tp, states))
@@ -319,8 +329,17 @@ def kda_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> fl
     float32 under mamba_ssm_cache_dtype auto (vllm/model_executor/layers/mamba/mamba_utils.py, kda_state_shape,
     kda_state_dtype)."""
     heads, head_dim, kernel = arch.kda
+    recurrent = states.kda_bytes if arch.kda_state_flag else 4.0  # Ling 3.0: float32 whatever the flag
     return (3 * heads * head_dim // tp * (kernel - 1) * states.conv_bytes
-            + heads // tp * head_dim * head_dim * states.kda_bytes)
+            + heads // tp * head_dim * head_dim * recurrent)
+
+
+def lightning_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:
+    """One Ling 2.5 linear-attention layer's state per request on one GPU: heads / TP x head_dim x head_dim in the
+    conv-state dtype, the model's under auto (vllm/model_executor/layers/mamba/mamba_utils.py,
+    linear_attention_state_shape / linear_attention_state_dtype)."""
+    heads, head_dim, _, _ = arch.lightning
+    return heads // tp * head_dim * head_dim * states.conv_bytes
 
 
 def short_conv_state_bytes(arch: ModelArchitecture, tp: int, states: StateDtypes) -> float:

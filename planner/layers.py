@@ -119,13 +119,22 @@ num_attention_heads x head_dim with short_conv_kernel_size convolutions and full
 (_is_kda_layer), whatever layer_types says."""
 LIGHTNING_ARCHITECTURES = frozenset({"BailingMoeV2_5ForCausalLM"})
 """Ling 2.5 (vllm/model_executor/models/bailing_moe_linear.py, model_type bailing_hybrid as Ling 3.0's): linear
-attention with a heads x head_dim x head_dim state (MambaStateShapeCalculator.linear_attention_state_shape) on every
-layer but the last of each layer_group_size group, latent attention there. Not sized yet: it plans with the warning
-(unsized_reason), where read as a plain latent-attention decoder it had planned every layer's cache wrong, silently."""
-BAILING_V3_KEYS = ("layer_group_size", "short_conv_kernel_size", "head_dim", "no_kda_lora", "use_bias",
-                   "moe_shared_expert_intermediate_size", "n_group", "topk_group", "first_k_dense_replace")
-"""The keys bailing_moe_v3.py reads that a remote config class would otherwise supply: where a config.json naming
-remote code (auto_map) writes each, the planner reads it as the class does (remote_code_reason)."""
+attention ("lightning": BailingMoELinearAttention, MiniMax's kernel) on every layer but the last of each
+layer_group_size group (is_linear_layer; none where the group is 1), latent attention there. Its state is
+num_attention_heads x head_dim x head_dim per request (MambaStateShapeCalculator.linear_attention_state_shape) in the
+conv-state dtype (linear_attention_state_dtype)."""
+READ_AS_WRITTEN = {
+    "BailingMoeV3ForCausalLM": ("layer_group_size", "short_conv_kernel_size", "head_dim", "no_kda_lora", "use_bias",
+                                "moe_shared_expert_intermediate_size", "n_group", "topk_group",
+                                "first_k_dense_replace"),
+    "BailingMoeV2_5ForCausalLM": ("layer_group_size", "group_norm_size", "head_dim", "use_qk_norm", "use_bias",
+                                  "use_qkv_bias", "moe_shared_expert_intermediate_size", "first_k_dense_replace",
+                                  "moe_router_enable_expert_bias"),
+}
+"""Architectures whose checkpoints' config class is remote code (auto_map) and which vLLM's class reads by keys a
+config.json writes: where config.json writes each listed key (those the class reads beyond the common ones, or with
+a default a remote class could change), the planner reads it as vLLM's class does (remote_code_reason); where one is
+left to the remote class, the model plans with the unverified warning."""
 KDA_TYPES = frozenset({"kimi_linear"})
 """Kimi Delta Attention hybrids: KDA layers beside latent attention (vllm/models/kimi_k3: KimiLinearForCausalLM, its
 state from MambaStateShapeCalculator.kda_state_shape)."""
@@ -184,12 +193,6 @@ def unsized_reason(cfg: Mapping[str, Any]) -> tuple[str, str] | None:
     for key, what in UNSIZED_KEYS.items():
         if cfg.get(key) is not None and key not in sized:
             return key, f"{key} in the model config marks {what}"
-    architectures = cfg.get("architectures")
-    group = cfg.get("layer_group_size")
-    if isinstance(architectures, list) and architectures and architectures[0] in LIGHTNING_ARCHITECTURES \
-            and positive_int(group) and group > 1:
-        return "layer_group_size", ("layer_group_size in the model config marks Ling 2.5's linear attention "
-                                    "(bailing_moe_linear.py: every layer but the last of each group)")
     types = cfg.get("layer_types")
     if isinstance(types, list) and str(cfg.get("model_type")) not in OWN_LAYER_NAMES:
         known = {**KIND_NAMES, "mamba": "mamba"} if sized_mamba else dict(KIND_NAMES)
@@ -278,6 +281,12 @@ def bailing_v3(cfg: Mapping[str, Any]) -> bool:
     return isinstance(architectures, list) and bool(architectures) and architectures[0] in BAILING_V3_ARCHITECTURES
 
 
+def lightning(cfg: Mapping[str, Any]) -> bool:
+    """Whether the config is Ling 2.5's decoder (LIGHTNING_ARCHITECTURES)."""
+    architectures = cfg.get("architectures")
+    return isinstance(architectures, list) and bool(architectures) and architectures[0] in LIGHTNING_ARCHITECTURES
+
+
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:
     """(kind per layer, window) as vLLM builds the layers (cited per rule)."""
     window = cfg.get("sliding_window")
@@ -308,6 +317,15 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
                                              "puts latent attention on the last layer of each group")
         whole = layers // group * group
         return tuple("full" if (i + 1) % group == 0 or i >= whole else "kda" for i in range(layers)), 0
+    if lightning(cfg):
+        # bailing_moe_linear.py is_linear_layer: linear attention unless the layer ends a layer_group_size group (the
+        # model reads getattr(config, "layer_group_size", 1)); a group of 0 or 1 leaves every layer latent attention
+        group = cfg.get("layer_group_size", 1)
+        if not isinstance(group, int) or isinstance(group, bool) or group < 0:
+            raise ConfigError(source, group, "layer_group_size must be a non-negative integer: "
+                                             "BailingMoeV2_5ForCausalLM puts latent attention on the last layer of "
+                                             "each group")
+        return tuple("lightning" if group > 0 and (i + 1) % group else "full" for i in range(layers)), 0
     if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
         # vllm/models/glm5next/common/model.py _is_kda_layer: layer_types[i] == "linear_attention" is KDA, every other
         # layer latent attention with an indexer when index_topk is set (Glm5NextMLAAttention: is_v32)

@@ -128,11 +128,13 @@ def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
     """TP sizes vLLM accepts: dividing the attention heads, and the KV heads dividing or divisible (every attention
     layer's, where a NAS decoder gives each its own); a Mamba-2 mixer's heads, and its groups unless there is one
     (vllm/model_executor/layers/mamba/mamba_mixer2.py asserts both); a Mamba-1 mixer's width (mamba_mixer.py splits
-    it with divide())."""
+    it with divide()); Ling 2.5's group_norm_size, which TP must divide and not exceed (bailing_linear_attn.py asserts
+    both)."""
     return [tp for tp in range(1, limit + 1) if arch.num_attention_heads % tp == 0
             and all(kv % tp == 0 or tp % kv == 0 for kv in arch.attention_kv_heads if kv)
             and (not arch.mamba or (arch.mamba[2] % tp == 0 and (arch.mamba[1] % tp == 0 or arch.mamba[1] == 1)))
-            and (not arch.mamba1 or arch.mamba1[0] % tp == 0)]
+            and (not arch.mamba1 or arch.mamba1[0] % tp == 0)
+            and (not arch.lightning[0] or (tp <= arch.lightning[3] and arch.lightning[3] % tp == 0))]
 
 
 def tensor_split_text(arch: ModelArchitecture) -> str:
@@ -146,6 +148,8 @@ def tensor_split_text(arch: ModelArchitecture) -> str:
         parts.append(f"Mamba-2 mixers of {arch.mamba[2]} heads{groups}")
     if arch.mamba1:
         parts.append(f"Mamba mixers {arch.mamba1[0]} wide")
+    if arch.lightning[0]:
+        parts.append(f"linear-attention output norms in group_norm_size {arch.lightning[3]} groups")
     return " and ".join(parts)
 
 

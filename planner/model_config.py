@@ -16,7 +16,6 @@ from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.checkpoint import hub_offline
 from planner.errors import ConfigError
 from planner.layers import (
-    BAILING_V3_KEYS,
     FALCON_H1_TYPES,
     GEMMA3N_TYPES,
     GLM5_NEXT_TYPES,
@@ -25,6 +24,7 @@ from planner.layers import (
     LONGCAT_TYPES,
     NAS_TYPES,
     PURE_MAMBA_TYPES,
+    READ_AS_WRITTEN,
     SHARED_KV_TYPES,
     UNCOUNTED_TOWERS,
     ZAMBA2_TYPES,
@@ -34,6 +34,7 @@ from planner.layers import (
     image_prefix_lm,
     input_modalities,
     layer_kinds,
+    lightning,
     moe_layer_indices,
     nas_blocks,
     part_layers,
@@ -349,8 +350,10 @@ def remote_code_reason(cfg: Mapping[str, Any], named: str) -> tuple[str, str] | 
     if not named or cfg.get("model_type") in REMOTE_CONFIG_BASES \
             or _architecture_type(cfg.get("architectures"), _config_classes()) is not None:
         return None
-    if bailing_v3(cfg) and all(cfg.get(key) is not None for key in BAILING_V3_KEYS):
-        return None  # every key bailing_moe_v3.py reads beyond the common ones is written: read as vLLM's class reads
+    architectures = cfg.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    if architecture in READ_AS_WRITTEN and all(cfg.get(key) is not None for key in READ_AS_WRITTEN[architecture]):
+        return None  # every key vLLM's class reads beyond the common ones is written: read as the class reads it
     return "auto_map", (f"auto_map names the config class {named}, remote code the planner does not run (the "
                         "fields config.json leaves out take none of its defaults)")
 
@@ -547,7 +550,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                                                               "only (\"BailingMoeV3 KDA currently expects "
                                                               "no_kda_lora=True\")")
         hybrid.update(kda=(heads, int(head_dim), _count(cfg, source, ("short_conv_kernel_size",))),
-                      kda_full_gates=True)
+                      kda_full_gates=True, kda_state_flag=False)
     elif "kda" in kinds:
         hybrid["kda"] = tuple(_count(cfg, source, (name,)) for name in (
             "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"))
@@ -561,6 +564,17 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         # BailingMoeV3MoE: one shared MLP of moe_shared_expert_intermediate_size x num_shared_experts, ungated
         counts["shared_expert_intermediate_size"] = counts["n_shared_experts"] * _count(
             cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0) if experts else 0
+        counts["n_shared_experts"] = 0
+    if lightning(cfg) and not unsized:  # bailing_moe_linear.py BailingMoeV25, BailingMoELinearAttention
+        if "lightning" in kinds:
+            hybrid["lightning"] = (heads, int(head_dim), int(cfg.get("use_qk_norm") is True),
+                                   _count(cfg, source, ("group_norm_size",), default=1))
+        hybrid.update(router_bias=bool(experts) and cfg.get("moe_router_enable_expert_bias") is True,
+                      shared_expert_gate=False)
+        # one shared MLP of moe_shared_expert_intermediate_size (else moe_intermediate_size) x num_shared_experts
+        width = _count(cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0,
+                       default=counts["moe_intermediate_size"])
+        counts["shared_expert_intermediate_size"] = counts["n_shared_experts"] * width if experts else 0
         counts["n_shared_experts"] = 0
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
@@ -610,7 +624,9 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         name=name, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers, hidden_size=hidden,
         num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=int(head_dim), intermediate_size=int(inter),
         vocab_size=vocab, max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)) or zamba2, num_experts=experts,
+        tie_word_embeddings=(bool(cfg.get("tie_word_embeddings", False)) or zamba2)
+        and not (bailing_v3(cfg) or lightning(cfg)),  # both build their own lm_head whatever the config says
+        num_experts=experts,
         moe_intermediate_size=counts["moe_intermediate_size"], num_shared_experts=counts["n_shared_experts"],
         first_dense_layers=counts["first_k_dense_replace"], kv_lora_rank=counts["kv_lora_rank"],
         qk_rope_head_dim=counts["qk_rope_head_dim"],

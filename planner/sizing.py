@@ -484,8 +484,8 @@ def layout_options(compared: list[Compared], chosen: Layout, node_usd_hour: floa
 
 FAMILIES = (("mla", "MLA"), ("indexed", "sparse indexer"), ("linear", "hybrid linear attention"),
             ("mamba", "hybrid Mamba-2"), ("mamba1", "hybrid Mamba-1"), ("kda", "hybrid Kimi Delta Attention"),
-            ("sliding", "sliding window"), ("chunked", "chunked local attention"), ("vision", "multimodal"),
-            ("experts", "MoE"))
+            ("lightning", "hybrid lightning attention"), ("sliding", "sliding window"),
+            ("chunked", "chunked local attention"), ("vision", "multimodal"), ("experts", "MoE"))
 
 
 def families(arch: ModelArchitecture) -> list[str]:

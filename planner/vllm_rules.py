@@ -52,7 +52,7 @@ def vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
     # vllm/model_executor/layers/mamba/mamba_utils.py kda_state_dtype: "KDA recurrent state supports only auto,
     # float32, and bfloat16".
     ssm = flag_value(vllm_flags.canonical_args(v.extra_args), "--mamba-ssm-cache-dtype")
-    if "kda" in arch.kinds and ssm not in (None, "auto", "float32", "bfloat16") \
+    if "kda" in arch.kinds and arch.kda_state_flag and ssm not in (None, "auto", "float32", "bfloat16") \
             and profile_for_image(v.image).profile.kda_ssm_flag:
         raise ConfigError("vllm.extraArgs", f"--mamba-ssm-cache-dtype {ssm}",
                           f"{arch.name}'s Kimi Delta Attention layers keep their recurrent state in auto (float32), "

@@ -152,7 +152,7 @@ def layer_state_spec(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_confi
         dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, cache,
                                                                        ssm_cache_dtype(hf_config, ssm))
         return MambaSpec(block_size=16, shapes=shapes, dtypes=dtypes, mamba_cache_mode=mamba_mode)
-    if {"mamba", "mamba1", "kda", "conv"} & set(arch.kinds):
+    if {"mamba", "mamba1", "kda", "conv", "lightning"} & set(arch.kinds):
         return state_spec(hf_config, tp, mamba_mode, cache, ssm, dtype)
     return None
 
@@ -191,7 +191,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, mamba_mode: str, hf_config=Non
         elif kind == "chunked":
             out[i] = ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=heads, head_size=arch.head_dim,
                                                dtype=dtype, attention_chunk_size=arch.window)
-        elif kind in ("linear", "mamba", "mamba1", "kda", "conv"):
+        elif kind in ("linear", "mamba", "mamba1", "kda", "conv", "lightning"):
             out[i] = state
     slots = arch.cache_slots  # Falcon-H1: a layer's attention and Mamba-2 mixer caches, one tuple per layer
     return out if slots == 1 else {i: tuple(out[i * slots + n] for n in range(slots)) for i in range(arch.num_layers)}
@@ -643,6 +643,70 @@ def test_a_mutated_ling3_rule_disagrees_with_vllm(mutation, monkeypatch):
     assert differing, f"the mutation '{mutation}' went unnoticed"
 
 
+# ------------------------------------------------------------------------------------------ Ling 2.5 (Bailing V2.5)
+
+def ling25(**fields):
+    """(planner architecture, the config object vLLM's BailingMoeV25ForCausalLM reads, the layer kinds its
+    is_linear_layer gives) of bench/configs/ling-2.5-shaped.json with `fields` changed. The checkpoints' config class
+    is remote code, so the object is transformers' PretrainedConfig holding config.json's fields."""
+    from transformers import PretrainedConfig
+    from vllm.model_executor.models.bailing_moe_linear import is_linear_layer
+
+    raw = {**json.loads((ROOT / "bench" / "configs" / "ling-2.5-shaped.json").read_text()), **fields}
+    hf_config = PretrainedConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+    kinds = tuple("lightning" if is_linear_layer(i, raw["layer_group_size"]) else "full"
+                  for i in range(raw["num_hidden_layers"]))
+    return parse_hf_config(raw, "ling-2.5-shaped", "model.configFile"), hf_config, kinds
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("fields", [{}, {"num_hidden_layers": 30, "layer_group_size": 4}], ids=["32x8", "30x4"])
+def test_ling25_counts_the_kv_tokens_vllm_0_32_counts(fields, tp, pp):
+    """Ling 2.5: linear-attention layers (their state from BailingMoeV25ForCausalLM's own
+    get_mamba_state_shape_from_config / _dtype_from_config) and latent attention where vLLM's is_linear_layer puts
+    it; the vLLM side declares its layers by that function, not by the planner's kinds."""
+    arch, hf_config, kinds = ling25(**fields)
+    assert arch.kinds == kinds and "lightning" in kinds and not arch.unsized
+    for max_len in (8192, 131072):
+        ours = planner_tokens(arch, tp, pp, 23 * GIB, max_len, 8192)
+        theirs = vllm_tokens(replace(arch, layer_kinds=kinds), tp, pp, 23 * GIB, max_len, 8192, hf_config=hf_config)
+        assert ours == theirs, f"tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+_lightning = kv_cache.lightning_state_bytes
+LING25_MUTATIONS = {
+    "the state in float32": lambda mp: mp.setattr(
+        kv_cache, "lightning_state_bytes", lambda arch, tp, b: _lightning(arch, tp, b) * 2),
+    "linear attention on every layer of a group": lambda mp: mp.setattr(
+        model_config, "layer_kinds", lambda cfg, layers, source: (("lightning",) * layers, 0)),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(LING25_MUTATIONS))
+def test_a_mutated_ling25_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for tp in (1, 2, 4):
+        with monkeypatch.context() as mp:
+            LING25_MUTATIONS[mutation](mp)
+            arch, hf_config, kinds = ling25()
+            ours = planner_tokens(arch, tp, 1, 23 * GIB, 32768, 8192)
+        theirs = vllm_tokens(replace(arch, layer_kinds=kinds), tp, 1, 23 * GIB, 32768, 8192, hf_config=hf_config)
+        if ours != theirs:
+            differing.append(tp)
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+def test_ling25_tensor_sizes_are_the_ones_vllm_builds():
+    """BailingMoELinearAttention asserts TP <= group_norm_size and that TP divides it: the layouts the planner offers
+    for group_norm_size 8 and 2 are the TP sizes that pass those asserts and the heads' division."""
+    from planner.layout import valid_tensor_sizes
+
+    for group in (8, 2):
+        arch, _, _ = ling25(group_norm_size=group)
+        assert valid_tensor_sizes(arch, 8) == [tp for tp in (1, 2, 4, 8) if tp <= group and group % tp == 0]
+
+
 # ------------------------------------------------------------------------------------------ LFM2
 
 def lfm2(name: str = "lfm2-1.2b"):
@@ -691,6 +755,8 @@ def state_families() -> dict[str, tuple[ModelArchitecture, object]]:
     qwen35 = json.loads((ROOT / "bench" / "configs" / "qwen3.5-0.8b-base.json").read_text())
     families = {name: hybrid_config(name) for name in HYBRIDS}
     families["kimi-linear"] = kimi_linear()
+    families["ling-3.0-tiny"] = ling3()[:2]
+    families["ling-2.5-shaped"] = ling25()[:2]
     families["lfm2-1.2b"] = lfm2()
     families["qwen3.5-0.8b-base"] = (parse_hf_config(qwen35, "qwen3.5", "model.configFile"),
                                      transformers_config(qwen35))
@@ -713,11 +779,12 @@ def planner_state_bytes(arch: ModelArchitecture, tp: int, engine) -> float:
 def test_state_dtype_flags_size_states_as_vllm_0_32_sizes_them(cache, ssm, tp):
     """--mamba-cache-dtype and --mamba-ssm-cache-dtype in vllm.extraArgs against each state kind's own dtype
     function (MambaStateDtypeCalculator via the model class), after the family's verify_and_update_config: the flag
-    wins over NemotronH's and Qwen3.5's config-set SSM dtype, and KDA's recurrent state is float32 only under auto.
-    vLLM refuses a float16 KDA state; so does the planner (tests/unit/test_bad_input.py)."""
+    wins over NemotronH's and Qwen3.5's config-set SSM dtype, and KDA's recurrent state is float32 only under auto
+    (Ling 3.0's always: its class does not pass the flag). vLLM refuses a float16 KDA state where it passes the flag;
+    so does the planner (tests/unit/test_bad_input.py)."""
     engine = engine_settings(PROFILE, H200, ("--mamba-cache-dtype", cache, f"--mamba_ssm_cache_dtype={ssm}"))
     for name, (arch, hf_config) in state_families().items():
-        if "kda" in arch.kinds and ssm == "float16":
+        if "kda" in arch.kinds and arch.kda_state_flag and ssm == "float16":
             with pytest.raises(ValueError, match="KDA recurrent state supports only"):
                 layer_state_spec(arch, tp, "none", hf_config, cache, ssm)
             continue
@@ -749,6 +816,11 @@ STATE_DTYPE_MUTATIONS = {
             self.conv_bytes if self.ssm == "auto" else DTYPE_BYTES[self.ssm])),
     "KDA's recurrent state in the conv dtype under auto": lambda mp: mp.setattr(
         kv_cache.StateDtypes, "kda_bytes", property(lambda self: self.ssm_bytes())),
+    "Ling 3.0's KDA state following --mamba-ssm-cache-dtype": lambda mp: mp.setattr(
+        kv_cache, "kda_state_bytes", lambda arch, tp, b: _kda(replace(arch, kda_state_flag=True), tp, b)),
+    "Ling 2.5's state in the SSM dtype": lambda mp: mp.setattr(
+        kv_cache, "lightning_state_bytes", lambda arch, tp, b: _lightning(arch, tp, b) / b.conv_bytes
+        * b.ssm_bytes()),
 }
 
 
@@ -758,7 +830,7 @@ def test_a_mutated_state_dtype_rule_disagrees_with_vllm(mutation, monkeypatch):
     for cache, ssm in STATE_FLAGS:
         engine = engine_settings(PROFILE, H200, ("--mamba-cache-dtype", cache, "--mamba-ssm-cache-dtype", ssm))
         for name, (arch, hf_config) in families.items():
-            if "kda" in arch.kinds and ssm == "float16":
+            if "kda" in arch.kinds and arch.kda_state_flag and ssm == "float16":
                 continue
             theirs = layer_state_spec(arch, 1, "none", hf_config, cache, ssm).state_content_size_bytes
             with monkeypatch.context() as mp:

@@ -403,22 +403,25 @@ def test_a_profiling_cache_over_the_gpu_is_planned_as_vllm_fails_on_it():
 def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses():
     """Ling 3.0 (BailingMoeV3ForCausalLM) and Ling 2.5 share model_type bailing_hybrid, so the planner knows Ling 3.0
     by its architecture. Its checkpoints name remote code (auto_map): where config.json writes every key
-    bailing_moe_v3.py reads beyond the common ones (planner/layers.py BAILING_V3_KEYS) it plans sized, where one is
-    left to the remote class it plans with the one-line unverified warning. Ling 2.5's linear attention is not sized
-    yet: it plans with the warning, where it had planned every layer as latent attention. no_kda_lora false is
+    bailing_moe_v3.py reads beyond the common ones (planner/layers.py READ_AS_WRITTEN) it plans sized, where one is
+    left to the remote class it plans with the one-line unverified warning. Ling 2.5, of the same model type, puts its
+    linear attention by its own rule (no latent tail). no_kda_lora false is
     refused, as vLLM's BailingMoeV3KimiDeltaAttention raises; a layer_group_size that is no positive integer is
     refused naming the key."""
-    from planner.layers import BAILING_V3_KEYS
+    from planner.layers import READ_AS_WRITTEN
 
     raw = json.loads((ROOT / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
-    remote = {**raw, "auto_map": {"AutoConfig": "configuration_bailing_moe_v3.BailingMoeV3Config"}}
-    assert not parse_hf_config(remote, "m", "model.configFile").unsized
-    for key in BAILING_V3_KEYS:
-        left_out = {k: v for k, v in remote.items() if k != key}
-        assert "auto_map" in parse_hf_config(left_out, "m", "model.configFile").unsized, key
-    ling25 = {**raw, "architectures": ["BailingMoeV2_5ForCausalLM"]}  # bailing_moe_linear.py: not sized yet
-    assert "Ling 2.5" in parse_hf_config(ling25, "m", "model.configFile").unsized
-    assert not parse_hf_config({**ling25, "layer_group_size": 1}, "m", "model.configFile").unsized  # all latent
+    ling25 = json.loads((ROOT / "bench" / "configs" / "ling-2.5-shaped.json").read_text())
+    for config in (raw, ling25):
+        remote = {**config, "auto_map": {"AutoConfig": "configuration_bailing.Config"}}
+        assert not parse_hf_config(remote, "m", "model.configFile").unsized
+        for key in READ_AS_WRITTEN[config["architectures"][0]]:
+            left_out = {k: v for k, v in remote.items() if k != key}
+            assert "auto_map" in parse_hf_config(left_out, "m", "model.configFile").unsized, key
+    ling25 = {**raw, "architectures": ["BailingMoeV2_5ForCausalLM"], "num_hidden_layers": 22}
+    group = ("lightning", "lightning", "lightning", "full")
+    assert parse_hf_config(ling25, "m", "model.configFile").kinds == group * 5 + ("lightning",) * 2  # no latent tail
+    assert set(parse_hf_config({**ling25, "layer_group_size": 1}, "m", "model.configFile").kinds) == {"full"}
     for key, value in (("no_kda_lora", False), ("layer_group_size", 0)):
         with pytest.raises(ConfigError) as refused:
             parse_hf_config({**raw, key: value}, "m", "model.configFile")

@@ -345,23 +345,45 @@ def test_hrm_text_counts_what_vllm_builds():
     assert arch.parameter_count() == count, f"planner {arch.parameter_count()}, vLLM {count}"
 
 
-LING3_BUILT = ONE_RANK + '''
-from vllm.model_executor.models.bailing_moe_v3 import BailingMoeV3ForCausalLM
+BAILING_BUILT = ONE_RANK + '''
+import importlib
+
+from transformers import PretrainedConfig
 from vllm.transformers_utils.configs.bailing_moe_v3_vl import BailingMoeV3TextConfig
 
+module, name = sys.argv[1].split(":")
+cls = getattr(importlib.import_module(module), name)
+# Ling 3.0 through vLLM's own text config class; Ling 2.5's is remote code: config.json's fields as they are
+config_class = BailingMoeV3TextConfig if name == "BailingMoeV3ForCausalLM" else PretrainedConfig
 counts = []
-for fields in json.loads(sys.argv[1]):
-    raw = {**json.loads(Path("bench/configs/ling-3.0-tiny.json").read_text()), **fields}
-    # a plain Llama config.json gives the VllmConfig its dtype; the model reads vLLM's own text config of Ling 3.0
+for fields in json.loads(sys.argv[3]):
+    raw = {**json.loads(Path(sys.argv[2]).read_text()), **fields}
+    # a plain Llama config.json gives the VllmConfig its dtype; the model reads the Bailing config
     model = vllm_model_config(json.loads(Path("models/Llama-3.2-1B-Instruct.json").read_text()),
                               Path(tempfile.mkdtemp()))
-    model.hf_config = model.hf_text_config = BailingMoeV3TextConfig(
-        **{k: v for k, v in raw.items() if k != "model_type"})
+    model.hf_config = model.hf_text_config = config_class(**{k: v for k, v in raw.items() if k != "model_type"})
     config = VllmConfig(model_config=model)
     with torch.device("meta"), set_current_vllm_config(config):
-        counts.append(sum(p.numel() for p in BailingMoeV3ForCausalLM(vllm_config=config, prefix="").parameters()))
+        counts.append(sum(p.numel() for p in cls(vllm_config=config, prefix="").parameters()))
 print(json.dumps(counts))
 '''
+
+
+def bailing_built(model_class: str, name: str, variants: list[dict]) -> list[tuple[dict, int]]:
+    """(config.json, parameters) of bench/configs `name` with each variant's fields as vLLM 0.32.0's own
+    `model_class` builds it on the meta device, in a fresh process (one tensor-parallel rank over gloo)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    path = root / "bench" / "configs" / f"{name}.json"
+    done = subprocess.run([sys.executable, "-c", BAILING_BUILT, model_class, str(path), json.dumps(variants)],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    base = json.loads(path.read_text())
+    return [({**base, **fields}, count) for fields, count in zip(variants, built, strict=True)]
+
 
 LING3_VARIANTS = [{}, {"num_hidden_layers": 22, "gated_attention_proj_granularity_type": "element_wise"},
                   {"q_lora_rank": None, "gated_attention_proj_granularity_type": None, "first_k_dense_replace": 3,
@@ -375,21 +397,36 @@ def test_ling3_counts_what_vllm_builds():
     BailingMoeV3TextConfig: transformers has no class for it): Kimi Delta Attention layers with full-width f and g
     projections, latent attention with its output gate, the routers' expert_bias, shared experts of
     moe_shared_expert_intermediate_size x num_shared_experts. Kimi's low-rank f and g counted instead miss."""
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", LING3_BUILT, json.dumps(LING3_VARIANTS)], cwd=root,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    built = json.loads(done.stdout.strip().splitlines()[-1])
-    base = json.loads((root / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
-    for fields, count in zip(LING3_VARIANTS, built, strict=True):
-        arch = parse_hf_config({**base, **fields}, "ling-3.0-tiny", "model.configFile")
+    for raw, count in bailing_built("vllm.model_executor.models.bailing_moe_v3:BailingMoeV3ForCausalLM",
+                                    "ling-3.0-tiny", LING3_VARIANTS):
+        arch = parse_hf_config(raw, "ling-3.0-tiny", "model.configFile")
         assert not arch.unsized and arch.kda_full_gates and arch.parameter_count() == count, \
-            f"{fields}: planner {arch.parameter_count()}, vLLM {count}"
+            f"{raw}: planner {arch.parameter_count()}, vLLM {count}"
         assert replace(arch, kda_full_gates=False).parameter_count() != count
         assert replace(arch, router_bias=False).parameter_count() != count
+
+
+LING25_VARIANTS = [{}, {"num_hidden_layers": 30, "layer_group_size": 4, "use_qk_norm": False, "q_lora_rank": None,
+                        "moe_router_enable_expert_bias": False, "score_function": "softmax",
+                        "moe_shared_expert_intermediate_size": 2048, "num_shared_experts": 2,
+                        "first_k_dense_replace": 2}]
+"""bench/configs/ling-2.5-shaped.json and a variant: groups of 4 over 30 layers (a partial last group, whose layers
+are linear attention), no q / k norms, no query LoRA, no router bias, two shared experts of another width, two dense
+layers."""
+
+
+def test_ling25_counts_what_vllm_builds():
+    """Ling 2.5 as vLLM 0.32.0's own BailingMoeV25ForCausalLM builds it on the meta device: linear-attention layers
+    (an MHA query_key_value, g_proj, dense, the gated output norm, q / k norms with use_qk_norm), latent attention on
+    the last layer of each group, the router's expert_bias where moe_router_enable_expert_bias is set, shared experts
+    of moe_shared_expert_intermediate_size x num_shared_experts, an lm_head of its own."""
+    for raw, count in bailing_built("vllm.model_executor.models.bailing_moe_linear:BailingMoeV25ForCausalLM",
+                                    "ling-2.5-shaped", LING25_VARIANTS):
+        arch = parse_hf_config(raw, "ling-2.5-shaped", "model.configFile")
+        assert not arch.unsized and "lightning" in arch.kinds and arch.parameter_count() == count, \
+            f"{raw}: planner {arch.parameter_count()}, vLLM {count}"
+        assert replace(arch, lightning=(*arch.lightning[:2], 1 - arch.lightning[2], arch.lightning[3])) \
+            .parameter_count() != count
 
 
 def test_weights_run_more_than_once_are_read_and_multiplied_on_every_run(monkeypatch):

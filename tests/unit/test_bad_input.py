@@ -178,6 +178,9 @@ ACCEPTED = [
     # vLLM 0.25.1 ignores the SSM flag for a KDA state (planner/engine.py kda_ssm_flag), so float16 starts there
     {"model": model("Kimi-Linear-48B-A3B-Instruct"), "accelerator": accel("nvidia-h200-141gb"),
      "vllm": {"image": "vllm/vllm-openai:v0.25.1", "extraArgs": ["--mamba-ssm-cache-dtype", "float16"]}},
+    # Ling 3.0's KDA state never reads the SSM flag (bailing_moe_v3.py get_state_dtype), so vLLM 0.32.0 takes float16
+    {"model": {"id": "org/ling-3.0-tiny", "configFile": "bench/configs/ling-3.0-tiny.json"},
+     "accelerator": accel("nvidia-h200-141gb"), "vllm": {"extraArgs": ["--mamba-ssm-cache-dtype", "float16"]}},
 ]
 
 
