@@ -31,8 +31,9 @@ PEAK_TRACE = ROOT / "bench" / "peaktrace"
 REMOTE_CODE = {"nemotron-nas": "configuration_decilm.DeciLMConfig",
                "bailing_hybrid": "configuration_bailing_hybrid.BailingHybridConfig"}
 """A config class for each model_type whose published class is remote code (planner/model_config.py
-REMOTE_CONFIG_BASES, planner/layers.py READ_AS_WRITTEN), written for this project under bench/remote_code/: the model directory ships it as its own
-code (auto_map), and vLLM starts with --trust-remote-code, as a stack with model.trustRemoteCode does."""
+REMOTE_CONFIG_BASES, planner/layers.py READ_AS_WRITTEN), written for this project under bench/remote_code/: the
+model directory ships it as its own code (auto_map), and vLLM starts with --trust-remote-code, as a stack with
+model.trustRemoteCode does."""
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import (  # noqa: E402
