@@ -85,6 +85,12 @@ class EngineProfile:
     recurrent state float32 whatever the flag (its vllm/model_executor/layers/mamba/mamba_utils.py, read on the GPU
     host; validation 47, docs/benchmarks.md)."""
 
+    mla_workspace_floor: bool = False
+    """Latent attention's chunked-prefill workspace has at least max_num_seqs x block_size rows
+    (0.25.1 MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size: "at least 1 page per request"), which
+    beside a hybrid's grown block exceeds the 65,536-row cap; 0.32.0 rounds the capped size up to one block
+    (align_mla_chunked_context_workspace_size) instead (planner/memory.py mla_workspace_rows)."""
+
     def __post_init__(self) -> None:
         if self.kv_pool not in POOL_RULES:
             raise ValueError(f"engine profile {self.version}: kv_pool {self.kv_pool!r} is none of {sorted(POOL_RULES)}")
@@ -122,7 +128,7 @@ PROFILES = {
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25, router_compile_hold=True,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192, kda_ssm_flag=False,
-                            v2_encoder_profile=False),
+                            v2_encoder_profile=False, mla_workspace_floor=True),
 }
 
 def forced_v2(profile: EngineProfile) -> EngineProfile:

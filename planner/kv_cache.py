@@ -580,6 +580,14 @@ def block_bytes(specs: tuple[LayerSpec, ...], pp: int, rule: str, slots: int = 1
     return grouped_blocks(specs, pp, 1, Admission(0, 1), slots)[0]
 
 
+def pool_block_tokens(specs: tuple[LayerSpec, ...], pp: int, rule: str, slots: int = 1) -> int:
+    """cache_config.block_size as the pool rule sets it: 16, or a hybrid's grown block (block_tokens; 0.25.1 in steps
+    of 16 over its first stage's layers, 0.32.0 of MLA_HYBRID_BLOCK_TOKENS beside latent attention)."""
+    if rule == "first-stage":
+        return block_tokens(first_stage(specs, pp, slots))
+    return block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
+
+
 def stage_bounds(specs: int, pp: int, slots: int = 1) -> list[tuple[int, int]]:
     """[start, stop) of each pipeline stage's entries of a layer_specs tuple of `slots` entries per decoder layer: a
     stage takes whole layers (Falcon-H1's attention and Mamba-2 mixer stay together)."""

@@ -38,7 +38,7 @@ from planner.engine import (
     engine_settings,
     with_router_fake,
 )
-from planner.kv_cache import pp_stages, stage_bounds
+from planner.kv_cache import layer_specs, pool_block_tokens, pp_stages, stage_bounds
 from planner.layers import (
     GEMMA3_PAN_AND_SCAN,
     GEMMA4_FRAME_MARKERS,
@@ -311,6 +311,36 @@ determine_chunked_prefill_workspace_size): min(max(8 x max_model_len, 4 x max_nu
 cap whenever max_model_len >= 8,192 or, at the fitted 1,024 sequences, for any KV block of 16 or more."""
 
 
+def mla_workspace_rows(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> int:
+    """The rows of latent attention's chunked-prefill workspace, which its layer allocates as the worst-case
+    up-projected context while vLLM profiles (mla_attention.py forward with no attention metadata): min(max(8 x
+    max_model_len, 4 x max_num_seqs x block), 65,536), then on 0.25.1 at least max_num_seqs x block (its
+    determine_chunked_prefill_workspace_size), on 0.32.0 rounded up to a block
+    (align_mla_chunked_context_workspace_size).
+    The block is cache_config.block_size: a hybrid's grown block (kv_cache.pool_block_tokens; its attention page in
+    the model dtype), so beside a state at 1,024 sequences 0.25.1 takes far more than the cap (Ling 2.5's 912-token
+    block: 933,888 rows; Kimi Linear's 1,888: 1,933,312, validation 35's 29.5 GiB). 0 without latent attention."""
+    if not arch.kv_lora_rank:
+        return 0
+    specs = layer_specs(arch, layout.tp, engine.states.model_bytes, engine.states)
+    block = pool_block_tokens(specs, layout.pp, engine.profile.kv_pool, arch.cache_slots)
+    seqs = engine.max_num_seqs
+    rows = min(max(8 * engine.max_model_len, 4 * seqs * block), MLA_PREFILL_ROWS)
+    if engine.profile.mla_workspace_floor:
+        return max(rows, seqs * block)
+    return -(-max(rows, block) // block) * block
+
+
+def mla_workspace_excess_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """What the profile's workspace (mla_workspace_rows) takes beyond MLA_PREFILL_ROWS rows on one GPU, rows x heads
+    x (qk_nope + v) in bf16: the fitted V1 lines hold a latent layer at the cap (every MLA row of the fit was a plain
+    decoder at 1,024 sequences with blocks of at most 64, so at it), and Model Runner V2's floor (mla_profile_bytes)
+    counts the cap's rows; the rest is on top."""
+    rows = mla_workspace_rows(arch, layout, engine)
+    heads = -(-arch.num_attention_heads // layout.tp)
+    return max(rows - MLA_PREFILL_ROWS, 0) * heads * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
+
+
 def attention_after_experts(arch: ModelArchitecture) -> bool:
     """Whether an attention layer runs after the first MoE layer, i.e. while the fused-MoE workspace (allocated by
     that layer, kept since) is held: every full model; not a cut whose last layer is its only MoE layer."""
@@ -329,7 +359,7 @@ def mla_profile_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSet
     heads = -(-arch.num_attention_heads // layout.tp)
     nope, v = arch.mla_nope_dim, arch.mla_v_dim
     tokens = engine.max_num_batched_tokens
-    transient = MLA_PREFILL_ROWS * heads * (nope + v) * 2.0
+    transient = MLA_PREFILL_ROWS * heads * (nope + v) * 2.0 + mla_workspace_excess_bytes(arch, layout, engine)
     down = arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim
     live = tokens * (heads * (query_width(arch) + v) + arch.hidden_size + down) * 2.0
     workspace = moe_workspace_bytes(arch, layout, engine) if attention_after_experts(arch) else 0.0
@@ -532,6 +562,9 @@ class PeakFeatures:
     encoder_outputs: float = 0.0
     """The encoder's outputs for that batch, which the runner keeps (its encoder cache) through the decoder's dummy
     run and the sampler: on top of every decoder phase."""
+    mla_excess: float = 0.0
+    """V1 runner only: latent attention's profile workspace beyond the cap the fit holds (mla_workspace_excess_bytes),
+    live at the latent layer in the forward phase."""
     topk_buffer: float = 0.0
     """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
     multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
@@ -558,6 +591,7 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         embedding=0.0 if embeds_outside_graph(arch, engine) else
         padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
         topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB,
+        mla_excess=0.0 if v2 else mla_workspace_excess_bytes(arch, layout, engine) / GIB,
         **encoder_profile_gib(arch, engine, v2))
 
 
@@ -833,7 +867,8 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     (PeakFeatures.encoder).
     Latent attention needs no term of its own in the lines: its query is heads x (qk_nope + qk_rope) wide."""
     if f.v1:
-        phases = max(v1_sampler_line_gib(f, c), forward_line_gib(f, c) + c.v1_attention_per_query * f.query)
+        phases = max(v1_sampler_line_gib(f, c),
+                     forward_line_gib(f, c) + c.v1_attention_per_query * f.query + f.mla_excess)
     else:
         phases = max(sampler_line_gib(f, c), forward_line_gib(f, c))
     peak = phases + f.workspace

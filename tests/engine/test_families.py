@@ -90,6 +90,14 @@ UNDER_COUNTED = {
                                   "Python's generation-2 collection comes after it: with the allocator tracer on (49's "
                                   "diagnostic start) it was, 4.63 GiB and -1.22%, as on the H200 (41: -0.26%). 0.32.0 "
                                   "holds none"),
+    ("ling-2.5-shaped", 8): (-0.014, "validation 83 (H200, V1 runner): the latent-attention V1 graph line "
+                                     "(graphs_mla_per_khidden_gib, 2.45 GiB at hidden 4,096, kept at the larger of "
+                                     "Kimi-K2:4's 2.24 and Kimi-K2.5:4's 4.18 GiB captures) where vLLM estimated 1.19 "
+                                     "GiB (one 1,066 MiB split buffer and the growth), 0.42 GiB of it offset by a "
+                                     "torch peak 15.97 GiB against the plan's 15.55, on a 62.4 GiB pool"),
+    ("ling-2.5-shaped", 16): (-0.089, "validation 83 (H200, V1 runner): the same graph line, 2.45 GiB where vLLM "
+                                      "estimated 1.29, on a 13.3 GiB pool; the torch peak as planned (15.52 GiB, "
+                                      "15.55 planned)"),
     ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
                                        "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
                                        "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "

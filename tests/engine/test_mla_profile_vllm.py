@@ -233,3 +233,61 @@ def test_each_capture_size_rule_is_held(monkeypatch, rule):
         vllm_sizes = _vllm_capture_sizes(monkeypatch, seqs, tokens, flags, gpu == "nvidia-b200")
         differ += memory.capture_sizes(engine) != vllm_sizes
     assert differ
+
+
+def _hybrid(name: str, layers: int | None = None):
+    """A latent-attention hybrid whose grown KV block sets the workspace rows: bench/configs or models/ NAME."""
+    import json
+    from pathlib import Path
+
+    from planner.layers import cut_layers
+    from planner.model_config import parse_hf_config
+
+    root = Path(__file__).resolve().parents[2]
+    path = next(p for p in (root / "bench" / "configs" / f"{name}.json", root / "models" / f"{name}.json")
+                if p.exists())
+    raw = json.loads(path.read_text())
+    return parse_hf_config(cut_layers(raw, layers) if layers else raw, name, "model.configFile")
+
+
+@pytest.mark.parametrize("seqs", [32, 256, 1024])
+@pytest.mark.parametrize("name", ["ling-2.5-shaped", "ling-3.0-tiny", "Kimi-Linear-48B-A3B-Instruct",
+                                  "DeepSeek-V3"])
+def test_the_workspace_rows_are_vllms_own_for_the_block_the_plan_gives(name, seqs):
+    """planner/memory.py mla_workspace_rows on the 0.32.0 profile: vLLM 0.32.0's
+    determine_chunked_prefill_workspace_size for the KV block the planner gives the model (its hybrid block rule is
+    held in test_engine_kv_vllm.py), at 8,192 and 2,048 tokens: the cap rounded up to the block beside a state, the
+    cap itself for a plain latent decoder."""
+    from dataclasses import replace
+
+    from planner.kv_cache import layer_specs, pool_block_tokens
+    from planner.memory import mla_workspace_rows
+
+    model = _hybrid(name)
+    for max_len in (8192, 2048):
+        engine = replace(default_engine(ACCELERATORS["nvidia-h200-141gb"], version="0.32.0"), max_num_seqs=seqs,
+                         max_model_len=max_len)
+        block = pool_block_tokens(layer_specs(model, 1, 2.0, engine.states), 1, "grouped", model.cache_slots)
+        assert mla_workspace_rows(model, Layout(1, 1, 1), engine) == _vllm_rows(seqs, max_len, block), (max_len, block)
+
+
+def test_0_25_1_keeps_at_least_a_block_for_each_sequence():
+    """vLLM 0.25.1's determine_chunked_prefill_workspace_size ends with max(size, max_num_seqs x block_size) ("at least
+    1 page per request"; read in the GPU host's wheel), which 0.32.0 dropped: beside Ling 2.5's state 0.25.1 set the
+    block to 912 tokens (validation 83's log: "Setting attention block size to 912 tokens"), so at 1,024 sequences its
+    profile allocated 933,888 rows x 32 heads x 256 in bf16, 14.25 GiB, where the plan had kept the 65,536-row cap
+    (15.97 and 15.52 GiB of torch peak measured on the 8- and 16-layer cuts, 3.29 planned before this rule, 15.55
+    after). Held out on other cuts, blocks and families in validation 84."""
+    from dataclasses import replace
+
+    from planner.memory import MLA_PREFILL_ROWS, mla_workspace_excess_bytes, mla_workspace_rows
+
+    ling = _hybrid("ling-2.5-shaped", 8)
+    h200 = ACCELERATORS["nvidia-h200-141gb"]
+    old = replace(default_engine(h200, version="0.25.1"), max_model_len=8192)
+    assert old.max_num_seqs == 1024 and mla_workspace_rows(ling, Layout(1, 1, 1), old) == 1024 * 912
+    assert mla_workspace_excess_bytes(ling, Layout(1, 1, 1), old) == (1024 * 912 - MLA_PREFILL_ROWS) * 32 * 256 * 2
+    assert mla_workspace_rows(ling, Layout(1, 1, 1), replace(old, max_num_seqs=32)) == MLA_PREFILL_ROWS
+    new = replace(default_engine(h200, version="0.32.0"), max_model_len=8192)
+    assert mla_workspace_excess_bytes(ling, Layout(1, 1, 1), new) == 0  # the cap is a multiple of its 1,024 block
+    assert mla_workspace_rows(_hybrid("DeepSeek-V3"), Layout(1, 1, 1), old) == MLA_PREFILL_ROWS
