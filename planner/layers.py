@@ -161,9 +161,11 @@ latent experts (moe_latent_size), Inkling in vLLM's own config format (vllm/mode
 InklingModelConfig: rel_extent; every layer's InklingConvState is a sliding-window cache of its own block size,
 vllm/models/inkling/nvidia/sconv_swa_attn.py). Read as any other decoder their numbers are unverified: they plan with
 stated parallelism and a warning."""
-GEMMA4_TYPES = frozenset({"gemma4_text"})
+GEMMA4_TYPES = frozenset({"gemma4_text", "gemma4_unified_text"})
 """Gemma 4's decoder (the gemma4 wrapper keeps it in text_config): sliding and full layers of their own head dims
-and KV heads, the last num_kv_shared_layers reading an earlier layer's cache (vllm/model_executor/models/gemma4.py)."""
+and KV heads, the last num_kv_shared_layers reading an earlier layer's cache (vllm/model_executor/models/gemma4.py).
+Gemma 4 Unified's (gemma4_unified_text) is the same Gemma4ForCausalLM (gemma4_unified.py builds it from its
+text_config); its wrapper has no vision tower, only an encoder-free embedder (vision_parameters)."""
 GEMMA3N_TYPES = frozenset({"gemma3n_text"})
 """Gemma 3n's decoder (the gemma3n wrapper keeps it in text_config; vllm/model_executor/models/gemma3n.py): sliding
 and full layers of one head shape, the last num_kv_shared_layers reading the cache of the last earlier layer of their
@@ -776,7 +778,7 @@ def image_prefix_lm(wrapper: Mapping[str, Any]) -> bool:
         return bool(wrapper["is_mm_prefix_lm"])
     kind = str(wrapper.get("model_type", ""))
     text = wrapper.get("text_config") if isinstance(wrapper.get("text_config"), Mapping) else {}
-    if kind == "gemma4":
+    if kind in ("gemma4", "gemma4_unified"):  # model_arch_config_convertor.py Gemma4ModelArchConfigConvertor
         return text.get("use_bidirectional_attention") == "vision"
     if kind == "deepseek_v4":
         return first_int(wrapper, "vision_n_layers") > 0
@@ -878,6 +880,18 @@ def vision_parameters(vision: Mapping[str, Any], text_hidden: int, wrapper: Mapp
         return first_int(source, *names, default=default)
 
     kind = str(vision.get("model_type", ""))
+    if kind == "gemma4_unified_vision":
+        # gemma4_unified.py Gemma4UnifiedVisionEmbedder (no tower): a LayerNorm over a model patch's pixels
+        # (model_patch_size = patch_size x pooling_kernel_size, 3 channels), a dense projection to mm_embed_dim, a
+        # LayerNorm, factorized 2-D position embeddings (mm_posemb_size x 2 x mm_embed_dim), a LayerNorm; then
+        # Gemma4MultimodalEmbedder's projection into the decoder (its norm has no weight), and the audio's where the
+        # config has audio (its raw frames of audio_embed_dim projected alike)
+        pixels = 3 * (integer("patch_size", default=16) * integer("pooling_kernel_size", default=3)) ** 2
+        width = integer("mm_embed_dim", default=3840)
+        audio = (wrapper or {}).get("audio_config")
+        frames = first_int(audio, "audio_embed_dim", default=640) if isinstance(audio, Mapping) else 0
+        return (2 * pixels + pixels * width + width + 4 * width + integer("mm_posemb_size", default=1120) * 2 * width
+                + integer("output_proj_dims", default=width) * text_hidden + frames * text_hidden)
     h, out = tower_widths(vision, text_hidden)
     depth = integer("depth", "num_hidden_layers", "vt_num_hidden_layers") + integer("num_global_layers")
     if not h or not depth:

@@ -18,6 +18,7 @@ from planner.errors import ConfigError
 from planner.layers import (
     FALCON_H1_TYPES,
     GEMMA3N_TYPES,
+    GEMMA4_TYPES,
     GLM5_NEXT_TYPES,
     HRM_TYPES,
     LFM2_TYPES,
@@ -427,6 +428,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     needs_code = remote_code(cfg)
     unsized = unsized or remote_code_reason(cfg, needs_code)
     cfg = as_vllm_reads(cfg, source)
+    if cfg.get("model_type") == "gemma4_unified" and not isinstance(cfg.get("vision_config"), Mapping):
+        raise ConfigError(source, cfg.get("vision_config"), "a gemma4_unified config needs a vision_config: vLLM's "
+                                                            "Gemma4UnifiedForConditionalGeneration raises without one "
+                                                            "(\"Gemma4 Unified requires a vision configuration\")")
     vision, wrapper = cfg.get("vision_config"), cfg
     if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the decoder here
         text = cfg["text_config"]
@@ -500,6 +505,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if dtype not in DTYPE_BYTES:
         raise ConfigError(source, dtype, f"unsupported torch_dtype; accepted: {', '.join(sorted(DTYPE_BYTES))}")
     kinds, window = layer_kinds(cfg, layers, source)
+    if str(cfg.get("model_type")) in GEMMA4_TYPES and cfg.get("use_bidirectional_attention") == "all" and window:
+        # transformers' Gemma4TextConfig / Gemma4UnifiedTextConfig __post_init__ (which vLLM's config object runs, and
+        # to_dict does not show): bidirectional attention halves the window, "due to fa we set exclusive bounds"
+        window = window // 2 + 1
     moe = moe_layer_indices(cfg, layers, experts, counts["first_k_dense_replace"])
     # NemotronH: a layer is one block, so its mixer blocks hold no MLP or experts
     nemotron_h = str(cfg.get("model_type")) == "nemotron_h"

@@ -1046,6 +1046,45 @@ def test_gemma4_counts_the_kv_tokens_vllm_0_32_counts(name, pp):
         assert ours == theirs, f"{name} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
 
 
+def gemma4_unified(**text_fields):
+    """(planner architecture, transformers' Gemma4UnifiedTextConfig as vLLM's config object holds it) of a Gemma 4
+    Unified config.json: transformers' defaults (its docstring's google/gemma-4-e2b-it-like shape) with `text_fields`,
+    the encoder-free vision config's defaults."""
+    from transformers import CONFIG_MAPPING
+
+    text = CONFIG_MAPPING["gemma4_unified_text"](**text_fields).to_dict()
+    wrapper = CONFIG_MAPPING["gemma4_unified"](text_config=text,
+                                               vision_config=CONFIG_MAPPING["gemma4_unified_vision"]().to_dict())
+    raw = json.loads(json.dumps({**wrapper.to_dict(), "architectures": ["Gemma4UnifiedForConditionalGeneration"]},
+                                default=str))
+    hf_text = CONFIG_MAPPING["gemma4_unified_text"](
+        **{k: v for k, v in raw["text_config"].items() if k != "model_type"})
+    return parse_hf_config(raw, "gemma-4-unified", "model.configFile"), hf_text
+
+
+GEMMA4_UNIFIED = {"default": {}, "kv-shared": {"num_kv_shared_layers": 10},
+                  "bidirectional": {"use_bidirectional_attention": "all"}}
+
+
+@pytest.mark.parametrize("variant", sorted(GEMMA4_UNIFIED))
+def test_gemma4_unified_counts_the_kv_tokens_vllm_0_32_counts(variant):
+    """Gemma 4 Unified's decoder is Gemma4ForCausalLM (gemma4_unified.py): held as Gemma 4's, with 10 KV-shared layers
+    and with bidirectional attention, whose config object halves the sliding window (513 of 1,024), which config.json
+    and to_dict do not show."""
+    arch, hf_config = gemma4_unified(**GEMMA4_UNIFIED[variant])
+    assert not arch.unsized and arch.window == hf_config.sliding_window
+    for tp, pp, max_len in ((1, 1, 8192), (2, 1, 32768), (4, 1, 131072), (1, 2, 8192)):
+        ours = planner_tokens(arch, tp, pp, 29 * GIB, max_len, 8192)
+        theirs = gemma4_vllm_tokens(hf_config, tp, pp, 29 * GIB, max_len, 8192)
+        assert ours == theirs, f"{variant} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def test_a_gemma4_window_as_config_json_writes_it_disagrees_with_vllm_under_bidirectional_attention(monkeypatch):
+    arch, hf_config = gemma4_unified(use_bidirectional_attention="all")
+    expected = gemma4_vllm_tokens(hf_config, 2, 1, 29 * GIB, 32768, 8192)
+    assert planner_tokens(replace(arch, window=1024), 2, 1, 29 * GIB, 32768, 8192) != expected
+
+
 GEMMA4_MUTATIONS = {
     "KV-shared layers allocate their own cache": lambda mp: mp.setattr(
         kv_cache, "layer_specs", lambda arch, *rest: _layer_specs(replace(arch, kv_shared_layers=0), *rest)),

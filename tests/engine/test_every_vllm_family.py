@@ -28,7 +28,6 @@ pytest.importorskip("vllm")
 
 UNSIZED = {
     "deepseek_v4": "DeepSeek V4's compressed sparse attention and hyper-connections",
-    "gemma4_unified": "Gemma 4 Unified's KV sharing",
     "inkling_mm_model": "Inkling's 'hybrid' layers",
     "inkling_text": "Inkling's 'hybrid' layers",
     "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
@@ -50,6 +49,8 @@ NOT_DEPLOYABLE = {
     "longcat_flash": "vLLM's LongcatMoe asserts zero_expert_type, which transformers' default config leaves unset",
     "bailing_moe_v3_vl": "vLLM's BailingMoeV3 Kimi Delta Attention raises without no_kda_lora, which the default "
                          "text config leaves false",
+    "gemma4_unified": "vLLM's Gemma4UnifiedForConditionalGeneration raises without a vision_config, which the "
+                      "default config leaves out",
     "inkling_model": "vLLM's InklingMoE asserts n_shared_experts > 0 and shared_expert_sink, which the default config "
                      "(0 routed experts, none shared) lacks in every layer from dense_mlp_idx 0",
 }

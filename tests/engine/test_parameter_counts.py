@@ -493,3 +493,25 @@ def test_gemma4_towers_count_what_transformers_builds(name):
                 if "language_model" not in n and not n.startswith("lm_head"))
     planned = parse_hf_config(raw, "gemma-4", "model.configFile").vision_parameters
     assert planned == built, f"{planned / 1e6:.3f}M planned, {built / 1e6:.3f}M built"
+
+
+@pytest.mark.parametrize("audio", [False, True])
+def test_gemma4_unified_counts_what_transformers_builds(audio):
+    """Gemma 4 Unified (transformers' defaults, with the encoder-free vision config's and, with `audio`, the audio
+    config's): the decoder as Gemma 4's, and the embedder vLLM's gemma4_unified.py builds (Gemma4UnifiedVisionEmbedder,
+    the multimodal embedders' projections; transformers builds the same parameters), exactly. vLLM's module imports
+    torchvision, which the test venv leaves out, so transformers' build is the reference."""
+    from transformers import CONFIG_MAPPING
+
+    audio_config = CONFIG_MAPPING["gemma4_unified_audio"]().to_dict() if audio else None
+    config = CONFIG_MAPPING["gemma4_unified"](vision_config=CONFIG_MAPPING["gemma4_unified_vision"]().to_dict(),
+                                              audio_config=audio_config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    names = dict(model.named_parameters())
+    decoder = sum(p.numel() for n, p in names.items() if "language_model" in n or n.startswith("lm_head"))
+    raw = json.loads(json.dumps({**config.to_dict(), "architectures": [type(model).__name__]}, default=str))
+    arch = parse_hf_config(raw, "gemma-4-unified", "model.configFile")
+    assert not arch.unsized and arch.vision_parameters == sum(p.numel() for p in names.values()) - decoder
+    assert arch.parameter_count() - arch.vision_parameters == decoder
+
