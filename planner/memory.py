@@ -38,7 +38,7 @@ from planner.engine import (
     engine_settings,
     with_router_fake,
 )
-from planner.kv_cache import layer_specs, pool_block_tokens, pp_stages, stage_bounds
+from planner.kv_cache import block_bytes, layer_specs, pool_block_tokens, pp_stages, stage_bounds
 from planner.layers import (
     GEMMA3_PAN_AND_SCAN,
     GEMMA4_FRAME_MARKERS,
@@ -341,6 +341,24 @@ def mla_workspace_excess_bytes(arch: ModelArchitecture, layout: Layout, engine: 
     return max(rows - MLA_PREFILL_ROWS, 0) * heads * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
 
 
+def mla_estimate_floor_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
+    """Where the workspace exceeds the cap (mla_workspace_excess_bytes), the V1 runner's peak is in its CUDA-graph
+    estimate (gpu_model_runner.py profile_cudagraph_memory, within the profile vLLM logs): its dummy run allocates the
+    whole workspace (mla_workspace_rows x heads x (qk_nope + v), bf16) while the minimal KV cache it allocated first
+    for the estimate (profiling_cache_blocks x the pool's block) and the fused-MoE workspace are live. Allocator traces
+    v87 and v88 (Kimi Linear:6 and Ling 2.5:8 at 1,024 sequences on vLLM 0.25.1: 29.5 + 1.04 + 0.56 and 14.25 + 0.50
+    + 1.00 GiB at the peak, docs/benchmarks.md "Peak traces"). 0 where the workspace is within the cap: there the fit
+    holds the peak."""
+    if not mla_workspace_excess_bytes(arch, layout, engine):
+        return 0.0
+    heads = -(-arch.num_attention_heads // layout.tp)
+    workspace = mla_workspace_rows(arch, layout, engine) * heads * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
+    specs = layer_specs(arch, layout.tp, engine.states.model_bytes, engine.states)
+    cache = profiling_cache_blocks(arch, engine) * block_bytes(specs, layout.pp, engine.profile.kv_pool,
+                                                               arch.cache_slots)
+    return workspace + cache + moe_workspace_bytes(arch, layout, engine)
+
+
 def attention_after_experts(arch: ModelArchitecture) -> bool:
     """Whether an attention layer runs after the first MoE layer, i.e. while the fused-MoE workspace (allocated by
     that layer, kept since) is held: every full model; not a cut whose last layer is its only MoE layer."""
@@ -565,6 +583,9 @@ class PeakFeatures:
     mla_excess: float = 0.0
     """V1 runner only: latent attention's profile workspace beyond the cap the fit holds (mla_workspace_excess_bytes),
     live at the latent layer in the forward phase."""
+    mla_estimate: float = 0.0
+    """V1 runner only: the CUDA-graph estimate's peak where the workspace exceeds the cap (mla_estimate_floor_bytes),
+    a floor under the peak."""
     topk_buffer: float = 0.0
     """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
     multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
@@ -592,6 +613,7 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
         topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB,
         mla_excess=0.0 if v2 else mla_workspace_excess_bytes(arch, layout, engine) / GIB,
+        mla_estimate=0.0 if v2 else mla_estimate_floor_bytes(arch, layout, engine) / GIB,
         **encoder_profile_gib(arch, engine, v2))
 
 
@@ -874,7 +896,7 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     peak = phases + f.workspace
     if f.router_hold:
         peak += c.router_hold_per_query * f.query
-    return max(max(peak, compile_line_gib(f), f.mla) + f.encoder_outputs, f.encoder)
+    return max(max(peak, compile_line_gib(f), f.mla, f.mla_estimate) + f.encoder_outputs, f.encoder)
 
 
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,

@@ -291,3 +291,29 @@ def test_0_25_1_keeps_at_least_a_block_for_each_sequence():
     new = replace(default_engine(h200, version="0.32.0"), max_model_len=8192)
     assert mla_workspace_excess_bytes(ling, Layout(1, 1, 1), new) == 0  # the cap is a multiple of its 1,024 block
     assert mla_workspace_rows(_hybrid("DeepSeek-V3"), Layout(1, 1, 1), old) == MLA_PREFILL_ROWS
+
+
+@pytest.mark.parametrize(("name", "layers", "trace"), [("Kimi-Linear-48B-A3B-Instruct", 6, "v87"),
+                                                       ("ling-2.5-shaped", 8, "v88")])
+def test_the_estimate_floor_is_the_blocks_live_at_the_traced_peak(name, layers, trace):
+    """Where the 0.25.1 workspace exceeds the cap, the V1 runner peaks in its CUDA-graph estimate: the allocator
+    traces (docs/benchmarks/peak-traces, runs v87 and v88 on an H200) show the workspace, the estimate's minimal KV
+    cache and the fused-MoE workspace live at the peak; planner/memory.py mla_estimate_floor_bytes is their sum to
+    within 1 MiB, each part from vLLM's rules (mla_workspace_rows, profiling_cache_blocks x the block, the MoE
+    workspace), none fitted to the trace."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from planner.memory import mla_estimate_floor_bytes
+
+    root = Path(__file__).resolve().parents[2]
+    traced = json.loads((root / "docs" / "benchmarks" / "peak-traces" / f"{name}-{layers}.{trace}.json").read_text())
+    sites = traced["by_site_gib"]
+    parts = ("forward_impl | _ = torch.empty(", "_allocate_kv_cache_tensors", "_ensure_workspace_size")
+    live = sum(gib for site, gib in (sites.items() if isinstance(sites, dict) else sites)
+               if any(part in site.split(" <- ")[0] for part in parts))
+    engine = replace(default_engine(ACCELERATORS["nvidia-h200-141gb"], version="0.25.1"), max_model_len=8192)
+    planned = mla_estimate_floor_bytes(_hybrid(name, layers), Layout(1, 1, 1), engine) / 2**30
+    assert planned == pytest.approx(live, abs=1 / 1024), (planned, live)
+    assert mla_estimate_floor_bytes(_hybrid(name, layers), Layout(1, 1, 1), replace(engine, max_num_seqs=32)) == 0
