@@ -99,6 +99,12 @@ UNDER_COUNTED = {
                                       "layers) where the logged peak was 15.52, on a 13.3 GiB pool"),
     ("ling-2.5-shaped", 12): (-0.031, "validation 84 (H200, V1 runner): the latent V1 graph line, 2.45 GiB where "
                                       "vLLM estimated 1.14, on a 37.7 GiB pool"),
+    ("Kimi-Linear-48B-A3B-Instruct", 9): (-0.018, "validation 85 (H200, V1 runner, 512 sequences, held out): the "
+                                                  "estimate floor (mla_estimate_floor_bytes, 17.43 GiB with a 2.07 "
+                                                  "GiB minimal cache) above the logged 16.30 GiB peak, and the graph "
+                                                  "line 0.21 GiB over, on a 78.9 GiB pool"),
+    ("ling-2.5-shaped", 10): (-0.020, "validation 85 (H200, V1 runner, 512 sequences, held out): the latent V1 "
+                                      "graph line, 2.45 GiB where vLLM estimated 1.14, on a 57.2 GiB pool"),
     ("kimi-k2-bf16 [V2]", 2): (-0.014, "batch 20 (H200, held out): vLLM 0.25.1's router compile held 0.80 GiB of "
                                        "Kimi-K2 BF16:2's tensors (docs/benchmarks.md \"Peak traces\", run h) where "
                                        "the hold term, fitted on GLM-4.5-Air, plans 1.38; how much is held depends on "

@@ -296,11 +296,11 @@ def test_0_25_1_keeps_at_least_a_block_for_each_sequence():
 @pytest.mark.parametrize(("name", "layers", "trace"), [("Kimi-Linear-48B-A3B-Instruct", 6, "v87"),
                                                        ("ling-2.5-shaped", 8, "v88")])
 def test_the_estimate_floor_is_the_blocks_live_at_the_traced_peak(name, layers, trace):
-    """Where the 0.25.1 workspace exceeds the cap, the V1 runner peaks in its CUDA-graph estimate: the allocator
-    traces (docs/benchmarks/peak-traces, runs v87 and v88 on an H200) show the workspace, the estimate's minimal KV
-    cache and the fused-MoE workspace live at the peak; planner/memory.py mla_estimate_floor_bytes is their sum to
-    within 1 MiB, each part from vLLM's rules (mla_workspace_rows, profiling_cache_blocks x the block, the MoE
-    workspace), none fitted to the trace."""
+    """Where the 0.25.1 workspace exceeds the cap, the process's largest allocation is in the V1 runner's CUDA-graph
+    estimate: the allocator traces (docs/benchmarks/peak-traces, runs v87 and v88 on an H200) show the workspace, the
+    estimate's minimal KV cache and the fused-MoE workspace live at the peak; planner/memory.py
+    mla_estimate_floor_bytes, the safe-side floor the plan takes, is their sum to within 1 MiB, each part from vLLM's
+    rules (mla_workspace_rows, profiling_cache_blocks x the block, the MoE workspace), none fitted to the trace."""
     import json
     from dataclasses import replace
     from pathlib import Path
