@@ -277,16 +277,21 @@ def named_kinds(entries: list[Any], names: Mapping[str, str], layers: int, key: 
     return tuple(names[e] for e in entries[:layers])
 
 
+def first_architecture(cfg: Mapping[str, Any]) -> str:
+    """The config's first architecture (the class vLLM builds), "" where it names none."""
+    architectures = cfg.get("architectures")
+    first = architectures[0] if isinstance(architectures, list) and architectures else ""
+    return first if isinstance(first, str) else ""
+
+
 def bailing_v3(cfg: Mapping[str, Any]) -> bool:
     """Whether the config is Ling 3.0's decoder (BAILING_V3_ARCHITECTURES)."""
-    architectures = cfg.get("architectures")
-    return isinstance(architectures, list) and bool(architectures) and architectures[0] in BAILING_V3_ARCHITECTURES
+    return first_architecture(cfg) in BAILING_V3_ARCHITECTURES
 
 
 def lightning(cfg: Mapping[str, Any]) -> bool:
     """Whether the config is Ling 2.5's decoder (LIGHTNING_ARCHITECTURES)."""
-    architectures = cfg.get("architectures")
-    return isinstance(architectures, list) and bool(architectures) and architectures[0] in LIGHTNING_ARCHITECTURES
+    return first_architecture(cfg) in LIGHTNING_ARCHITECTURES
 
 
 def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple[str, ...], int]:

@@ -336,9 +336,13 @@ def mla_workspace_excess_bytes(arch: ModelArchitecture, layout: Layout, engine: 
     x (qk_nope + v) in bf16: the fitted V1 lines hold a latent layer at the cap (every MLA row of the fit was a plain
     decoder at 1,024 sequences with blocks of at most 64, so at it), and Model Runner V2's floor (mla_profile_bytes)
     counts the cap's rows; the rest is on top."""
-    rows = mla_workspace_rows(arch, layout, engine)
-    heads = -(-arch.num_attention_heads // layout.tp)
-    return max(rows - MLA_PREFILL_ROWS, 0) * heads * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
+    return max(mla_workspace_rows(arch, layout, engine) - MLA_PREFILL_ROWS, 0) * mla_context_row_bytes(arch, layout)
+
+
+def mla_context_row_bytes(arch: ModelArchitecture, layout: Layout) -> float:
+    """One row of latent attention's up-projected context on one GPU: heads / TP (rounded up) x (qk_nope + v), in
+    bf16 (mla_attention.py forward_impl's profile-time torch.empty)."""
+    return -(-arch.num_attention_heads // layout.tp) * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
 
 
 def mla_estimate_floor_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
@@ -353,10 +357,10 @@ def mla_estimate_floor_bytes(arch: ModelArchitecture, layout: Layout, engine: En
     layers, where the minimal caches are 1.04 and 3.11). That part is not traced; the estimate's sum stands for it
     from above (validation 85, held out at 512 sequences: -1.74% and -1.99%; without the floor +0.84% and -1.57%).
     0 where the workspace is within the cap: there the fit holds the peak."""
-    if not mla_workspace_excess_bytes(arch, layout, engine):
+    rows = mla_workspace_rows(arch, layout, engine)
+    if rows <= MLA_PREFILL_ROWS:
         return 0.0
-    heads = -(-arch.num_attention_heads // layout.tp)
-    workspace = mla_workspace_rows(arch, layout, engine) * heads * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
+    workspace = rows * mla_context_row_bytes(arch, layout)
     specs = layer_specs(arch, layout.tp, engine.states.model_bytes, engine.states)
     cache = profiling_cache_blocks(arch, engine) * block_bytes(specs, layout.pp, engine.profile.kv_pool,
                                                                arch.cache_slots)
@@ -378,10 +382,9 @@ def mla_profile_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSet
     (attention_after_experts). 4.0 GiB for DeepSeek-V2's 128 heads: its traced peak was exactly this sum."""
     if not arch.kv_lora_rank:
         return 0.0
-    heads = -(-arch.num_attention_heads // layout.tp)
-    nope, v = arch.mla_nope_dim, arch.mla_v_dim
+    heads, v = -(-arch.num_attention_heads // layout.tp), arch.mla_v_dim
     tokens = engine.max_num_batched_tokens
-    transient = MLA_PREFILL_ROWS * heads * (nope + v) * 2.0 + mla_workspace_excess_bytes(arch, layout, engine)
+    transient = max(mla_workspace_rows(arch, layout, engine), MLA_PREFILL_ROWS) * mla_context_row_bytes(arch, layout)
     down = arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim
     live = tokens * (heads * (query_width(arch) + v) + arch.hidden_size + down) * 2.0
     workspace = moe_workspace_bytes(arch, layout, engine) if attention_after_experts(arch) else 0.0

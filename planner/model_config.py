@@ -32,6 +32,7 @@ from planner.layers import (
     bailing_v3,
     checkpoint_kv_cache_dtype,
     encoder_input,
+    first_architecture,
     image_prefix_lm,
     input_modalities,
     layer_kinds,
@@ -351,8 +352,7 @@ def remote_code_reason(cfg: Mapping[str, Any], named: str) -> tuple[str, str] | 
     if not named or cfg.get("model_type") in REMOTE_CONFIG_BASES \
             or _architecture_type(cfg.get("architectures"), _config_classes()) is not None:
         return None
-    architectures = cfg.get("architectures")
-    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    architecture = first_architecture(cfg)
     if architecture in READ_AS_WRITTEN and all(cfg.get(key) is not None for key in READ_AS_WRITTEN[architecture]):
         return None  # every key vLLM's class reads beyond the common ones is written: read as the class reads it
     return "auto_map", (f"auto_map names the config class {named}, remote code the planner does not run (the "
@@ -570,21 +570,14 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                                                    "element_wise or unset")
         hybrid.update(mla_output_gate={"head_wise": 1, "element_wise": counts["v_head_dim"]}.get(granularity, 0),
                       router_bias=bool(experts), shared_expert_gate=False)
-        # BailingMoeV3MoE: one shared MLP of moe_shared_expert_intermediate_size x num_shared_experts, ungated
-        counts["shared_expert_intermediate_size"] = counts["n_shared_experts"] * _count(
-            cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0) if experts else 0
-        counts["n_shared_experts"] = 0
+        _one_shared_mlp(counts, cfg, source, bool(experts), default=0)  # BailingMoeV3MoE
     if lightning(cfg) and not unsized:  # bailing_moe_linear.py BailingMoeV25, BailingMoELinearAttention
         if "lightning" in kinds:
             hybrid["lightning"] = (heads, int(head_dim), int(cfg.get("use_qk_norm") is True),
                                    _count(cfg, source, ("group_norm_size",), default=1))
         hybrid.update(router_bias=bool(experts) and cfg.get("moe_router_enable_expert_bias") is True,
                       shared_expert_gate=False)
-        # one shared MLP of moe_shared_expert_intermediate_size (else moe_intermediate_size) x num_shared_experts
-        width = _count(cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0,
-                       default=counts["moe_intermediate_size"])
-        counts["shared_expert_intermediate_size"] = counts["n_shared_experts"] * width if experts else 0
-        counts["n_shared_experts"] = 0
+        _one_shared_mlp(counts, cfg, source, bool(experts), default=counts["moe_intermediate_size"])
     if "indexed" in kinds:
         hybrid["indexer"] = (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",)))
     if str(cfg.get("model_type")) in LFM2_TYPES:
@@ -601,9 +594,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         experts, top_k = (experts, top_k) if moe else (0, 0)  # its class defaults to 8 experts that no "E" block uses
         hybrid.update(ffn_free_layers=len(ffn_free), norms_per_layer=1, expert_matrices=2,
                       shared_expert_gate=False)
-        counts["shared_expert_intermediate_size"] = (counts["n_shared_experts"] * _count(
-            cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=0)) if moe else 0
-        counts["n_shared_experts"] = 0
+        _one_shared_mlp(counts, cfg, source, bool(moe), default=0)
     if zamba2 and not unsized:
         hybrid.update(_zamba2_fields(cfg, source), ffn_free_layers=layers, norms_per_layer=1)
     if longcat:
@@ -674,6 +665,16 @@ BIASED_ROUTERS = {"glm4_moe": None, "glm4v_moe": None, "deepseek_v3": "noaux_tc"
 the bias: always (None; glm4_moe.py), topk_method == "noaux_tc" (deepseek_v2.py, which DeepSeek-V3 and Kimi-K2 load
 through), or use_expert_bias (lfm2_moe.py, one group). Other grouped-topk families are not read for it (their
 profile is planned without the 0.25.1 compile hold)."""
+
+
+def _one_shared_mlp(counts: dict[str, int], cfg: Mapping[str, Any], source: str, routed: bool, default: int) -> None:
+    """Families whose shared experts are one ungated MLP num_shared_experts x moe_shared_expert_intermediate_size wide
+    (`default` where the key is absent): NemotronH's (nemotron_h.py), Ling 3.0's (bailing_moe_v3.py BailingMoeV3MoE)
+    and Ling 2.5's (bailing_moe_linear.py BailingMoeV25, moe_intermediate_size by default). Counted as
+    shared_expert_intermediate_size in place of per-expert shared experts; none without routed experts."""
+    width = _count(cfg, source, ("moe_shared_expert_intermediate_size",), minimum=0, default=default)
+    counts["shared_expert_intermediate_size"] = counts["n_shared_experts"] * width if routed else 0
+    counts["n_shared_experts"] = 0
 
 
 def biased_grouped_router(cfg: Mapping[str, Any], experts: int, top_k: int) -> bool:
