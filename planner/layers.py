@@ -120,7 +120,7 @@ num_attention_heads x head_dim with short_conv_kernel_size convolutions and full
 LIGHTNING_ARCHITECTURES = frozenset({"BailingMoeV2_5ForCausalLM"})
 """Ling 2.5 (vllm/model_executor/models/bailing_moe_linear.py, model_type bailing_hybrid as Ling 3.0's): linear
 attention ("lightning": BailingMoELinearAttention, MiniMax's kernel) on every layer but the last of each
-layer_group_size group (is_linear_layer; none where the group is 1), latent attention there. Its state is
+layer_group_size group (is_linear_layer; none where the group is 1 or less), latent attention there. Its state is
 num_attention_heads x head_dim x head_dim per request (MambaStateShapeCalculator.linear_attention_state_shape) in the
 conv-state dtype (linear_attention_state_dtype)."""
 READ_AS_WRITTEN = {
@@ -326,12 +326,12 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return tuple("full" if (i + 1) % group == 0 or i >= whole else "kda" for i in range(layers)), 0
     if lightning(cfg):
         # bailing_moe_linear.py is_linear_layer: linear attention unless the layer ends a layer_group_size group (the
-        # model reads getattr(config, "layer_group_size", 1)); a group of 0 or 1 leaves every layer latent attention
+        # model reads getattr(config, "layer_group_size", 1)); a group of 1 or less (is_linear_layer's `> 0` test)
+        # leaves every layer latent attention
         group = cfg.get("layer_group_size", 1)
-        if not isinstance(group, int) or isinstance(group, bool) or group < 0:
-            raise ConfigError(source, group, "layer_group_size must be a non-negative integer: "
-                                             "BailingMoeV2_5ForCausalLM puts latent attention on the last layer of "
-                                             "each group")
+        if not isinstance(group, int) or isinstance(group, bool):
+            raise ConfigError(source, group, "layer_group_size must be an integer: BailingMoeV2_5ForCausalLM puts "
+                                             "latent attention on the last layer of each group")
         return tuple("lightning" if group > 0 and (i + 1) % group else "full" for i in range(layers)), 0
     if str(cfg.get("model_type")) in GLM5_NEXT_TYPES:
         # vllm/models/glm5next/common/model.py _is_kda_layer: layer_types[i] == "linear_attention" is KDA, every other

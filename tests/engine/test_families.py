@@ -436,7 +436,11 @@ def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses()
     ling25 = {**raw, "architectures": ["BailingMoeV2_5ForCausalLM"], "num_hidden_layers": 22}
     group = ("lightning", "lightning", "lightning", "full")
     assert parse_hf_config(ling25, "m", "model.configFile").kinds == group * 5 + ("lightning",) * 2  # no latent tail
-    assert set(parse_hf_config({**ling25, "layer_group_size": 1}, "m", "model.configFile").kinds) == {"full"}
+    for group in (1, 0, -4):  # vLLM's is_linear_layer: no linear attention unless the group is > 0 (and > 1)
+        assert set(parse_hf_config({**ling25, "layer_group_size": group}, "m", "model.configFile").kinds) == {"full"}
+    with pytest.raises(ConfigError) as refused:  # `"8" > 0` raises in vLLM's is_linear_layer
+        parse_hf_config({**ling25, "layer_group_size": "8"}, "m", "model.configFile")
+    assert "layer_group_size" in str(refused.value)
     for key, value in (("no_kda_lora", False), ("layer_group_size", 0)):
         with pytest.raises(ConfigError) as refused:
             parse_hf_config({**raw, key: value}, "m", "model.configFile")
