@@ -6,7 +6,9 @@ Every Python process then imports this module at start (the site hook); in the o
 torch's allocator history (torch.cuda.memory._record_memory_history). After it, the history is replayed: the
 moment of the largest allocated total, and the blocks live then, each with the vLLM / generated-code frames that
 allocated it, are written to VLLM_GKE_PEAK_TRACE/<model>.json, with what each Python garbage collection gave back
-meanwhile (_Collections). With VLLM_GKE_PEAK_TRACE_CAPTURE=1 (`--trace-capture`) `compile_or_warm_up_model` is
+meanwhile (_Collections); and, split at a marker allocation when the runner's profile_run returns, the same for the
+profile run alone ("profile_run": the peak vLLM logs, before the CUDA-graph estimate).
+With VLLM_GKE_PEAK_TRACE_CAPTURE=1 (`--trace-capture`) `compile_or_warm_up_model` is
 recorded too: the segments the CUDA-graph capture reserved and the graph pools it left, to <model>.capture.json.
 With VLLM_GKE_PEAK_TRACE_GRAPHS=1 (`--trace-graphs`) only the V1 runner's CUDA-graph estimate
 (GPUModelRunner.profile_cudagraph_memory) is recorded, each capture between marker allocations: what each capture
@@ -65,8 +67,33 @@ def _context(frames: list[dict]) -> list[str]:
     return []
 
 
+PROFILE_RUN_MARK_BYTES = 299_008
+"""The size of the marker allocation made when the runner's profile_run returns (_marked_profile_run): a small-pool
+block no other allocation of the profile has (MARK_BYTES' family is 512-byte multiples above it)."""
+
+
+def profile_run_end(trace: list[dict]) -> int | None:
+    """Where in the history the profile run ended: its marker allocation (_marked_profile_run), or None."""
+    for i, event in enumerate(trace):
+        if event["action"] == "alloc" and event["size"] == PROFILE_RUN_MARK_BYTES \
+                and any(f.get("name") == "marked_profile_run" for f in event.get("frames", [])):
+            return i
+    return None
+
+
 def summarize(snapshot: dict, device: int) -> dict:
+    """The peak of the whole recorded call (_replay); where the profile run's marker is in the history, also the
+    peak of the profile run alone, the one vLLM logs as `torch peak memory increase` (gpu_worker.py reads
+    allocated_bytes.all.peak after profile_run, before the CUDA-graph estimate), under "profile_run"."""
     trace = snapshot["device_traces"][device]
+    summary = _replay(trace)
+    end = profile_run_end(trace)
+    if end is not None:
+        summary["profile_run"] = _replay(trace[:end])
+    return summary
+
+
+def _replay(trace: list[dict]) -> dict:
     current = peak = 0
     peak_at = -1
     for i, event in enumerate(trace):
@@ -530,6 +557,20 @@ def register_router_fake(torch, qualname: str = "_moe_C::grouped_topk") -> bool:
     return True
 
 
+def _marked_profile_run(runner_cls, torch) -> None:
+    """Wrap the V1 runner's profile_run: a marker allocation (PROFILE_RUN_MARK_BYTES) when it returns, so that the
+    replay can tell its peak from the CUDA-graph estimate's, which determine_available_memory runs after it."""
+    original = runner_cls.profile_run
+
+    def marked_profile_run(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            torch.empty(PROFILE_RUN_MARK_BYTES, dtype=torch.uint8, device=self.device)
+
+    runner_cls.profile_run = marked_profile_run
+
+
 def _wrap(module) -> None:
     import torch
 
@@ -551,6 +592,8 @@ def _wrap(module) -> None:
         return
     if os.environ.get("VLLM_GKE_PEAK_TRACE_CAPTURE") == "1":
         _record(module.Worker, "compile_or_warm_up_model", ".capture.json", summarize_capture, torch, False)
+    with contextlib.suppress(ImportError, AttributeError):
+        _marked_profile_run(importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner, torch)
     _record(module.Worker, "determine_available_memory", ".json", summarize, torch, True)
 
 

@@ -49,6 +49,22 @@ def test_the_peak_is_replayed_with_the_blocks_live_then_and_when_each_was_freed(
     assert summary["free_requested_before_peak_gib"] == 0.0
 
 
+def test_the_profile_runs_own_peak_is_told_from_the_estimates_after_it():
+    """vLLM logs the peak of profile_run, which determine_available_memory reads before the CUDA-graph estimate runs:
+    the marker allocation _marked_profile_run makes when profile_run returns splits the history there."""
+    mark = {"action": "alloc", "addr": 9, "size": peaktrace.PROFILE_RUN_MARK_BYTES,
+            "frames": [{"filename": "/bench/peaktrace/sitecustomize.py", "line": 1, "name": "marked_profile_run"}]}
+    trace = [_alloc(1, GIB, "workspace"), _alloc(2, GIB // 2, "live"), *_free(2, GIB // 2), *_free(1, GIB), mark,
+             _alloc(3, 3 * GIB, "estimate"), *_free(3, 3 * GIB)]
+    summary = peaktrace.summarize({"device_traces": [trace]}, 0)
+    assert summary["peak_gib"] == round((3 * GIB + peaktrace.PROFILE_RUN_MARK_BYTES) / GIB, 4)
+    assert summary["profile_run"]["peak_gib"] == 1.5 and summary["profile_run"]["live_blocks"] == 2
+    unmarked = [e for e in trace if e is not mark]
+    assert "profile_run" not in peaktrace.summarize({"device_traces": [unmarked]}, 0)
+    same_size = {**mark, "frames": _alloc(9, 1)["frames"]}  # the size alone is not the marker
+    assert "profile_run" not in peaktrace.summarize({"device_traces": [[*unmarked[:4], same_size]]}, 0)
+
+
 def test_a_capture_summary_counts_the_segments_left_reserved_and_the_graph_pools():
     trace = [{"action": "segment_alloc", "addr": 0, "size": 4 * GIB, "frames": []},
              {"action": "segment_alloc", "addr": 8, "size": GIB, "frames": []},
@@ -176,6 +192,11 @@ def test_the_hook_wraps_vllms_worker_only_when_asked(tmp_path):
     assert plain.returncode == traced.returncode == 0, plain.stderr[-2000:] + traced.stderr[-2000:]
     assert plain.stdout.split() == ["Worker.determine_available_memory", "Worker.compile_or_warm_up_model"]
     assert traced.stdout.split() == ["peaktrace.determine_available_memory", "peaktrace.compile_or_warm_up_model"]
+    runner = ("import vllm.v1.worker.gpu_worker; import vllm.v1.worker.gpu_model_runner as r; "
+              "print(r.GPUModelRunner.profile_run.__name__)")
+    marked = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True, timeout=300,
+                            env={**env, "VLLM_GKE_PEAK_TRACE": str(tmp_path)})
+    assert marked.returncode == 0 and marked.stdout.split() == ["marked_profile_run"], marked.stderr[-2000:]
     sampled = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                              env={**env, "VLLM_GKE_PEAK_TRACE": str(tmp_path), "VLLM_GKE_GRAPH_SAMPLES": "1"})
     assert sampled.returncode == 0, sampled.stderr[-2000:]
