@@ -38,7 +38,7 @@ from planner.engine import (
     engine_settings,
     with_router_fake,
 )
-from planner.kv_cache import block_bytes, layer_specs, pool_block_tokens, pp_stages, stage_bounds
+from planner.kv_cache import layer_specs, pool_block_tokens, pp_stages, stage_bounds
 from planner.layers import (
     GEMMA3_PAN_AND_SCAN,
     GEMMA4_FRAME_MARKERS,
@@ -111,10 +111,11 @@ def capture_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
     """What the CUDA-graph capture takes on each GPU: Model Runner V2 measures the capture
     (vllm/v1/worker/gpu/cudagraph_utils.py, profile_cudagraph_memory; 0.25.1's V2 had a stub returning 0), the V1
     runner extrapolates from two captures (v1_graph_estimate_bytes). MLA models on V2: the dense line plus the decode
-    split buffers the capture keeps (mla_graph_buffers x split_buffer_bytes), or the V1 estimate where that is larger
-    (tensor-parallel layouts, unmeasured). A model without experts or latent attention: a plane in the hidden width
-    and the graph's pieces on one GPU (graphs_plain_*). The lines are fitted on 0.25.1's `Graph capturing finished
-    ... took`, the whole capture (bench/fit.py). None with --enforce-eager."""
+    split buffers the capture keeps (mla_graph_buffers x split_buffer_bytes), or the V1 runner's former per-hidden
+    line (graphs_mla_per_khidden_gib) where that is larger (tensor-parallel layouts, unmeasured). A model without
+    experts or latent attention: a plane in the hidden width and the graph's pieces on one GPU (graphs_plain_*). The
+    lines are fitted on 0.25.1's `Graph capturing finished ... took`, the whole capture (bench/fit.py).
+    None with --enforce-eager."""
     if not engine.cudagraphs:
         return 0.0
     if not runner_v2(arch, engine):
@@ -126,7 +127,7 @@ def capture_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
                 + fitted.graphs_plain_per_100_pieces_gib * graph_pieces(arch, layout) / 100) * GIB
     dense = (fitted.graphs_dense_base_gib + fitted.graphs_dense_per_khidden_gib * arch.hidden_size / 1000) * GIB
     if arch.kv_lora_rank:
-        return max(v1_graph_estimate_bytes(arch, layout, engine, fitted),
+        return max(fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB,
                    dense + mla_graph_buffers(arch) * split_buffer_bytes(arch, layout, engine))
     moe = fitted.graphs_moe_v2_per_kquery_excess * query_excess(arch, layout) / 1000 if arch.moe_layers else 0.0
     return dense + moe * GIB
@@ -171,16 +172,33 @@ def v1_graph_estimate_bytes(arch: ModelArchitecture, layout: Layout, engine: Eng
     384.00 with 48, 160-162 with 20, 128 with 16, 1,046 for Kimi-Linear's 32 latent heads (the debug lines of the V1
     rows in docs/benchmarks/results.json, graph_estimate_lines; 26 runs, 0-4 MiB over the accumulators with attention
     but gpt-oss, which kept none). The growths (1-27 MiB per graph, 50 further graphs): a line in the graph's
-    pieces on one GPU (graph_pieces; fitted.graphs_v1_growth_base_gib, graphs_v1_growth_per_100_pieces_gib). MLA
-    keeps its per-hidden estimate (graphs_mla_per_khidden_gib), fitted on rows without the debug lines. The line is
+    pieces on one GPU (graph_pieces; fitted.graphs_v1_growth_base_gib, graphs_v1_growth_per_100_pieces_gib). Latent
+    attention the same, with FlashAttention MLA's accumulators (v1_mla_accumulators of them). The line is
     the growth at DEFAULT_GRAPHS a mode (bench/fit.py fits it on rows run at vLLM's default sizes); other capture
     sizes scale it by their further graphs (graph_scale: vLLM logged 11 + 7 graphs at 32 sequences, 19 + 11 at 64,
     35 + 19 at 128)."""
-    if arch.kv_lora_rank:
-        return fitted.graphs_mla_per_khidden_gib * arch.hidden_size / 1000 * GIB
     growth = (fitted.graphs_v1_growth_base_gib
               + fitted.graphs_v1_growth_per_100_pieces_gib * graph_pieces(arch, layout) / 100)
-    return split_buffer_bytes(arch, layout, engine) + growth * graph_scale(engine) * GIB
+    return v1_mla_accumulators(arch) * split_buffer_bytes(arch, layout, engine) + growth * graph_scale(engine) * GIB
+
+
+def v1_mla_accumulators(arch: ModelArchitecture) -> int:
+    """The split accumulators the V1 estimate's first FULL capture of a latent-attention model takes: one (the graph
+    pool's), two where the warm-up's accumulator segment stays reserved through the capture. The V1 graph traces
+    (docs/benchmarks.md "V1 CUDA-graph estimate traces", v94 and v95, vLLM 0.25.1, H200) saw both: Kimi-K2:4 (FP8)
+    kept one 2 GiB segment of its PIECEWISE captures (the latent context's, as large as the accumulator: 65,536 rows
+    x 64 heads x 256 x 2 bytes against 32 splits x 512 x 64 x 512 x 4), which its FULL warm-up then reused, and took
+    2,080 MiB; Kimi-K2.5:4, whose experts are 4-bit integers (the Marlin kernels of compressed-tensors WNA16), kept
+    none there and both of its FULL capture's (4,128 MiB). The allocation that pins the segment was not traced; the
+    rows with debug lines on bf16 experts (Moonlight, Kimi Linear, Ling 2.5: 514, 1,044-1,046 and 1,064-1,066 MiB)
+    took one. Two, the safe side, for routed experts stored as sub-byte integers (GPTQ, AWQ, compressed-tensors);
+    one otherwise; none without latent attention (the accumulators of split_buffer_bytes, one, then)."""
+    if not arch.kv_lora_rank:
+        return 1
+    integer_experts = (arch.num_experts and dict(arch.quantized_share).get("experts", 0.0) > 0
+                       and arch.weight_bytes_per_param < 1.0
+                       and arch.quant_method in ("compressed-tensors", "gptq", "gptq_marlin", "awq", "awq_marlin"))
+    return 2 if integer_experts else 1
 
 
 def graph_scale(engine: EngineSettings) -> float:
@@ -319,8 +337,9 @@ def mla_workspace_rows(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     (align_mla_chunked_context_workspace_size).
     The block is cache_config.block_size: a hybrid's grown block (kv_cache.pool_block_tokens; its attention page in
     the model dtype), so beside a state at 1,024 sequences 0.25.1 takes far more than the cap (Ling 2.5's 912-token
-    block: 933,888 rows; Kimi Linear's 1,888: 1,933,312, validation 35's 29.5 GiB). 0 without latent attention."""
-    if not arch.kv_lora_rank:
+    block: 933,888 rows; Kimi Linear's 1,888: 1,933,312, validation 35's 29.5 GiB). 0 without latent attention, or
+    where no layer on the GPU runs it (a hybrid's cut of linear-attention layers only)."""
+    if not latent_layers(arch):
         return 0
     specs = layer_specs(arch, layout.tp, engine.states.model_bytes, engine.states)
     block = pool_block_tokens(specs, layout.pp, engine.profile.kv_pool, arch.cache_slots)
@@ -329,6 +348,12 @@ def mla_workspace_rows(arch: ModelArchitecture, layout: Layout, engine: EngineSe
     if engine.profile.mla_workspace_floor:
         return max(rows, seqs * block)
     return -(-max(rows, block) // block) * block
+
+
+def latent_layers(arch: ModelArchitecture) -> bool:
+    """Whether any layer runs latent attention: a kv_lora_rank and an attention layer (a hybrid's layers of linear
+    attention or Kimi Delta Attention run none)."""
+    return bool(arch.kv_lora_rank) and any(kind in ATTENTION_KINDS for kind in arch.kinds)
 
 
 def mla_workspace_excess_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
@@ -345,28 +370,6 @@ def mla_context_row_bytes(arch: ModelArchitecture, layout: Layout) -> float:
     return -(-arch.num_attention_heads // layout.tp) * (arch.mla_nope_dim + arch.mla_v_dim) * 2.0
 
 
-def mla_estimate_floor_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings) -> float:
-    """A safe-side floor under the V1 peak where latent attention's workspace exceeds the cap
-    (mla_workspace_excess_bytes): the workspace as the CUDA-graph estimate allocates it
-    (gpu_model_runner.py profile_cudagraph_memory's dummy run) while the minimal KV cache made for the estimate
-    (profiling_cache_blocks x the pool's block) and the fused-MoE workspace are live. Allocator traces v87 and v88
-    (Kimi Linear:6 and Ling 2.5:8 at 1,024 sequences on vLLM 0.25.1: 29.5 + 1.04 + 0.56 and 14.25 + 0.50 + 1.00 GiB,
-    docs/benchmarks.md "Peak traces") put the process's largest allocation there. vLLM's logged `torch peak memory
-    increase` is the profile run's, before the estimate: the same workspace plus what that run holds at the latent
-    layer (1.55, 1.72 GiB on these cuts, whatever the cut's minimal cache: 31.05 GiB for Kimi Linear at 6 and 12
-    layers, where the minimal caches are 1.04 and 3.11). That part is not traced; the estimate's sum stands for it
-    from above (validation 85, held out at 512 sequences: -1.74% and -1.99%; without the floor +0.84% and -1.57%).
-    0 where the workspace is within the cap: there the fit holds the peak."""
-    rows = mla_workspace_rows(arch, layout, engine)
-    if rows <= MLA_PREFILL_ROWS:
-        return 0.0
-    workspace = rows * mla_context_row_bytes(arch, layout)
-    specs = layer_specs(arch, layout.tp, engine.states.model_bytes, engine.states)
-    cache = profiling_cache_blocks(arch, engine) * block_bytes(specs, layout.pp, engine.profile.kv_pool,
-                                                               arch.cache_slots)
-    return workspace + cache + moe_workspace_bytes(arch, layout, engine)
-
-
 def attention_after_experts(arch: ModelArchitecture) -> bool:
     """Whether an attention layer runs after the first MoE layer, i.e. while the fused-MoE workspace (allocated by
     that layer, kept since) is held: every full model; not a cut whose last layer is its only MoE layer."""
@@ -380,7 +383,7 @@ def mla_profile_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSet
     `_ = torch.empty(...)`, in 0.25.1 and 0.32.0), beside the layer's own tensors for the batch (query, output,
     hidden state, the fused q/kv down-projection) and the MoE workspace when an MoE layer came before
     (attention_after_experts). 4.0 GiB for DeepSeek-V2's 128 heads: its traced peak was exactly this sum."""
-    if not arch.kv_lora_rank:
+    if not latent_layers(arch):
         return 0.0
     heads, v = -(-arch.num_attention_heads // layout.tp), arch.mla_v_dim
     tokens = engine.max_num_batched_tokens
@@ -572,8 +575,16 @@ class PeakFeatures:
     moe: bool = False
     """A mixture-of-experts model (routed experts)."""
     mla: float = 0.0
-    """Model Runner V2 only: a latent-attention layer's profile-time holdings (mla_profile_bytes), a floor under the
-    peak."""
+    """A latent-attention layer's profile-time holdings (mla_profile_bytes), a floor under the peak."""
+    mla_hold: bool = False
+    """V1 runner only: a hybrid (latent attention beside linear-attention or other state layers) whose router takes
+    0.25.1's compile hold: the hold is live at the latent layer's peak too, on top of PeakFeatures.mla. The profile
+    runs traced on vLLM 0.25.1 (v91 Kimi-Linear:6 at 32 sequences, v92 Ling-2.5-shaped:8; docs/benchmarks.md "Peak
+    traces") peaked in the latent layer at its context workspace, the fused-MoE workspace, its own tensors and 0.95 /
+    0.63 GiB of the earlier layers' buffers that a generation-2 collection gave back after it, with the router's
+    grouped_topk outputs among them. Plain latent-attention decoders (DeepSeek-V3, Kimi-K2, Moonlight) peak on the
+    fitted lines, which hold their rows (tests/unit/test_fit.py); DeepSeek-V3:5's peak leaves at most 0.95 GiB for a
+    hold at its latent layer where the per-query term would put 2.75."""
     router_hold: bool = False
     """An engine whose first router compile keeps the call stack's tensors (EngineProfile.router_compile_hold), on
     either runner, and a model whose router takes that path (biased_grouped_router) in at least one layer."""
@@ -590,9 +601,6 @@ class PeakFeatures:
     mla_excess: float = 0.0
     """V1 runner only: latent attention's profile workspace beyond the cap the fit holds (mla_workspace_excess_bytes),
     live at the latent layer in the forward phase."""
-    mla_estimate: float = 0.0
-    """V1 runner only: the CUDA-graph estimate's peak where the workspace exceeds the cap (mla_estimate_floor_bytes),
-    a floor under the peak."""
     topk_buffer: float = 0.0
     """V1 runner only: the top-k/top-p sampler's per-program buffer, one float32 row of the vocabulary per streaming
     multiprocessor (v1/sample/ops/topk_topp_triton.py apply_top_k_top_p_triton: min(next_power_of_2(programs),
@@ -614,13 +622,13 @@ def peak_features(arch: ModelArchitecture, layout: Layout, engine: EngineSetting
         workspace=moe_workspace_bytes(arch, layout, engine) / GIB,
         mlp=engine.max_num_batched_tokens * dense_mlp_width(arch) / layout.tp * (3 if arch.mlp_matrices == 3 else 1)
         * 2 / GIB,
-        v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB if v2 else 0.0,
+        v1=not v2, moe=bool(arch.num_experts), mla=mla_profile_bytes(arch, layout, engine) / GIB,
         router_hold=engine.profile.router_compile_hold and arch.biased_grouped_router and arch.moe_layers > 0,
         embedding=0.0 if embeds_outside_graph(arch, engine) else
         padded_vocab(arch.vocab_size) / layout.tp * arch.hidden_size * 2 / GIB,
         topk_buffer=0.0 if v2 else GPU_SMS.get(engine.gpu, max(GPU_SMS.values())) * arch.vocab_size * 4 / GIB,
         mla_excess=0.0 if v2 else mla_workspace_excess_bytes(arch, layout, engine) / GIB,
-        mla_estimate=0.0 if v2 else mla_estimate_floor_bytes(arch, layout, engine) / GIB,
+        mla_hold=not v2 and latent_layers(arch) and arch.has_state_layers,
         **encoder_profile_gib(arch, engine, v2))
 
 
@@ -901,9 +909,9 @@ def fitted_peak_gib(f: PeakFeatures, c: MemoryFit) -> float:
     else:
         phases = max(sampler_line_gib(f, c), forward_line_gib(f, c))
     peak = phases + f.workspace
-    if f.router_hold:
-        peak += c.router_hold_per_query * f.query
-    return max(max(peak, compile_line_gib(f), f.mla, f.mla_estimate) + f.encoder_outputs, f.encoder)
+    hold = c.router_hold_per_query * f.query if f.router_hold else 0.0
+    latent = f.mla + (hold if f.mla_hold else 0.0)
+    return max(max(peak + hold, compile_line_gib(f), latent) + f.encoder_outputs, f.encoder)
 
 
 def activation_peak_bytes(arch: ModelArchitecture, layout: Layout, engine: EngineSettings,

@@ -660,11 +660,17 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
 
 
 BIASED_ROUTERS = {"glm4_moe": None, "glm4v_moe": None, "deepseek_v3": "noaux_tc", "kimi_k2": "noaux_tc",
-                  "deepseek_v2": "noaux_tc", "lfm2_moe": "use_expert_bias"}
+                  "deepseek_v2": "noaux_tc", "lfm2_moe": "use_expert_bias", "kimi_linear": "use_grouped_topk",
+                  "bailing_hybrid": "moe_router_enable_expert_bias"}
 """The model types whose vLLM MoE layer passes use_grouped_topk=True with an e_score_correction_bias, and what makes
 the bias: always (None; glm4_moe.py), topk_method == "noaux_tc" (deepseek_v2.py, which DeepSeek-V3 and Kimi-K2 load
-through), or use_expert_bias (lfm2_moe.py, one group). Other grouped-topk families are not read for it (their
-profile is planned without the 0.25.1 compile hold)."""
+through), use_expert_bias (lfm2_moe.py, one group); Kimi Linear (kimi_linear.py KimiMoE: a bias always, grouped
+where use_grouped_topk, num_expert_group groups); Ling 2.5 (bailing_moe_linear.py BailingMoeV25: grouped where
+n_group and topk_group are set, a bias where moe_router_enable_expert_bias; Ling 3.0 shares the model type and is
+read the same, though only 0.32.0, which holds nothing, serves it). The two last were found by allocator traces v91
+and v92 (vLLM 0.25.1): a generation-2 collection gave back 0.95 and 0.63 GiB held since their routers'
+_moe_C::grouped_topk compile. Other grouped-topk families are not read for it (their profile is planned without the
+0.25.1 compile hold)."""
 
 
 def _one_shared_mlp(counts: dict[str, int], cfg: Mapping[str, Any], source: str, routed: bool, default: int) -> None:
@@ -688,9 +694,12 @@ def biased_grouped_router(cfg: Mapping[str, Any], experts: int, top_k: int) -> b
     switch = BIASED_ROUTERS[model_type]
     if switch == "noaux_tc" and cfg.get("topk_method") != "noaux_tc":
         return False
-    if switch == "use_expert_bias" and cfg.get("use_expert_bias") is not True:
+    if switch in ("use_expert_bias", "use_grouped_topk") and cfg.get(switch) is not True:
         return False
-    groups = 1 if model_type == "lfm2_moe" else cfg.get("n_group") or 1
+    if switch == "moe_router_enable_expert_bias" and not (
+            cfg.get(switch) and cfg.get("n_group") is not None and cfg.get("topk_group") is not None):
+        return False
+    groups = {"lfm2_moe": 1, "kimi_linear": cfg.get("num_expert_group") or 1}.get(model_type, cfg.get("n_group") or 1)
     if not isinstance(groups, int) or isinstance(groups, bool):
         return False
     return experts > groups and experts % groups == 0 and groups <= 32 and top_k <= 32
