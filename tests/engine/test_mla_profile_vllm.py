@@ -335,3 +335,28 @@ def test_a_hybrids_v1_peak_is_the_latent_layers_holdings_and_the_router_hold(nam
     assert run["peak_gib"] <= planned <= run["peak_gib"] + 0.5, (planned, run["peak_gib"])
     unheld = FITTED.v1_hold_peak_margin_gib + features.mla
     assert unheld < run["peak_gib"]
+
+
+@pytest.mark.parametrize(("name", "trace", "accumulators"), [("Kimi-K2-Instruct", "Kimi-K2-Instruct-4.graphs.v95", 1),
+                                                             ("Kimi-K2.5", "Kimi-K2.5-4.graphs.v94", 2)])
+def test_the_v1_estimates_first_full_capture_keeps_the_accumulators_traced(name, trace, accumulators):
+    """vLLM 0.25.1's V1 CUDA-graph estimate of a latent-attention model: its first FULL capture (512 sequences) took
+    and kept FlashAttention MLA's split accumulators, one for Kimi-K2 (FP8 experts), two for Kimi-K2.5 (4-bit integer
+    experts), in the allocator traces of that capture (docs/benchmarks/peak-traces, runs v95 and v94 on an H200);
+    planner/memory.py v1_mla_accumulators gives those counts and split_buffer_bytes each one's size, to within the
+    capture's 32 MiB of other segments."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from planner.memory import split_buffer_bytes, v1_mla_accumulators
+
+    root = Path(__file__).resolve().parents[2]
+    traced = json.loads((root / "docs" / "benchmarks" / "peak-traces" / f"{trace}.json").read_text())
+    full = next(c for c in traced["captures"] if c["mode"] == "FULL" and c["tokens"] == 512)
+    model = arch(name)
+    engine = replace(default_engine(ACCELERATORS["nvidia-h200-141gb"], version="0.25.1"), max_model_len=8192)
+    split = split_buffer_bytes(model, Layout(1, 1, 1), engine) / 2**20
+    assert v1_mla_accumulators(model) == accumulators
+    assert 0 <= full["took_mib"] - accumulators * split <= 64
+    assert 0 <= full["segments_reserved_mib"] - full["segments_freed_mib"] - accumulators * split <= 64

@@ -52,15 +52,37 @@ def test_grouped_topk_is_compiled_at_its_first_call_and_takes_the_fused_kernel_w
 
 
 MODULES = {"glm4_moe": "glm4_moe.py", "glm4v_moe": "glm4_moe.py", "deepseek_v3": "deepseek_v2.py",
-           "kimi_k2": "deepseek_v2.py", "deepseek_v2": "deepseek_v2.py", "lfm2_moe": "lfm2_moe.py"}
+           "kimi_k2": "deepseek_v2.py", "deepseek_v2": "deepseek_v2.py", "lfm2_moe": "lfm2_moe.py",
+           "bailing_hybrid": "bailing_moe_linear.py"}
+"""Under vllm/model_executor/models; Kimi Linear's module moved to vllm/models/kimi_k3 in 0.32.0 (KIMI_LINEAR)."""
+KIMI_LINEAR = "models/kimi_k3/nvidia/model.py"
+
+
+def _module(model_type: str) -> str:
+    return _source(KIMI_LINEAR if model_type == "kimi_linear" else f"model_executor/models/{MODULES[model_type]}")
 
 
 @pytest.mark.parametrize("model_type", sorted(BIASED_ROUTERS))
 def test_each_biased_router_family_routes_through_grouped_topk_with_its_bias(model_type):
-    text = _source(f"model_executor/models/{MODULES[model_type]}")
+    """Each switch as the family's vLLM module reads it: always grouped with a bias, or grouped with the bias under
+    topk_method noaux_tc / use_expert_bias; Kimi Linear grouped where use_grouped_topk, in num_expert_group groups,
+    with a bias always; Ling 2.5 grouped where n_group and topk_group are set, with a bias under
+    moe_router_enable_expert_bias."""
+    text = _module(model_type)
+    switch = BIASED_ROUTERS[model_type]
+    if switch == "use_grouped_topk":
+        assert "use_grouped_topk=config.use_grouped_topk" in text
+        assert "num_expert_group=config.num_expert_group" in text
+        assert "self.gate.e_score_correction_bias = nn.Parameter(" in text
+        return
+    if switch == "moe_router_enable_expert_bias":
+        assert "self.use_grouped_topk = self.n_group is not None and self.topk_group is not None" in text
+        assert "use_grouped_topk=self.use_grouped_topk" in text and "num_expert_group=self.n_group" in text
+        assert 'if getattr(config, "moe_router_enable_expert_bias", False):' in text
+        assert "e_score_correction_bias=correction_bias" in text
+        return
     assert "use_grouped_topk=True" in text
     assert "e_score_correction_bias = nn.Parameter(" in text
-    switch = BIASED_ROUTERS[model_type]
     if switch == "noaux_tc":
         assert 'if getattr(config, "topk_method", None) == "noaux_tc":' in text
     elif switch == "use_expert_bias":
@@ -79,6 +101,14 @@ def test_each_biased_router_family_routes_through_grouped_topk_with_its_bias(mod
     ({"model_type": "lfm2_moe", "use_expert_bias": True}, 32, 4, True),
     ({"model_type": "lfm2_moe", "use_expert_bias": False}, 32, 4, False),
     ({"model_type": "qwen3_moe"}, 128, 8, False),
+    ({"model_type": "kimi_linear", "use_grouped_topk": True, "num_expert_group": 1}, 256, 8, True),
+    ({"model_type": "kimi_linear", "use_grouped_topk": False, "num_expert_group": 1}, 256, 8, False),
+    ({"model_type": "kimi_linear", "use_grouped_topk": True, "num_expert_group": 3}, 256, 8, False),
+    ({"model_type": "bailing_hybrid", "moe_router_enable_expert_bias": True, "n_group": 8, "topk_group": 4}, 256, 8,
+     True),
+    ({"model_type": "bailing_hybrid", "moe_router_enable_expert_bias": False, "n_group": 8, "topk_group": 4}, 256, 8,
+     False),
+    ({"model_type": "bailing_hybrid", "moe_router_enable_expert_bias": True, "n_group": 8}, 256, 8, False),
 ])
 def test_the_fused_path_is_read_as_grouped_topk_decides_it(cfg, experts, top_k, expected):
     assert biased_grouped_router(cfg, experts, top_k) is expected
