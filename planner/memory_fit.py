@@ -81,7 +81,7 @@ class MemoryFit:
     where the line gives 0.96), while the line, fitted on V2's default rows, where the few wide queries are dense,
     leaves them under; fitted through the origin on the non-MLA MoE rows on V2 (validation 18's forced-V2 rows carry
     it), checked on the 9 of validations 19-21, held out: -0.21..+0.20 GiB of the capture (tests/unit/test_fit.py).
-    MLA keeps graphs_mla_per_khidden_gib."""
+    MLA keeps graphs_mla_per_khidden_gib on V2."""
     graphs_v1_growth_base_gib: float
     graphs_v1_growth_per_100_pieces_gib: float
     """The V1 runner's CUDA-graph estimate beyond the first FULL capture's split accumulators (planner/memory.py
@@ -89,16 +89,17 @@ class MemoryFit:
     is one of vLLM's splitting ops on a GPU (each splits the piecewise graph: attention, Mamba, short convolution,
     linear attention), as if each graph's own device memory grew with its pieces (not traced): 2 MiB a graph (1 for
     each mode) at up to 12 such layers, 9-14 at 64-88 (vLLM's debug lines). Fitted on the V1 rows of the fit (MoE and
-    Qwen3-Next; not MLA, which keeps graphs_mla_per_khidden_gib) by the median of pairwise slopes (Theil-Sen), so that
+    Qwen3-Next; not MLA, which kept its per-hidden line then) by the median of pairwise slopes (Theil-Sen), so that
     GLM-4.5:6's 26 MiB a graph (a segment torch's allocator kept for its dense gate-up output, not a function of the
     config) does not set the line; it stays over the line, with LFM2-1.2B (20 MiB) and Jamba:16 (14), as rows the plan
     over-counts (tests/engine/test_families.py OVER_COUNTED). Before: their median, 0.29 GiB, for any model."""
     graphs_mla_per_khidden_gib: float
     """The V1 runner's CUDA-graph estimate for MLA models, per 1,000 of hidden size (4.28, 4.18 and 2.24 GiB at
-    hidden 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight). The largest ratio: Kimi-K2 and
-    Kimi-K2.5 are one shape and their estimates differ by 2 GiB, so the safe side is kept; a constant (4.28 GiB)
-    reserved 3.4 GiB too much for Moonlight. On Model Runner V2 (0.32.0) the plan keeps the larger of this and the
-    FlashAttention split buffers the capture keeps (planner/memory.py mla_graph_buffers)."""
+    hidden 7168: DeepSeek-V3, Kimi-K2.5, Kimi-K2; 0.89 GiB at 2048: Moonlight), the largest ratio. Used on Model
+    Runner V2 (0.32.0) only, where the plan keeps the larger of this and the FlashAttention split buffers the capture
+    keeps (planner/memory.py mla_graph_buffers). The V1 runner's own estimate is planned from its parts since traces
+    v94 and v95 (planner/memory.py v1_graph_estimate_bytes: Kimi-K2 and Kimi-K2.5, one shape, differ by one split
+    accumulator)."""
     peak_margin_gib: float
     """Added to every fitted peak of a model without experts on Model Runner V2 (every model vLLM 0.32.0 serves), to
     the safe side: at least the largest peak the parts model leaves under among those rows of the fit (bench/fit.py
