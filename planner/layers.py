@@ -319,10 +319,11 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         group = cfg.get("layer_group_size")
         if group is None and cfg.get("auto_map"):  # its remote config class supplies it: planned unsized
             return ("full",) * layers, 0  # (planner/model_config.py remote_code_reason)
-        if not positive_int(group):
-            raise ConfigError(source, group, "layer_group_size must be a positive integer: BailingMoeV3ForCausalLM "
-                                             "puts latent attention on the last layer of each group")
-        whole = layers // group * group
+        if not isinstance(group, int) or isinstance(group, bool) or group == 0:  # 0: _is_kda_layer's ZeroDivisionError
+            raise ConfigError(source, group, "layer_group_size must be a non-zero integer: BailingMoeV3ForCausalLM "
+                                             "puts latent attention on the last layer of each group (a negative "
+                                             "group is taken as vLLM's _is_kda_layer takes it)")
+        whole = layers // group * group  # Python's floor division and modulo, as _is_kda_layer's
         return tuple("full" if (i + 1) % group == 0 or i >= whole else "kda" for i in range(layers)), 0
     if lightning(cfg):
         # bailing_moe_linear.py is_linear_layer: linear attention unless the layer ends a layer_group_size group (the

@@ -437,6 +437,10 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         text = cfg["text_config"]
         if cfg.get("model_type") in WRAPPED_DECODERS and not text.get("architectures"):
             text = {**text, "architectures": [WRAPPED_DECODERS[str(cfg["model_type"])]]}
+        group = text.get("layer_group_size")
+        if cfg.get("model_type") == "bailing_moe_v3_vl" and isinstance(group, int | float) and group <= 0:
+            raise ConfigError(source, group, "text_config.layer_group_size of a bailing_moe_v3_vl config must be "
+                                             "positive: vLLM's BailingMoeV3VLConfig raises on it (_build_layer_types)")
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
     unsized = unsized or unsized_reason(cfg)

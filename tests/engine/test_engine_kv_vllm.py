@@ -598,6 +598,24 @@ def ling3(layers: int = 24):
     return parse_hf_config(raw, "ling-3.0-tiny", "model.configFile"), hf_config, kinds
 
 
+@pytest.mark.parametrize("group", [4, 3, 5, 24, 1, -1, -3, -5, -30])
+def test_ling3_puts_its_layers_where_vllms_is_kda_layer_puts_them_for_any_group(group):
+    """Every non-zero integer layer_group_size, negative ones too, which vLLM's _is_kda_layer takes by Python's modulo
+    and floor division (the text model's config class checks nothing); 0 raises there (ZeroDivisionError) and is
+    refused here naming the key."""
+    from vllm.model_executor.models.bailing_moe_v3 import _is_kda_layer
+
+    raw = json.loads((ROOT / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
+    for layers in (24, 22, 7):
+        kinds = parse_hf_config({**raw, "num_hidden_layers": layers, "layer_group_size": group}, "m", "x").kinds
+        assert kinds == tuple("kda" if _is_kda_layer(i, group, layers) else "full" for i in range(layers))
+    with pytest.raises(ZeroDivisionError):
+        _is_kda_layer(0, 0, 24)
+    with pytest.raises(ConfigError) as refused:
+        parse_hf_config({**raw, "layer_group_size": 0}, "m", "x")
+    assert "layer_group_size" in str(refused.value)
+
+
 @pytest.mark.parametrize("pp", [1, 2, 3])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 @pytest.mark.parametrize("layers", [24, 22])

@@ -282,4 +282,12 @@ def test_a_ling3_wrapper_plans_its_decoder_and_tower_sized(tmp_path):
     s = plan(config, tmp_path)
     assert s.kv_cache_tokens_per_replica >= s.max_model_len
     assert not any("does not size yet" in w for w in s.warnings), s.warnings
+    from vllm.transformers_utils.configs.bailing_moe_v3_vl import _build_layer_types
+
+    with pytest.raises(ValueError):  # the wrapper's config class refuses a group the text model alone would take
+        _build_layer_types(20, -4)
+    config["text_config"] = {**config["text_config"], "layer_group_size": -4}
+    with pytest.raises(ConfigError) as refused:
+        parse_hf_config(config, "m", "model.configFile")
+    assert "text_config.layer_group_size" in str(refused.value) and "\n" not in str(refused.value)
 

@@ -412,8 +412,8 @@ def test_ling3_is_read_by_its_architecture_and_refused_only_where_vllm_refuses()
     bailing_moe_v3.py reads beyond the common ones (planner/layers.py READ_AS_WRITTEN) it plans sized, where one is
     left to the remote class it plans with the one-line unverified warning. Ling 2.5, of the same model type, puts its
     linear attention by its own rule (no latent tail). no_kda_lora false is
-    refused, as vLLM's BailingMoeV3KimiDeltaAttention raises; a layer_group_size that is no positive integer is
-    refused naming the key."""
+    refused, as vLLM's BailingMoeV3KimiDeltaAttention raises; a layer_group_size of 0 (vLLM's _is_kda_layer divides
+    by it) is refused naming the key, a negative one planned as _is_kda_layer takes it (test_engine_kv_vllm.py)."""
     from planner.layers import READ_AS_WRITTEN
 
     raw = json.loads((ROOT / "bench" / "configs" / "ling-3.0-tiny.json").read_text())
