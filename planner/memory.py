@@ -192,7 +192,8 @@ def v1_mla_accumulators(arch: ModelArchitecture) -> int:
     none there and both of its FULL capture's (4,128 MiB). The allocation that pins the segment was not traced; the
     rows with debug lines on bf16 experts (Moonlight, Kimi Linear, Ling 2.5: 514, 1,044-1,046 and 1,064-1,066 MiB)
     took one. Two, the safe side, for routed experts stored as sub-byte integers (GPTQ, AWQ, compressed-tensors);
-    one otherwise; none without latent attention (the accumulators of split_buffer_bytes, one, then)."""
+    one otherwise, and one without latent attention (split_buffer_bytes' accumulator, which every other kind's first
+    FULL capture kept)."""
     if not arch.kv_lora_rank:
         return 1
     integer_experts = (arch.num_experts and dict(arch.quantized_share).get("experts", 0.0) > 0

@@ -668,13 +668,13 @@ BIASED_ROUTERS = {"glm4_moe": None, "glm4v_moe": None, "deepseek_v3": "noaux_tc"
                   "bailing_hybrid": "moe_router_enable_expert_bias"}
 """The model types whose vLLM MoE layer passes use_grouped_topk=True with an e_score_correction_bias, and what makes
 the bias: always (None; glm4_moe.py), topk_method == "noaux_tc" (deepseek_v2.py, which DeepSeek-V3 and Kimi-K2 load
-through), use_expert_bias (lfm2_moe.py, one group); Kimi Linear (kimi_linear.py KimiMoE: a bias always, grouped
-where use_grouped_topk, num_expert_group groups); Ling 2.5 (bailing_moe_linear.py BailingMoeV25: grouped where
-n_group and topk_group are set, a bias where moe_router_enable_expert_bias; Ling 3.0 shares the model type and is
-read the same, though only 0.32.0, which holds nothing, serves it). The two last were found by allocator traces v91
-and v92 (vLLM 0.25.1): a generation-2 collection gave back 0.95 and 0.63 GiB held since their routers'
-_moe_C::grouped_topk compile. Other grouped-topk families are not read for it (their profile is planned without the
-0.25.1 compile hold)."""
+through), use_expert_bias (lfm2_moe.py, one group); Kimi Linear (0.25.1's kimi_linear.py KimiMoE, 0.32.0's
+vllm/models/kimi_k3: a bias always, grouped where use_grouped_topk, num_expert_group groups); Ling 2.5
+(bailing_moe_linear.py BailingMoeV25: grouped where n_group and topk_group are set, a bias where
+moe_router_enable_expert_bias; Ling 3.0 shares the model type and is read the same, though only 0.32.0, which holds
+nothing, serves it). The two last were found by allocator traces v91 and v92 (vLLM 0.25.1): a generation-2
+collection gave back 0.95 and 0.63 GiB held since their routers' _moe_C::grouped_topk compile. Other grouped-topk
+families are not read for it (their profile is planned without the 0.25.1 compile hold)."""
 
 
 def _one_shared_mlp(counts: dict[str, int], cfg: Mapping[str, Any], source: str, routed: bool, default: int) -> None:
