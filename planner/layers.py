@@ -21,9 +21,14 @@ LAYER_INDEX_LISTS = ("mlp_only_layers", "moe_layers")
 """Lists of layer indices: entries past the cut are dropped."""
 
 
+def plain_int(value: Any) -> bool:
+    """An integer that is not a bool (config.json's true would otherwise count as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def positive_int(value: Any) -> bool:
-    """An integer above 0 that is not a bool (config.json's true would otherwise count as 1)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """An integer above 0 that is not a bool (plain_int)."""
+    return plain_int(value) and value > 0
 
 
 def cut_layers(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
@@ -319,7 +324,7 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         group = cfg.get("layer_group_size")
         if group is None and cfg.get("auto_map"):  # its remote config class supplies it: planned unsized
             return ("full",) * layers, 0  # (planner/model_config.py remote_code_reason)
-        if not isinstance(group, int) or isinstance(group, bool) or group == 0:  # 0: _is_kda_layer's ZeroDivisionError
+        if not plain_int(group) or group == 0:  # 0: _is_kda_layer's ZeroDivisionError
             raise ConfigError(source, group, "layer_group_size must be a non-zero integer: BailingMoeV3ForCausalLM "
                                              "puts latent attention on the last layer of each group (a negative "
                                              "group is taken as vLLM's _is_kda_layer takes it)")
@@ -330,7 +335,7 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # model reads getattr(config, "layer_group_size", 1)); a group of 1 or less (is_linear_layer's `> 0` test)
         # leaves every layer latent attention
         group = cfg.get("layer_group_size", 1)
-        if not isinstance(group, int) or isinstance(group, bool):
+        if not plain_int(group):
             raise ConfigError(source, group, "layer_group_size must be an integer: BailingMoeV2_5ForCausalLM puts "
                                              "latent attention on the last layer of each group")
         return tuple("lightning" if group > 0 and (i + 1) % group else "full" for i in range(layers)), 0
@@ -347,7 +352,7 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # transformers' JambaConfig.layers_block_type, which vLLM's jamba.py reads: attention where
         # i % attn_layer_period == attn_layer_offset, a Mamba-1 mixer elsewhere.
         period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
-        if not (positive_int(period) and isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0):
+        if not (positive_int(period) and plain_int(offset) and offset >= 0):
             raise ConfigError(source, period, "a Jamba config needs attn_layer_period (a positive integer) and "
                                               "attn_layer_offset")
         return tuple("full" if i % period == offset else "mamba1" for i in range(layers)), 0
@@ -409,7 +414,7 @@ def indexed_layers(cfg: Mapping[str, Any], layers: int) -> tuple[str, ...]:
     freq = cfg.get("index_topk_freq") or 1
     pattern = cfg.get("index_topk_pattern")
     offset = cfg.get("index_skip_topk_offset", 2)
-    offset = offset if isinstance(offset, int) and not isinstance(offset, bool) else 2
+    offset = offset if plain_int(offset) else 2
     kinds = []
     for i in range(layers):
         if isinstance(pattern, (list, str)):
@@ -441,10 +446,10 @@ def moe_layer_indices(cfg: Mapping[str, Any], layers: int, experts: int, first_d
     if isinstance(step, int) and step > 1:  # vllm/model_executor/models/llama4.py: (i + 1) % step == 0
         return [i for i in range(layers) if (i + 1) % step == 0]
     start = cfg.get("moe_layer_start_index")
-    if isinstance(start, int) and not isinstance(start, bool):
+    if plain_int(start):
         # vllm/model_executor/models/ernie45_moe.py: sparse when start <= i <= end and (i + 1) % interval == 0.
         end, interval = cfg.get("moe_layer_end_index"), cfg.get("moe_layer_interval")
-        end = end if isinstance(end, int) and not isinstance(end, bool) else layers - 1
+        end = end if plain_int(end) else layers - 1
         interval = interval if isinstance(interval, int) and interval > 0 else 1
         return [i for i in range(layers) if start <= i <= end and (i + 1) % interval == 0]
     sparse = cfg.get("decoder_sparse_step")
@@ -602,7 +607,7 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
     every = {part: 1.0 for part, indices in layers.items() if indices}
     if not isinstance(quant, Mapping):
         bits = cfg.get("bits")
-        if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits < 16:
+        if plain_int(bits) and 0 < bits < 16:
             return "bits", bits / 8, every
         return "", dtype_bytes, {}
     method = str(quant.get("quant_method", ""))
@@ -616,7 +621,7 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
         return method, MXFP4_BYTES_PER_PARAM, share
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
         bits = quant.get("bits") or quant.get("w_bit")
-        if not isinstance(bits, int) or isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+        if not plain_int(bits) or bits not in (2, 3, 4, 8):
             raise ConfigError(source, bits, f"quantization_config.bits of a {method} checkpoint must be 2, 3, 4 "
                                             "or 8")
         group = quant.get("group_size", quant.get("q_group_size", 128))
@@ -628,7 +633,7 @@ def read_quantization(cfg: Mapping[str, Any], dtype_bytes: float, source: str,
         weights = next((g.get("weights") for g in groups.values() if isinstance(g, Mapping)
                         and isinstance(g.get("weights"), Mapping)), None) if isinstance(groups, Mapping) else None
         bits = weights.get("num_bits") if weights else None
-        if not isinstance(bits, int) or isinstance(bits, bool) or not 1 < bits <= 16:
+        if not plain_int(bits) or not 1 < bits <= 16:
             raise ConfigError(source, bits, "quantization_config.config_groups.*.weights.num_bits of a "
                                             "compressed-tensors checkpoint must be an integer 2-16")
         overhead = 0.0

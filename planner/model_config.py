@@ -40,6 +40,7 @@ from planner.layers import (
     moe_layer_indices,
     nas_blocks,
     part_layers,
+    plain_int,
     positive_int,
     read_quantization,
     unsized_reason,
@@ -704,7 +705,7 @@ def biased_grouped_router(cfg: Mapping[str, Any], experts: int, top_k: int) -> b
             cfg.get(switch) and cfg.get("n_group") is not None and cfg.get("topk_group") is not None):
         return False
     groups = {"lfm2_moe": 1, "kimi_linear": cfg.get("num_expert_group") or 1}.get(model_type, cfg.get("n_group") or 1)
-    if not isinstance(groups, int) or isinstance(groups, bool):
+    if not plain_int(groups):
         return False
     return experts > groups and experts % groups == 0 and groups <= 32 and top_k <= 32
 
