@@ -202,6 +202,81 @@ class NoCache(LayerSpec):
         return 0
 
 
+@dataclass(frozen=True)
+class PackedCache:
+    """One of the caches a DeepSeek V4 layer declares, as vLLM 0.32.0 packs it block-outermost: its page (the bytes of
+    one block, padded to the backend's alignment) and how many tokens a block holds and for how long a request keeps
+    them."""
+
+    page: int
+    block: int = 0
+    """Tokens per block where the cache sets its own (the SWA cache's 64, a compressor state's 4 or 8); 0: the pool's
+    cache_config.block_size."""
+    window: int = 0
+    """A sliding window (SlidingWindowMLASpec): a request keeps window - 1 tokens and those in flight; 0: every token of
+    max_model_len (MLAAttentionSpec, however many tokens one stored state covers)."""
+
+    def bucket(self, block: int) -> tuple[int, int]:
+        """The uniform-type bucket vLLM puts it in (UniformTypeKVCacheSpecs.is_uniform_type): the same block size, and
+        for a sliding cache the same window."""
+        return self.window, self.block or block
+
+    def request_blocks(self, max_len: int, block: int, admission: Admission) -> int:
+        if self.window:
+            return cdiv(min(self.window - 1 + admission.in_flight_tokens, max_len), self.block or block) + 1
+        return cdiv(max_len, self.block or block)
+
+
+@dataclass(frozen=True)
+class CompressedLayer(LayerSpec):
+    """A DeepSeek V4 layer: the caches vLLM 0.32.0's DeepseekV4Attention declares (vllm/models/deepseek_v4), each a
+    spec of its own that the block-outermost pool packs beside the others (packed_caches): the sliding-window cache
+    every layer has (DeepseekV4SWACache), and where the layer compresses (compress_ratios 4 or 128) its compressed
+    latent cache (one state per compress_ratio tokens) and its compressor's state (CompressorStateCache); at ratio 4
+    also the lightning indexer's compressed key cache (DeepseekV4IndexerCache) and its compressor's state."""
+
+    kind: str = "swa"
+    caches: tuple[PackedCache, ...] = ()
+
+
+DSV4_RATIOS = {"swa": 1, "csa": 4, "hca": 128}
+"""DeepSeek V4's layer kinds by compress ratio (compress_ratios: 0 or 1 the sliding window alone, 4 compressed sparse
+attention with an indexer, 128 heavily compressed attention)."""
+DSV4_BLOCK_TOKENS = 256
+"""cache_config.block_size of a DeepSeek V4 model on NVIDIA GPUs: the only kernel block FlashMLA's sparse DSV4 backend
+supports (vllm/models/deepseek_v4/sparse_mla.py get_supported_kernel_block_sizes), which the compressed caches take."""
+DSV4_SWA_BLOCK_TOKENS = 64
+"""Tokens per block of DeepseekV4SWACache (vllm/v1/attention/backends/mla/sparse_swa.py: its default block_size)."""
+DSV4_TOKEN_BYTES = 584
+"""A latent row in the fp8_ds_mla layout: 448 FP8 NoPE bytes, 64 bf16 RoPE dims and 8 bytes of UE8M0 scales
+(DeepseekV4Attention.get_kv_cache_spec state_content_bytes)."""
+DSV4_PAGE_ALIGNMENT = 576
+"""The fp8_ds_mla layout pads every page of a DeepSeek V4 cache to a multiple of this (FlashMLA's packing stride,
+kv_cache_interface.py _apply_alignment_padding)."""
+
+
+def dsv4_layer(ratio: int, head_dim: int, index_head_dim: int, window: int) -> CompressedLayer:
+    """A DeepSeek V4 layer of compress ratio `ratio` (1: the sliding window alone) as vLLM 0.32.0 declares it on
+    NVIDIA GPUs (FlashMLA, so the fp8_ds_mla layout): each page padded to DSV4_PAGE_ALIGNMENT. The compressor keeps
+    kv and score states of coff x head_dim float32 per token over a window of coff x ratio tokens, coff 2 at ratio 4
+    (overlapping windows) and 1 at 128, in blocks of 4 or 8 (compressor.py CompressorStateCache). The indexer's keys
+    are FP8 with a float32 scale per 128 (its k_cache head_dim + head_dim // 128 x 4 bytes)."""
+
+    def page(tokens: int, row: int) -> int:
+        return cdiv(tokens * row, DSV4_PAGE_ALIGNMENT) * DSV4_PAGE_ALIGNMENT
+
+    caches = [PackedCache(page(DSV4_SWA_BLOCK_TOKENS, DSV4_TOKEN_BYTES), DSV4_SWA_BLOCK_TOKENS, window)]
+    if ratio > 1:
+        coff = 2 if ratio == 4 else 1
+        state_block = 4 if ratio == 4 else 8
+        caches += [PackedCache(page(DSV4_BLOCK_TOKENS // ratio, DSV4_TOKEN_BYTES)),
+                   PackedCache(page(state_block, 2 * coff * head_dim * 4), state_block, coff * ratio)]
+        if ratio == 4:
+            caches += [PackedCache(page(DSV4_BLOCK_TOKENS // ratio, indexer_key_bytes(index_head_dim))),
+                       PackedCache(page(state_block, 2 * coff * index_head_dim * 4), state_block, coff * ratio)]
+    return CompressedLayer(kind={1: "swa", 4: "csa", 128: "hca"}[ratio], caches=tuple(caches))
+
+
 MAMBA_DTYPES = ("auto", "float32", "float16", "bfloat16")
 """What --mamba-cache-dtype and --mamba-ssm-cache-dtype accept (vllm/config/cache.py MambaDType)."""
 
@@ -296,6 +371,8 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
             elif kind == "conv":
                 made[kind] = ShortConvState(attention.token_bytes,
                                             state_bytes=short_conv_state_bytes(arch, tp, states))
+            elif kind in DSV4_RATIOS:
+                made[kind] = dsv4_layer(DSV4_RATIOS[kind], arch.head_dim, arch.indexer[1], arch.window)
             elif kind == "none":
                 made[kind] = NoCache()
             else:
@@ -469,14 +546,21 @@ def pool_grouped(specs: tuple[LayerSpec, ...], pp: int, available: float, max_le
 def grouped_blocks(specs: tuple[LayerSpec, ...], pp: int, max_len: int, admission: Admission,
                    slots: int) -> tuple[float, int]:
     """pool_grouped's blocks: (the bytes of a block on the stage with the most, the blocks a request holds)."""
-    block = block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
     bounds = stage_bounds(len(specs), pp, slots)
+    if any(isinstance(spec, CompressedLayer) for spec in specs):
+        caches = [(layer, cache) for layer, spec in enumerate(specs) if isinstance(spec, CompressedLayer)
+                  for cache in spec.caches]
+        entries = [(layer, cache.bucket(DSV4_BLOCK_TOKENS), cache.page,
+                    cache.request_blocks(max_len, DSV4_BLOCK_TOKENS, admission), False) for layer, cache in caches]
+        widest, requests = packed_caches(entries, bounds)
+        return max(widest), requests
+    block = block_tokens(specs, MLA_HYBRID_BLOCK_TOKENS)
     if _full_only(specs):
         return (max(sum(spec.page_bytes(block) for spec in specs[start:stop]) for start, stop in bounds),
                 cdiv(max_len, block))
     page = page_bytes(specs, block)
     if any(isinstance(spec, IndexedMLA) and spec.tail_bytes for spec in specs):
-        widest, requests = packed_blocks(specs, pp, max_len, admission, slots, block, page)
+        widest, requests = packed_caches(pooled_indexer_entries(specs, max_len, admission, block, page), bounds)
         return max(widest), requests
     by_kind = _by_kind(specs)
     page, blocks_of = unified_pages(specs, by_kind, block, page)
@@ -499,37 +583,76 @@ def kind_groups(by_kind: dict[str, list[int]]) -> list[list[int]]:
     return groups
 
 
-def packed_blocks(specs: tuple[LayerSpec, ...], pp: int, max_len: int, admission: Admission, slots: int, block: int,
-                  state_page: float) -> tuple[list[float], int]:
-    """(the bytes of a block on each pipeline stage, the blocks a request holds) under vLLM 0.32.0's block-outermost
-    packing (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), the layout a pooled indexer's ring needs
-    (KpoolTailBackend takes BLHNC only): the layers fall into buckets of one spec type (the latent layers with their
-    indexer keys, each state kind, the rings), a bucket is dealt into groups of `repeats` layers (approximate_gcd of the
-    buckets' sizes, no fewer than the latent layers), the widest group of the mixed latent bucket sets the bytes of a
-    block, and a state or ring bucket takes as many groups as that block needs to hold its pages. Each block of the pool
-    is as wide as the widest group on the stage with the most; a request holds a block per group (the latent group's
-    max_model_len, two or one per state group under prefix caching, one ring)."""
-    buckets = []  # (layers, page, blocks a request holds, whether a state)
-    for layers in _by_kind(specs).values():
-        spec = specs[layers[0]]
-        state = isinstance(spec, LinearState)
-        buckets.append((layers, state_page if state else spec.page_bytes(block),
-                        spec.request_blocks(max_len, block, admission), state))
-    latent = next(layers for layers, *_ in buckets if isinstance(specs[layers[0]], IndexedMLA))
-    buckets.append((latent, specs[latent[0]].tail_bytes, 1, True))  # the rings, one block per request
-    repeats = approximate_gcd([len(layers) for layers, *_ in buckets], lower_bound=len(latent))
-    latent_page = specs[latent[0]].page_bytes(block)  # the latent page and the pooled keys'
-    anchor = max(cdiv(len(latent), cdiv(len(latent), repeats)) * latent_page,
-                 max(page for _, page, _, state in buckets if state))
+def pooled_indexer_entries(specs: tuple[LayerSpec, ...], max_len: int, admission: Admission, block: int,
+                           state_page: float) -> list[PackedEntry]:
+    """The caches of a model with a pooled indexer (GLM-5-Next) for packed_caches, the block-outermost layout its
+    ring needs (KpoolTailBackend takes BLHNC only): a latent layer's latent page and its pooled keys' page (one
+    bucket of full attention), the ring of the pool being filled (a circular buffer, one block per request), and each
+    state layer's state, padded to the latent page."""
+    entries: list[PackedEntry] = []
+    for layer, spec in enumerate(specs):
+        if isinstance(spec, IndexedMLA):
+            request = spec.request_blocks(max_len, block, admission)
+            latent = block * spec.attention_token_bytes
+            entries += [(layer, (0, block), latent, request, False),
+                        (layer, (0, block), spec.page_bytes(block) - latent, request, False),
+                        (layer, ("ring",), spec.tail_bytes, 1, True)]
+        elif isinstance(spec, LinearState):
+            entries.append((layer, ("state", spec.kind), state_page,
+                            spec.request_blocks(max_len, block, admission), True))
+    return entries
+
+
+PackedEntry = tuple[int, tuple, float, int, bool]
+"""One cache of one layer in a block-outermost pool: (the layer's index in the layer specs, its uniform-type bucket,
+its page in bytes, the blocks a request holds of it, whether vLLM splits its bucket as a state's: a Mamba state or a
+circular buffer)."""
+
+
+def packed_caches(entries: list[PackedEntry], bounds: list[tuple[int, int]]) -> tuple[list[float], int]:
+    """(the bytes of a block on each pipeline stage, the blocks a request holds) of caches vLLM 0.32.0 packs
+    block-outermost (vllm/v1/core/kv_cache_utils.py, _get_packed_kv_cache_groups), pages of several sizes in one block.
+    The caches fall into buckets of one uniform type, in the order they first appear. A bucket is balanced when each of
+    its page sizes has as many caches; the balanced buckets that mix page sizes must stay whole, so the largest of them
+    is the least number of repeats a group takes, and the repeats are the approximate_gcd of the balanced buckets'
+    largest counts. A balanced bucket is dealt into cdiv(count, repeats) groups of whole repeats (its page sizes side by
+    side), any other bucket is one group; a state's bucket (or, with no repeats, a sliding window's) takes as many
+    groups as the widest group's bytes (the anchor) leave room for. A block of the pool is as wide as the widest group
+    on the stage with the most; a request holds, in every group, the blocks its widest-held cache needs."""
+    buckets: dict[tuple, list[PackedEntry]] = {}
+    for entry in entries:
+        buckets.setdefault(entry[1], []).append(entry)
+    shaped = []  # (entries, {page: entries}, balanced, the most of one page size)
+    for members in buckets.values():
+        pages: dict[float, list[PackedEntry]] = {}
+        for entry in members:
+            pages.setdefault(entry[2], []).append(entry)
+        counts = [len(same) for same in pages.values()]
+        shaped.append((members, pages, len(set(counts)) == 1, max(counts)))
+    least = max((most for _, pages, balanced, most in shaped if balanced and len(pages) > 1), default=0)
+    repeats = approximate_gcd([most for *_, balanced, most in shaped if balanced], least) if least else 0
+
+    def split(balanced: bool, most: int) -> int:
+        return cdiv(most, repeats) if balanced and repeats else 1
+
+    def state(members: list[PackedEntry]) -> bool:
+        return members[0][4] or (not repeats and members[0][1][0] > 0)  # the bucket's key: (window, block)
+
+    anchor = max(sum(cdiv(len(same), len(members) if state(members) else split(balanced, most)) * page
+                     for page, same in pages.items()) for members, pages, balanced, most in shaped)
     groups = []
-    for layers, page, request, state in buckets:
-        n = cdiv(len(layers), repeats)
-        if state:
-            n = max(n, cdiv(len(layers), max(int(anchor // page), 1)))
-        groups.extend((layers[i::n], page, request) for i in range(n))
-    widest = [max(sum(1 for layer in members if start <= layer < stop) * page for members, page, _ in groups)
-              for start, stop in stage_bounds(len(specs), pp, slots)]
-    return widest, sum(request for *_, request in groups)
+    for members, pages, balanced, most in shaped:
+        n = split(balanced, most)
+        if state(members):
+            n = max(n, cdiv(len(members), max(int(anchor // members[0][2]), 1)))
+        if n == 1:
+            groups.append(members)
+            continue
+        repeated = list(zip(*pages.values(), strict=False))
+        groups.extend([entry for repeat in repeated[i::n] for entry in repeat] for i in range(n))
+    widest = [max(sum(page for layer, _, page, *_ in group if start <= layer < stop) for group in groups)
+              for start, stop in bounds]
+    return widest, sum(max(entry[3] for entry in group) for group in groups)
 
 
 def approximate_gcd(values: list[int], lower_bound: int = 1) -> int:

@@ -101,7 +101,7 @@ def test_latent_attention_ignores_a_head_dim_of_zero():
 
 
 def test_glm5_next_plans_on_its_node(tmp_path):
-    """Its KDA and sparse latent layers are sized (planner/kv_cache.py packed_blocks), so no unsized warning."""
+    """Its KDA and sparse latent layers are sized (planner/kv_cache.py packed_caches), so no unsized warning."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(default("glm5_next", "Glm5NextForConditionalGeneration")))
     s = sizing(model={"id": "zai-org/GLM-5.3-Flash", "configFile": str(path)},
