@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed", "swa", "csa", "hca")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
-key cache beside it, DeepSeek-V3.2 and GLM-5)."""
+key cache beside it, DeepSeek-V3.2 and GLM-5; "swa", "csa", "hca": DeepSeek V4's sliding-window layer and its
+compressed ones at ratio 4, with an indexer, and 128)."""
 STATE_KINDS = ("linear", "mamba", "mamba1", "kda", "conv", "lightning")
 """Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba"), Mamba-1 ("mamba1"), Kimi
 Delta Attention ("kda"), LFM2's short convolution ("conv") and Ling 2.5's linear attention ("lightning"). A layer of
@@ -194,6 +195,17 @@ class ModelArchitecture:
     indexer_pool: int = 1
     """Tokens one indexer key stands for (GLM-5-Next's index_kpool: keys pooled 16 to 1, their pooling weights in the
     layer; vllm/models/glm5next/common/attention.py Glm5NextIndexerCache tokens_per_state); 1 for DeepSeek-V3.2's."""
+    o_groups: int = 0
+    """DeepSeek V4's grouped output projection: o_groups groups of heads, each projected to o_lora_rank
+    (vllm/models/deepseek_v4/attention.py wo_a, wo_b); 0 for every other model."""
+    o_lora_rank: int = 0
+    hash_layers: int = 0
+    """DeepSeek V4's first num_hash_layers MoE layers route by a table of top-k experts per vocabulary token
+    (DeepseekV4MoE gate.tid2eid) in place of the router's score bias."""
+    expert_bytes_per_param: float = 0.0
+    """Bytes per parameter of the routed experts where they are quantized apart from the other linear layers
+    (DeepSeek V4's FP8 checkpoints: MXFP4 experts under expert_dtype fp4, vllm/models/deepseek_v4/quant_config.py);
+    0: weight_bytes_per_param."""
     hyper_connections: int = 0
     """Residual streams of manifold hyper-connections (hc_mult, GLM-5-Next): each layer mixes them before attention
     and before its MLP, (2 + n) x n weights per stream x hidden, float32 (vllm/models/glm5next/common/model.py
@@ -383,6 +395,8 @@ class ModelArchitecture:
             self.expert_matrices * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
             if self.shared_expert_intermediate_size else 0)
         attention *= attention_layers
+        if self.o_groups:  # DeepSeek V4: its attention, compressors and indexers layer by layer
+            attention = sum(self._dsv4_attention(kind) for kind in kinds)
         mlp_layers = dense_layers + self.num_layers * self.mlps_beside_experts
         mlp = mlp_layers * self.mlp_matrices * h * self.intermediate_size
         norms = (self.weight_layers or self.num_layers) * self.norms_per_layer * h + h  # + the final norm
@@ -420,12 +434,38 @@ class ModelArchitecture:
             "shared": moe_layers * shared,
             "router": moe_layers * (self.expert_routers * h * self.num_experts + self.num_experts * self.router_bias
                                     + (h + self.num_experts) * self.router_scales
-                                    + (h + 1) * self.zero_experts + self.num_experts * bool(self.zero_experts)),
+                                    + (h + 1) * self.zero_experts + self.num_experts * bool(self.zero_experts))
+            + self.hash_layers * (self.vocab_size * self.experts_per_token - self.num_experts * self.router_bias),
             "embeddings": self.vocab_size * h * (1 if self.tie_word_embeddings else 2),
             "vision": self.vision_parameters,
             "norms": norms,
-            "hyper_connections": self.num_layers * hyper,
+            "hyper_connections": self.num_layers * hyper + (streams * streams * h + streams + 1
+                                                            if streams and self.o_groups else 0),
         }
+
+    def _dsv4_attention(self, kind: str) -> int:
+        """A DeepSeek V4 layer's attention parameters (vllm/models/deepseek_v4/attention.py): the fused q_a and kv
+        projection, the q and kv norms, wq_b, the grouped output projection (wo_a: each of o_groups groups of heads to
+        o_lora_rank, wo_b back to the hidden size) and the attention sink; at ratio 4 or 128 the compressor
+        (compressor.py DeepseekCompressor: kv and gate projections of coff x head_dim, coff 2 at ratio 4, their
+        position bias of ratio x that, a norm); at 4 the lightning indexer (DeepseekV4Indexer: wq_b, weights_proj and a
+        compressor of its own head dim)."""
+        h, heads, dim, q = self.hidden_size, self.num_attention_heads, self.head_dim, self.q_lora_rank
+        attention = (h * (q + dim) + q + dim + q * heads * dim + heads * dim * self.o_lora_rank
+                     + self.o_groups * self.o_lora_rank * h + heads)
+        ratio = {"csa": 4, "hca": 128}.get(kind, 1)
+        if ratio == 1:
+            return attention
+        coff = 2 if ratio == 4 else 1
+
+        def compressor(width: int) -> int:
+            return 2 * h * coff * width + ratio * coff * width + width
+
+        attention += compressor(dim)
+        if ratio == 4:
+            i_heads, i_dim = self.indexer
+            attention += q * i_heads * i_dim + h * i_heads + compressor(i_dim)
+        return attention
 
     def _gemma4_attention_and_mlp(self) -> tuple[int, int]:
         """Gemma 4's attention and MLP weights over all layers, as vLLM allocates them: the full-attention layers'
@@ -485,7 +525,8 @@ class ModelArchitecture:
         """Bytes of each part (parameter_parts): its quantized share at the checkpoint's rate, the rest at
         `unquantized_bytes`."""
         share = dict(self.quantized_share)
-        return {part: count * (share.get(part, 0.0) * self.weight_bytes_per_param
+        rates = {"experts": self.expert_bytes_per_param} if self.expert_bytes_per_param else {}
+        return {part: count * (share.get(part, 0.0) * rates.get(part, self.weight_bytes_per_param)
                                + (1 - share.get(part, 0.0)) * unquantized_bytes)
                 for part, count in self.parameter_parts().items()}
 

@@ -81,6 +81,12 @@ NAS_TYPES = frozenset({"nemotron-nas"})
 (a no-op, or num_attention_heads // n_heads_in_group KV heads) and its MLP (a no-op, or ffn_mult), as vLLM's
 vllm/model_executor/models/nemotron_nas.py DeciLMDecoderLayer builds them (nas_blocks)."""
 GLM5_NEXT_TYPES = frozenset({"glm5_next_text"})
+DSV4_TYPES = frozenset({"deepseek_v4"})
+"""DeepSeek V4 (vllm/models/deepseek_v4): in every layer a sliding-window latent cache, and where compress_ratios gives
+the layer 4 or 128, a compressed latent cache, its compressor's state and at 4 a lightning indexer
+(planner/kv_cache.py dsv4_layer); hyper-connections around attention and experts, a grouped low-rank output
+projection. vLLM reads config.json through its own DeepseekV4Config, which keeps the file's keys as written (no
+defaults but the context and the rotary base), so compress_ratios is read, not transformers' layer_types."""
 """GLM-5-Next (GLM-5.3): Kimi Delta Attention layers and sparse latent-attention layers (layer_types linear_attention
 / indexed_attention, transformers' Glm5NextTextConfig turning the checkpoint's full_attention into the latter), the
 indexer's keys pooled index_kpool to one, hyper-connections of hc_mult streams (vllm/models/glm5next/common)."""
@@ -186,7 +192,8 @@ SIZED_MAMBA_TYPES = MAMBA2_TYPES | MAMBA1_TYPES | FALCON_H1_TYPES | ZAMBA2_TYPES
 SIZED_KEYS = {**dict.fromkeys(SIZED_MAMBA_TYPES, MAMBA2_KEYS),
               **dict.fromkeys(SHARED_KV_TYPES, frozenset({"num_kv_shared_layers"})),
               **dict.fromkeys(LONGCAT_TYPES, frozenset({"zero_expert_num"})),
-              **dict.fromkeys(HRM_TYPES, frozenset({"H_cycles"}))}
+              **dict.fromkeys(HRM_TYPES, frozenset({"H_cycles"})),
+              **dict.fromkeys(DSV4_TYPES, frozenset({"compress_ratios"}))}
 """model_type -> the UNSIZED_KEYS its config has that the planner sizes for that family (MAMBA2_KEYS for the Mamba
 hybrids, num_kv_shared_layers for SHARED_KV_TYPES, zero_expert_num for LongCat-Flash, H_cycles for HRM-Text)."""
 
@@ -366,6 +373,12 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # layer_types; vLLM's KimiLinearConfig.is_kda_layer reads the same lists.
         return named_kinds(cfg["layer_types"], {"linear_attention": "kda", "full_attention": "full"}, layers,
                            "layer_types", source), 0
+    if str(cfg.get("model_type")) in DSV4_TYPES:
+        if not window:
+            raise ConfigError(source, cfg.get("sliding_window"), "sliding_window must be a positive integer: every "
+                                                                 "DeepSeek V4 layer keeps a sliding-window cache of it "
+                                                                 "(DeepseekV4SWACache)")
+        return dsv4_kinds(cfg, layers, source), window
     types = cfg.get("layer_types")
     if isinstance(types, list):
         # vllm/model_executor/models/{llama,gpt_oss,gemma3,qwen3_next}.py: layer i is sliding when
@@ -405,6 +418,26 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         # one (vllm/model_executor/layers/attention/attention.py), so every layer slides.
         return ("sliding",) * layers, window
     return ("full",) * layers, 0
+
+
+def dsv4_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str, ...]:
+    """DeepSeek V4's layer kinds from compress_ratios as vLLM reads it (vllm/models/deepseek_v4/attention.py
+    DeepseekV4Attention: max(1, compress_ratios[i]) for each decoder layer; the entries past num_hidden_layers are the
+    MTP layers'): 1 the sliding window alone ("swa"), 4 with the indexer ("csa"), 128 ("hca"). Any other ratio is
+    refused, as vLLM's CompressorStateCache asserts 4 or 128."""
+    ratios = cfg.get("compress_ratios")
+    if not isinstance(ratios, list) or len(ratios) < layers:
+        raise ConfigError(source, ratios if ratios is None or not isinstance(ratios, list) else len(ratios),
+                          f"compress_ratios must list one compress ratio for each of the {layers} layers: vLLM's "
+                          "DeepseekV4Attention reads compress_ratios[i] (transformers' DeepseekV4Config writes "
+                          "layer_types instead, which vLLM 0.32.0 does not read)")
+    kinds = []
+    for i, ratio in enumerate(ratios[:layers]):
+        if not plain_int(ratio) or max(1, ratio) not in (1, 4, 128):
+            raise ConfigError(source, ratio, f"compress_ratios[{i}] must be 0 or 1 (the sliding window alone), 4 or "
+                                             "128: vLLM's DeepSeek V4 compressor takes those two ratios")
+        kinds.append({1: "swa", 4: "csa", 128: "hca"}[max(1, ratio)])
+    return tuple(kinds)
 
 
 def indexed_layers(cfg: Mapping[str, Any], layers: int) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from planner.architecture import DTYPE_BYTES, ModelArchitecture
 from planner.checkpoint import hub_offline
 from planner.errors import ConfigError
 from planner.layers import (
+    DSV4_TYPES,
     FALCON_H1_TYPES,
     GEMMA3N_TYPES,
     GEMMA4_TYPES,
@@ -23,6 +24,7 @@ from planner.layers import (
     HRM_TYPES,
     LFM2_TYPES,
     LONGCAT_TYPES,
+    MXFP4_BYTES_PER_PARAM,
     NAS_TYPES,
     PURE_MAMBA_TYPES,
     READ_AS_WRITTEN,
@@ -327,6 +329,12 @@ VLLM_CONFIG_TYPES = frozenset({
 _CONFIG_REGISTRY; tests/engine/test_vllm_reads_configs.py holds the set equal to the installed vLLM's): a config of
 such a type starts without --trust-remote-code even where it names remote code (Kimi-K2's auto_map)."""
 
+AS_WRITTEN = {"deepseek_v4": {"max_position_embeddings": 1048576, "rope_theta": 10000.0}}
+"""Model types vLLM 0.32.0 reads through a config class of its own that keeps config.json's keys as written, with the
+defaults it sets (vllm/transformers_utils/configs/deepseek_v4.py DeepseekV4Config: the context and the rotary base):
+transformers' class for the same type rewrites the file (DeepseekV4Config folds compress_ratios into layer_types),
+which vLLM's model does not read."""
+
 REMOTE_CONFIG_BASES = {"nemotron-nas": "llama"}
 """Remote-code config classes the planner reads without running them: the transformers class each one extends, whose
 defaults fill what config.json leaves out (Llama-Nemotron's configuration_decilm.py: DeciLMConfig(LlamaConfig),
@@ -368,6 +376,8 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM) or the class REMOTE_CONFIG_BASES names,
     and as config.json writes it otherwise (no defaults filled: the model plans unsized, remote_code_reason)."""
     model_type = cfg.get("model_type")
+    if model_type in AS_WRITTEN:  # vLLM's own class keeps config.json's keys (transformers' would rewrite them)
+        return {**AS_WRITTEN[model_type], **cfg}
     classes = _config_classes()
     if isinstance(model_type, str) and model_type in classes:
         return _aliased(classes[model_type], _filled(classes[model_type], cfg, source) or dict(cfg))
@@ -383,6 +393,28 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
         return _filled(classes[known], {**cfg, "model_type": known}, source) or dict(cfg)
     return dict(cfg)  # a remote-code class the planner does not run: config.json's own fields (parse_hf_config
     # marks the model unsized, remote_code_reason)
+
+
+def _dsv4_fields(cfg: Mapping[str, Any], experts: int, method: str, source: str) -> dict[str, Any]:
+    """DeepSeek V4's fields as its vLLM model reads them from config.json (vllm/models/deepseek_v4: attention.py,
+    nvidia/model.py DeepseekV4MoE and DeepseekV4DecoderLayer), each key required as vLLM's class has no default for it:
+    the lightning indexer's heads and head dim, the hyper-connections' streams, the grouped output projection, the
+    hash-routed MoE layers (a router score bias in the others, none in the shared expert). An FP8 checkpoint's routed
+    experts are MXFP4 unless expert_dtype is "fp8" (quant_config.py DeepseekV4FP8Config, which refuses any other)."""
+    fields: dict[str, Any] = {
+        "indexer": (_count(cfg, source, ("index_n_heads",)), _count(cfg, source, ("index_head_dim",))),
+        "hyper_connections": _count(cfg, source, ("hc_mult",)), "o_groups": _count(cfg, source, ("o_groups",)),
+        "o_lora_rank": _count(cfg, source, ("o_lora_rank",)),
+        "hash_layers": _count(cfg, source, ("num_hash_layers",), minimum=0),
+        "router_bias": bool(experts), "shared_expert_gate": False}
+    if method == "fp8":
+        expert_dtype = cfg.get("expert_dtype", "fp4")
+        if expert_dtype not in ("fp4", "fp8"):
+            raise ConfigError(source, expert_dtype, "expert_dtype must be fp4 or fp8: vLLM's DeepseekV4FP8Config "
+                                                    "refuses any other (\"Unsupported DeepSeek V4 expert_dtype\")")
+        if expert_dtype == "fp4":
+            fields["expert_bytes_per_param"] = MXFP4_BYTES_PER_PARAM
+    return fields
 
 
 def _per_modality_experts(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -595,6 +627,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         hybrid["indexer_pool"] = _count(cfg, source, ("index_kpool",), default=1)
         if cfg.get("mhc", True) is not False:
             hybrid["hyper_connections"] = _count(cfg, source, ("hc_mult",), minimum=0, default=0)
+    if str(cfg.get("model_type")) in DSV4_TYPES and not unsized:
+        hybrid.update(_dsv4_fields(cfg, experts, method, source))
     if nemotron_h:
         experts, top_k = (experts, top_k) if moe else (0, 0)  # its class defaults to 8 experts that no "E" block uses
         hybrid.update(ffn_free_layers=len(ffn_free), norms_per_layer=1, expert_matrices=2,

@@ -36,6 +36,7 @@ from planner.engine import (
     engine_settings,
 )
 from planner.errors import ConfigError
+from planner.kv_cache import DSV4_RATIOS
 from planner.layers import GEMMA4_SOFT_TOKENS
 from planner.layout import (
     MEASURED_CROSS_NODE_TCP,
@@ -293,6 +294,15 @@ CHECKPOINT_COUNT_TOLERANCE = 0.03
 checkpoint's tensors is reported, since one of the two is not what vLLM loads."""
 
 
+def unsized_under(settings: Settings, what: str) -> Settings:
+    """The settings with the model planned as unsized (every layer's KV cache counted as full attention, the plan
+    warning that it is not verified) where the engine release's rules for its caches are not the planner's: `what`
+    names them. The weights stay as counted from the model's own layers."""
+    arch = settings.model.architecture
+    full = replace(arch, unsized=what, layer_kinds=("full",) * arch.num_layers, cache_slots=1)
+    return replace(settings, model=replace(settings.model, architecture=full))
+
+
 def plan(settings: Settings) -> Sizing:
     """The serving layout and its derived numbers for validated settings (raises ConfigError)."""
     arch, accs, par = settings.model.architecture, settings.accelerator, settings.parallelism
@@ -316,6 +326,10 @@ def plan(settings: Settings) -> Sizing:
                if settings.model.checkpoint_bytes is not None
                else "weights counted from config.json as a plain decoder")
     choice = engine_choice(settings)
+    if choice.profile.kv_pool != "grouped" and any(kind in DSV4_RATIOS for kind in arch.kinds):
+        settings = unsized_under(settings, "DeepSeek V4's compressed caches as vLLM 0.25.1 groups them by rules of its "
+                                           "own (group_and_unify_kv_cache_specs)")
+        arch = settings.model.architecture
     engine = stack_engine(settings, choice)
     kv_bytes = kv_dtype_bytes(settings.vllm.kv_cache_dtype, settings.vllm.dtype, arch, engine)
     refuse_unsupported_soft_tokens(arch, engine)
@@ -482,7 +496,8 @@ def layout_options(compared: list[Compared], chosen: Layout, node_usd_hour: floa
     return options
 
 
-FAMILIES = (("mla", "MLA"), ("indexed", "sparse indexer"), ("linear", "hybrid linear attention"),
+FAMILIES = (("mla", "MLA"), ("indexed", "sparse indexer"),
+            ("csa", "compressed sparse attention"), ("linear", "hybrid linear attention"),
             ("mamba", "hybrid Mamba-2"), ("mamba1", "hybrid Mamba-1"), ("kda", "hybrid Kimi Delta Attention"),
             ("lightning", "hybrid lightning attention"), ("sliding", "sliding window"),
             ("chunked", "chunked local attention"), ("vision", "multimodal"), ("experts", "MoE"))

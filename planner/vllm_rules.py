@@ -66,6 +66,29 @@ def vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
     return warnings
 
 
+DSV4_GPUS = frozenset({"nvidia-h100-80gb", "nvidia-h100-mega-80gb", "nvidia-h200-141gb", "nvidia-b200"})
+"""The catalog's GPUs of compute capability 9.x and 10.x, the only ones DeepSeek V4's FlashMLA sparse backend serves
+(vllm/models/deepseek_v4/sparse_mla.py supports_compute_capability: major 9 or 10; H100 and H200 9.0, B200 10.0)."""
+
+
+def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture) -> None:
+    """What vLLM 0.32.0 refuses of a DeepSeek V4 model (any "csa", "hca" or "swa" layer): a KV-cache dtype other than
+    auto or FP8, since FlashMLA keeps the cache in its fp8_ds_mla layout (vllm/models/deepseek_v4/attention.py
+    _resolve_dsv4_kv_cache_dtype: "fp8_ds_mla layout only supports fp8 kv-cache"), and a GPU outside DSV4_GPUS on
+    any rung (a fallback runs the same pod)."""
+    if not any(kind in ("swa", "csa", "hca") for kind in arch.kinds):
+        return
+    if v.kv_cache_dtype != "auto" and not v.kv_cache_dtype.startswith("fp8"):
+        raise ConfigError("vllm.kvCacheDtype", v.kv_cache_dtype,
+                          f"{arch.name} (DeepSeek V4) keeps its KV cache in FlashMLA's fp8_ds_mla layout, and vLLM "
+                          "refuses any other dtype with it; use auto or fp8")
+    for key, gpu in [(r.key, r.type) for r in accelerator.rungs] or [("accelerator", accelerator.type)]:
+        if gpu not in DSV4_GPUS:
+            raise ConfigError(f"{key}.type", gpu, f"{arch.name} (DeepSeek V4) runs on vLLM's FlashMLA sparse "
+                                                  "attention, which serves compute capability 9.x and 10.x only; "
+                                                  f"use one of {', '.join(sorted(DSV4_GPUS))}")
+
+
 def gpu_rules(accelerator: AcceleratorSettings, v: Any) -> None:
     """What vLLM refuses on a GPU generation, checked on every rung's GPU with the same code: a fallback runs the
     same pod, so a dtype its GPU lacks fails there as it would on the primary."""

@@ -1013,6 +1013,122 @@ def test_a_mutated_glm5_next_rule_disagrees_with_vllm(mutation, monkeypatch):
     assert differing, f"the mutation '{mutation}' went unnoticed"
 
 
+# ------------------------------------------------------------------------------------------ DeepSeek V4
+
+DSV4 = json.loads((ROOT / "bench" / "configs" / "deepseek-v4-flash-shaped.json").read_text())
+
+
+def dsv4_specs(raw: dict, layers: int) -> dict[int, tuple]:
+    """DeepSeek V4's caches as vLLM 0.32.0's modules declare them on NVIDIA GPUs (FlashMLA, so the fp8_ds_mla layout,
+    _resolve_dsv4_kv_cache_dtype under --kv-cache-dtype auto), each built by its own __init__ and get_kv_cache_spec:
+    every layer's DeepseekV4SWACache; at compress ratio 4 or 128 DeepseekV4Attention's compressed cache and its
+    compressor's CompressorStateCache (coff x head_dim states, 2 x at ratio 4); at 4 the indexer's
+    DeepseekV4IndexerCache (index_head_dim FP8 keys and their scales) and its compressor's state.
+    cache_config.block_size is the one kernel block DeepseekV4FlashMLABackend supports; the attention class is the one
+    vLLM picks on Hopper and Blackwell (nvidia/model.py _select_dsv4_attn_cls)."""
+    from vllm.models.deepseek_v4 import attention, compressor, sparse_mla
+    from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
+    from vllm.v1.attention.backends.mla import sparse_swa
+
+    ns = types.SimpleNamespace
+    (block,) = sparse_mla.DeepseekV4FlashMLABackend.get_supported_kernel_block_sizes()
+    cache = ns(block_size=block, cache_dtype="auto")
+    dtype_str, dtype = attention._resolve_dsv4_kv_cache_dtype(DeepseekV4FlashMLAAttention.use_fp8_ds_mla_layout,
+                                                              cache.cache_dtype, cache)
+    current = ns(compilation_config=ns(static_forward_context={}))
+    vllm_config = ns(cache_config=cache)
+    head, index = raw["head_dim"], raw["index_head_dim"]
+    mp = pytest.MonkeyPatch()
+    for module in (attention, compressor, sparse_swa):
+        mp.setattr(module, "get_current_vllm_config", lambda: current)
+    try:
+        out = {}
+        for i, ratio in enumerate(raw["compress_ratios"][:layers]):
+            ratio = max(1, ratio)
+            caches = [sparse_swa.DeepseekV4SWACache(head_dim=head, window_size=raw["sliding_window"], dtype=dtype,
+                                                    prefix=f"l{i}.swa", cache_config=cache)]
+            if ratio > 1:
+                layer = object.__new__(DeepseekV4FlashMLAAttention)
+                layer.__dict__.update(compress_ratio=ratio, kv_cache_dtype=dtype_str, kv_cache_torch_dtype=dtype,
+                                      head_dim=head)
+                coff = 1 + (ratio == 4)
+                caches += [layer, compressor.CompressorStateCache(2 * coff * head, torch.float32, ratio, f"l{i}.c")]
+                if ratio == 4:
+                    caches += [attention.DeepseekV4IndexerCache(index + index // 128 * 4, torch.uint8, f"l{i}.k",
+                                                                cache, ratio),
+                               compressor.CompressorStateCache(2 * coff * index, torch.float32, ratio, f"l{i}.ic")]
+            out[i] = tuple(type(c).get_kv_cache_spec(c, vllm_config) for c in caches)
+    finally:
+        mp.undo()
+    return out
+
+
+def dsv4_vllm_tokens(raw: dict, layers: int, tp: int, pp: int, available: int, max_len: int) -> int:
+    """vLLM 0.32.0's count in the layout DeepSeek V4's indexer backend takes (block-outermost: DeepseekV4IndexerBackend
+    supports BLHNC and BLNHC only, and resolve_kv_cache_layout keeps what every backend supports)."""
+    from vllm.v1.attention.backends.mla.indexer import DeepseekV4IndexerBackend
+
+    cfg = EngineConfig(max_len, tp, pp, 8192)
+    layout = DeepseekV4IndexerBackend.supported_kv_cache_layouts()[0]
+    cfg.cache_config.get_resolved_kv_cache_layout = lambda: layout
+    return vllm_count(cfg, dsv4_specs(raw, layers), layers, pp, available)
+
+
+def dsv4(layers: int) -> ModelArchitecture:
+    from planner.layers import cut_layers
+
+    return parse_hf_config(cut_layers(DSV4, layers), "deepseek-v4-flash-shaped", "model.configFile")
+
+
+DSV4_CASES = [(layers, tp, pp) for layers in (43, 12, 3) for tp in (1, 8) for pp in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(("layers", "tp", "pp"), DSV4_CASES)
+def test_deepseek_v4_counts_the_kv_tokens_vllm_0_32_counts(layers, tp, pp):
+    arch = dsv4(layers)
+    assert {"swa", "csa", "hca"} >= set(arch.kinds) and not arch.unsized
+    for max_len in (8192, 131072, 1048576):
+        ours = planner_tokens(arch, tp, pp, 37 * GIB, max_len, 8192)
+        theirs = dsv4_vllm_tokens(DSV4, layers, tp, pp, 37 * GIB, max_len)
+        assert ours == theirs, f"{layers} layers tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+def _dsv4_caches_without(index: int):
+    """layer_specs with each compressed layer's cache at `index` (1: the compressed latent cache, 2: the compressor's
+    state, 3: the indexer's keys) left out."""
+    def specs(arch, *rest):
+        return tuple(replace(spec, caches=spec.caches[:index] + spec.caches[index + 1:])
+                     if isinstance(spec, kv_cache.CompressedLayer) and len(spec.caches) > index else spec
+                     for spec in _layer_specs(arch, *rest))
+    return specs
+
+
+DSV4_MUTATIONS = {
+    "no indexer key cache": lambda mp: mp.setattr(kv_cache, "layer_specs", _dsv4_caches_without(3)),
+    "no compressor state": lambda mp: mp.setattr(kv_cache, "layer_specs", _dsv4_caches_without(2)),
+    "pages not padded to FlashMLA's 576-byte stride": lambda mp: mp.setattr(kv_cache, "DSV4_PAGE_ALIGNMENT", 1),
+    "the sliding-window cache in the pool's 256-token blocks": lambda mp: mp.setattr(
+        kv_cache, "DSV4_SWA_BLOCK_TOKENS", 256),
+    "one latent state per token, not one per compress_ratio tokens": lambda mp: mp.setattr(
+        kv_cache, "DSV4_BLOCK_TOKENS", 64),
+    "every group one bucket (no repeats)": lambda mp: mp.setattr(
+        kv_cache, "approximate_gcd", lambda values, lower_bound=1: max(values)),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(DSV4_MUTATIONS))
+def test_a_mutated_deepseek_v4_rule_disagrees_with_vllm(mutation, monkeypatch):
+    arch = dsv4(43)
+    differing = []
+    for tp, pp in ((1, 1), (8, 2), (1, 3)):
+        expected = dsv4_vllm_tokens(DSV4, 43, tp, pp, 37 * GIB, 32768)
+        with monkeypatch.context() as mp:
+            DSV4_MUTATIONS[mutation](mp)
+            if planner_tokens(arch, tp, pp, 37 * GIB, 32768, 8192) != expected:
+                differing.append((tp, pp))
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
 # ------------------------------------------------------------------------------------------ Gemma 4
 
 def gemma4_text_config(text: dict):

@@ -27,7 +27,6 @@ pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
 UNSIZED = {
-    "deepseek_v4": "DeepSeek V4's compressed sparse attention and hyper-connections",
     "inkling_mm_model": "Inkling's 'hybrid' layers",
     "inkling_text": "Inkling's 'hybrid' layers",
     "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
@@ -43,6 +42,8 @@ NOT_DEPLOYABLE = {
     "speculators": "a speculative-decoding draft (the speculators format)",
     "muse_glimmer_vision": "the vision tower's own config, not a model",
     "modernvbert": "an embedding model (ModernVBERT) whose default config sets sliding layers without a window",
+    "deepseek_v4": "transformers' default config writes layer_types, and vLLM's DeepseekV4Attention reads "
+                   "compress_ratios, which it leaves out",
     "deepseek_v41": "its default config has no decoder: checkpoints nest it in text_config",
     "ovis": "its default config has no decoder: checkpoints carry it in llm_config",
     "ultravox": "its default config names the decoder by text_model_id, a second checkpoint",
@@ -291,3 +292,77 @@ def test_a_ling3_wrapper_plans_its_decoder_and_tower_sized(tmp_path):
         parse_hf_config(config, "m", "model.configFile")
     assert "text_config.layer_group_size" in str(refused.value) and "\n" not in str(refused.value)
 
+
+
+DSV4 = json.loads((SHAPED / "deepseek-v4-flash-shaped.json").read_text())
+
+
+def test_deepseek_v4_plans_sized_and_counts_the_model_transformers_builds(tmp_path):
+    """DeepSeek V4 read as vLLM's own config class keeps config.json (compress_ratios per layer): 2 sliding-window
+    layers, 21 compressed at 4 with an indexer, 20 at 128, every one an MoE layer; its parameters within 0.01% of
+    transformers' build of the same config (which folds compress_ratios into layer_types), 284.3B as V4-Flash is
+    published. It plans on the 8 x H200 node without a warning that a layer is unsized, the weights counted with
+    FP8 linear layers and MXFP4 experts (expert_dtype fp4)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cls, _ = FAMILIES["deepseek_v4"]
+    arch = parse_hf_config(DSV4, "m", "model.configFile")
+    assert (arch.kinds.count("swa"), arch.kinds.count("csa"), arch.kinds.count("hca")) == (2, 21, 20)
+    assert not arch.unsized and arch.moe_layers == 43 and arch.expert_bytes_per_param < arch.weight_bytes_per_param
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cls(**{k: v for k, v in DSV4.items() if k != "model_type"}))
+    built = sum(p.numel() for p in model.parameters())
+    assert arch.parameter_count() == pytest.approx(built, rel=1e-4) and round(built / 1e9, 1) == 284.3
+    s = plan(DSV4, tmp_path)
+    assert s.kv_cache_tokens_per_replica >= s.max_model_len
+    assert not any("does not size yet" in w for w in s.warnings), s.warnings
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"compress_ratios": None}, "compress_ratios"),
+    ({"compress_ratios": [0, 0, 2] + [4] * 41}, "compress_ratios[2]"),
+    ({"sliding_window": None}, "sliding_window"),
+    ({"o_groups": None}, "o_groups"),
+    ({"expert_dtype": "int4"}, "expert_dtype"),
+])
+def test_a_deepseek_v4_config_vllm_refuses_is_refused_naming_the_key(change, key):
+    config = {k: v for k, v in {**DSV4, **change}.items() if v is not None}
+    with pytest.raises(ConfigError) as refused:
+        parse_hf_config(config, "m", "model.configFile")
+    assert key in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("section", "key"), [
+    ({"vllm": {"kvCacheDtype": "bfloat16"}}, "vllm.kvCacheDtype"),
+    ({"accelerator": accel("nvidia-a100-80gb", "a2-ultragpu-8g")}, "accelerator.type"),
+])
+def test_deepseek_v4_settings_vllm_refuses_are_refused_in_one_line(section, key, tmp_path):
+    """vLLM keeps V4's cache in FlashMLA's fp8_ds_mla layout, fp8 only (_resolve_dsv4_kv_cache_dtype), and FlashMLA's
+    sparse DSV4 backend serves compute capability 9 and 10 only."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DSV4))
+    model = {"id": "org/deepseek_v4", "configFile": str(path)}
+    settings = {"accelerator": accel("nvidia-h200-141gb", "a3-ultragpu-8g"), "vllm": {"maxModelLen": 8192}}
+    for name, value in section.items():
+        settings[name] = {**settings[name], **value} if name == "vllm" else value
+    with pytest.raises(ConfigError) as refused:
+        sizing(model=model, **settings)
+    assert str(refused.value).startswith(f"vllm-gke:{key} = "), str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_deepseek_v4_on_vllm_0_25_plans_with_what_it_cannot_verify(tmp_path):
+    """vLLM 0.25.1 groups V4's caches by rules of its own (group_and_unify_kv_cache_specs), which the planner does not
+    hold: on that image the plan takes the stated parallelism and warns in one line, the weights counted as on 0.32."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DSV4))
+    model = {"id": "org/deepseek_v4", "configFile": str(path)}
+    on_032 = sizing(model=model, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
+                    vllm={"maxModelLen": 8192}, parallelism={"tensor": 8})
+    image = "vllm/vllm-openai:v0.25.1"
+    on_025 = sizing(model=model, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
+                    vllm={"maxModelLen": 8192, "image": image}, parallelism={"tensor": 8})
+    [warning] = [w for w in on_025.warnings if "does not size yet" in w]
+    assert "0.25.1" in warning and "\n" not in warning
+    assert on_025.weights_gib == on_032.weights_gib and on_025.tensor_parallel_size == 8
