@@ -515,3 +515,38 @@ def test_gemma4_unified_counts_what_transformers_builds(audio):
     assert not arch.unsized and arch.vision_parameters == sum(p.numel() for p in names.values()) - decoder
     assert arch.parameter_count() - arch.vision_parameters == decoder
 
+
+
+DSV4_VARIANTS = [{}, {"num_hidden_layers": 5}, {"num_hidden_layers": 7, "num_hash_layers": 0, "o_groups": 4,
+                                                 "index_n_heads": 32, "n_shared_experts": 2}]
+"""bench/configs/deepseek-v4-flash-shaped.json (without its quantization, so each weight is one parameter) and two
+cuts: 5 layers (2 sliding-window, 2 at ratio 4, 1 at 128), and 7 with no hash-routed layer, 4 output groups, 32
+indexer heads and two shared experts."""
+
+
+def test_deepseek_v4_counts_what_vllm_builds(tmp_path):
+    """DeepSeek V4 as vLLM 0.32.0's own DeepseekV4ForCausalLM builds it on the meta device (the platform's module:
+    on this machine's CPU build vllm/models/deepseek_v4/cpu, whose weights are the GPU module's): the fused q_a / kv
+    projection, wq_b, the grouped output projection, the attention sink, compressors at ratio 4 and 128, the indexer
+    at 4, hyper-connections before attention and experts and at the head, the hash-routed layers' token table in the
+    router's place. CPU torch has no CUDA events, which DeepseekV4Attention makes at build: they are stubbed."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    base = {k: v for k, v in json.loads((root / "bench" / "configs" / "deepseek-v4-flash-shaped.json").read_text())
+            .items() if k not in ("quantization_config", "expert_dtype")}
+    paths = []
+    for n, fields in enumerate(DSV4_VARIANTS):
+        paths.append(tmp_path / f"v{n}.json")
+        paths[-1].write_text(json.dumps({**base, **fields}))
+    script = "import torch\ntorch.cuda.Event = lambda *args, **kwargs: None\n" + VLLM_BUILT
+    done = subprocess.run([sys.executable, "-c", script, "vllm.models.deepseek_v4:DeepseekV4ForCausalLM",
+                           *map(str, paths)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for fields, count in zip(DSV4_VARIANTS, json.loads(done.stdout.strip().splitlines()[-1]), strict=True):
+        arch = parse_hf_config({**base, **fields}, "deepseek-v4", "model.configFile")
+        assert not arch.unsized and arch.parameter_count() == count, \
+            f"{fields}: planner {arch.parameter_count()}, vLLM {count}"
+        assert replace(arch, hash_layers=0).parameter_count() != count or not arch.hash_layers
+        assert replace(arch, indexer=(0, 0)).parameter_count() != count
