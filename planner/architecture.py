@@ -443,6 +443,39 @@ class ModelArchitecture:
                                                             if streams and self.o_groups else 0),
         }
 
+    def dsv4_layer_bytes(self, kind: str, unquantized_bytes: float) -> tuple[float, float]:
+        """(bytes divided over tensor ranks, bytes every rank holds whole) of a DeepSeek V4 layer of `kind` beside its
+        routed experts, as vLLM 0.32.0 builds it (vllm/models/deepseek_v4): divided, wq_b, wo_a, wo_b (column- and
+        row-parallel), the attention sink (one float32 per head) and the shared experts; whole, the fused q_a / kv
+        projection and the compressors (disable_tp), the indexer (ReplicatedLinear), the q / kv norms, the router
+        (its float32 score bias, or a hash layer's int32 token table), the hyper-connections (float32) and the layer's
+        two norms. The linear layers vLLM quantizes at the checkpoint's rate (quantized_share), the compressors and the
+        indexer's weights_proj (quant_config None) and the norms at `unquantized_bytes`."""
+        share = dict(self.quantized_share)
+        rate = (share.get("attention", 0.0) * self.weight_bytes_per_param
+                + (1 - share.get("attention", 0.0)) * unquantized_bytes)
+        shared_rate = (share.get("shared", 0.0) * self.weight_bytes_per_param
+                       + (1 - share.get("shared", 0.0)) * unquantized_bytes)
+        h, heads, dim, q = self.hidden_size, self.num_attention_heads, self.head_dim, self.q_lora_rank
+        split = (rate * (q * heads * dim + heads * dim * self.o_lora_rank + self.o_groups * self.o_lora_rank * h)
+                 + 4.0 * heads + shared_rate * self.num_shared_experts * 3 * h * self.moe_intermediate_size)
+        whole = rate * h * (q + dim) + unquantized_bytes * (q + dim + 2 * h)
+        ratio = {"csa": 4, "hca": 128}.get(kind, 1)
+        if ratio > 1:
+            coff = 2 if ratio == 4 else 1
+
+            def compressor(width: int) -> float:
+                return unquantized_bytes * (2 * h * coff * width + width) + 4.0 * ratio * coff * width
+
+            whole += compressor(dim)
+            if ratio == 4:
+                i_heads, i_dim = self.indexer
+                whole += rate * q * i_heads * i_dim + unquantized_bytes * h * i_heads + compressor(i_dim)
+        streams = self.hyper_connections
+        mix = (2 + streams) * streams
+        whole += 4.0 * 2 * (mix * streams * h + mix + 3) if streams else 0.0
+        return split, whole
+
     def _dsv4_attention(self, kind: str) -> int:
         """A DeepSeek V4 layer's attention parameters (vllm/models/deepseek_v4/attention.py): the fused q_a and kv
         projection, the q and kv norms, wq_b, the grouped output projection (wo_a: each of o_groups groups of heads to

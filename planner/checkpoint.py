@@ -177,6 +177,17 @@ FUSED_QKV_MODULES = frozenset({"qkv_proj", "query_key_value", "c_attn", "Wqkv", 
 and each rank keeps a whole head where there are fewer (linear.py QKVParallelLinear: num_kv_head_replicas)."""
 
 
+REPLICATED_SUBMODULES = (".indexer.", ".compressor.")
+"""Submodules vLLM builds whole on every tensor rank: a lightning indexer (DeepSeek-V3.2's and V4's wq_b, wk,
+weights_proj: ReplicatedLinear, vllm/models/deepseek_v32/attention.py, deepseek_v4/attention.py) and DeepSeek V4's
+compressors (compressor.py fused_wkv_wgate with disable_tp, its position bias and norm)."""
+DSV4_REPLICATED = frozenset({"wq_a", "wkv"})
+"""DeepSeek V4's query down-projection and KV projection in its checkpoints' own names, which vLLM fuses into
+fused_wqa_wkv with disable_tp (vllm/models/deepseek_v4/attention.py)."""
+DSV4_TABLES = {"embed.weight": FIRST_STAGE, "head.weight": LAST_STAGE}
+"""DeepSeek V4's vocabulary tables in its checkpoints' own names (vLLM's hf_to_vllm_mapper: embed_tokens, lm_head)."""
+
+
 def encoder_tensor(name: str) -> bool:
     """Whether a checkpoint tensor belongs to a multimodal encoder or projector (a path segment in
     ENCODER_MODULES)."""
@@ -196,6 +207,10 @@ def tensor_placement(name: str, shape: list[int], heads: int, kv_heads: int) -> 
     module, attribute = _module(name)
     if encoder_tensor(name):
         return [(EVERY_STAGE, "split", 1.0, 0)]
+    if name in DSV4_TABLES and len(shape) == 2:
+        return [(DSV4_TABLES[name], "vocab", 1.0, shape[0])]
+    if name.startswith("hc_head"):  # DeepSeek V4's head mixer: float32, built on every stage (DeepseekV4Model)
+        return [(EVERY_STAGE, "replicated", 1.0, 0)]
     if routed_expert(name):
         rule = "routed"
     elif module in VOCAB_MODULES and len(shape) == 2:
@@ -204,7 +219,8 @@ def tensor_placement(name: str, shape: list[int], heads: int, kv_heads: int) -> 
     elif module in POSITION_MODULES:
         return [(FIRST_STAGE, "replicated", 1.0, 0)]
     elif module in REPLICATED_MODULES or (len(shape) <= 1 and ("norm" in module or module.startswith("ln"))) \
-            or (attribute == "bias" and module in ROW_MODULES):
+            or (attribute == "bias" and module in ROW_MODULES) or any(m in name for m in REPLICATED_SUBMODULES) \
+            or (module in DSV4_REPLICATED and ".attn." in name) or attribute.startswith("hc_"):
         rule = "replicated"
     elif module in KV_MODULES:
         rule = "kv"

@@ -460,6 +460,8 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     layer = (sum(parts.values()) - routed - vision - parts["embeddings"]) / arch.num_layers
     first_moe = arch.num_layers - arch.moe_layers
     groups = [TensorGroup(i, "split", layer) for i in range(arch.num_layers)]
+    if arch.o_groups:  # DeepSeek V4: what each layer keeps whole beside what it divides (dsv4_layer_bytes)
+        groups = dsv4_groups(arch, unquantized_bytes)
     groups += [TensorGroup(i, "routed", routed / arch.moe_layers) for i in range(first_moe, arch.num_layers)
                if routed]
     groups.append(TensorGroup(EVERY_STAGE if arch.architecture in INPUT_ON_EVERY_STAGE else FIRST_STAGE, "split",
@@ -473,6 +475,24 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     if vision:
         groups.append(TensorGroup(EVERY_STAGE, "split", vision))
     return tuple(g for g in groups if g.bytes)
+
+
+def dsv4_groups(arch: ModelArchitecture, unquantized_bytes: float) -> list[TensorGroup]:
+    """A DeepSeek V4 model's counted layers beside its routed experts (ModelArchitecture.dsv4_layer_bytes), each layer
+    in two groups, divided over tensor ranks and whole on every rank; the hash layers' token tables (int32, whole) and
+    the routers' float32 score biases; the final norm on the last stage and the head's hyper-connection mixer
+    (float32), which DeepseekV4Model builds on every stage."""
+    groups = []
+    for i, kind in enumerate(arch.kinds):
+        split, whole = arch.dsv4_layer_bytes(kind, unquantized_bytes)
+        router = (4.0 * arch.vocab_size * arch.experts_per_token if i < arch.hash_layers else 4.0 * arch.num_experts)
+        groups += [TensorGroup(i, "split", split),
+                   TensorGroup(i, "replicated", whole + unquantized_bytes * arch.hidden_size * arch.num_experts
+                               + router)]
+    streams, h = arch.hyper_connections, arch.hidden_size
+    groups += [TensorGroup(LAST_STAGE, "replicated", unquantized_bytes * h),
+               TensorGroup(EVERY_STAGE, "replicated", 4.0 * (streams * streams * h + streams + 1))]
+    return groups
 
 
 def routed_fraction(arch: ModelArchitecture, layout: Layout) -> float:

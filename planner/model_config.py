@@ -101,6 +101,28 @@ def context_length(cfg: Mapping[str, Any], source: str) -> int:
     return int(length)
 
 
+def _dsv4_rotary_elements(cfg: Mapping[str, Any], positions: int) -> int:
+    """DeepSeek V4's cos/sin caches in 16-bit units (each is float32, two units an element): vLLM 0.32.0 builds one
+    for the sliding-window layers (rope_theta, no scaling: max_position_embeddings positions) and one for the
+    compressed layers (compress_rope_theta, their scaling: original_max_position_embeddings x factor positions, or
+    max_position_embeddings where the type is default), qk_rope_head_dim wide (vllm/models/deepseek_v4/common/rope.py
+    build_deepseek_v4_rope; rotary_embedding/deepseek_scaling_rope.py DeepseekV4ScalingRotaryEmbedding keeps them in
+    float32). A config's rope parameters may be nested per layer type ("main", "compress")."""
+    width = int(cfg.get("qk_rope_head_dim") or 0)
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    params = params if isinstance(params, Mapping) else {}
+    compress = params.get("compress") if isinstance(params.get("compress"), Mapping) else params
+    ratios = [r for r in (cfg.get("compress_ratios") or [])[:int(cfg.get("num_hidden_layers") or 0)] if plain_int(r)]
+    lengths = []
+    if any(r <= 1 for r in ratios):
+        lengths.append(positions)
+    if any(r > 1 for r in ratios):
+        kind = compress.get("rope_type") or compress.get("type") or "default"
+        original = compress.get("original_max_position_embeddings") or positions
+        lengths.append(int(original * (compress.get("factor") or 1)) if kind != "default" else positions)
+    return sum(lengths) * width * 2
+
+
 def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int, full_head_dim: int = 0) -> int:
     """Elements of the cos/sin caches vLLM 0.32.0 keeps on each GPU from the load on
     (vllm/model_executor/layers/rotary_embedding/__init__.py get_rope: one cache per distinct set of parameters,
@@ -116,6 +138,8 @@ def rotary_cache_elements(cfg: Mapping[str, Any], head_dim: int, full_head_dim: 
     positions = cfg.get("max_position_embeddings")
     if not positive_int(positions) or cfg.get("model_type") == "kimi_linear":
         return 0
+    if cfg.get("model_type") in DSV4_TYPES:
+        return _dsv4_rotary_elements(cfg, positions)
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, Mapping):
         return 0

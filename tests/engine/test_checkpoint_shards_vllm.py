@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -252,3 +253,138 @@ def test_the_tables_of_classes_with_vocabulary_on_every_stage_are_vllms():
     inputs, heads = vocabulary_on_every_stage()
     assert set(INPUT_ON_EVERY_STAGE) == inputs
     assert set(HEAD_ON_EVERY_STAGE) == heads
+
+
+DSV4_SMALL = {"num_hidden_layers": 5, "hidden_size": 512, "moe_intermediate_size": 128, "n_routed_experts": 8,
+              "vocab_size": 1000, "q_lora_rank": 128, "o_lora_rank": 128, "index_n_heads": 8,
+              "num_attention_heads": 16, "max_position_embeddings": 4096}
+"""bench/configs/deepseek-v4-flash-shaped.json narrowed (its layer pattern, hyper-connections and hash layers kept),
+unquantized: 2 sliding-window layers, 2 at ratio 4, 1 at 128."""
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 3)])
+def test_deepseek_v4_counted_weights_are_what_vllm_builds_on_each_rank(tmp_path, monkeypatch, tp, pp):
+    """DeepSeek V4 planned from config.json (no checkpoint: planner/memory.py counted_groups, dsv4_groups) against
+    vLLM 0.32.0's own DeepseekV4ForCausalLM built on tensor rank 0 of each stage: the fused q_a / kv projection,
+    compressors, indexer, norms, router and float32 hyper-connections whole on every rank, wq_b, wo_a, wo_b, the
+    attention sink and the shared experts divided. Equal but for the vocabulary's padding to 64 rows, which a count
+    from config.json does not apply (two tables of 24 rows here). Read as a plain decoder (every layer divided) the
+    plan misses what each rank keeps whole. CPU torch has no CUDA events, which DeepseekV4Attention makes at build:
+    they are stubbed."""
+    from planner.memory import counted_groups
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" /
+                       "deepseek-v4-flash-shaped.json").read_text())
+    config = {k: v for k, v in {**base, **DSV4_SMALL}.items() if k not in ("quantization_config", "expert_dtype")}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    built = vllm_stage_bytes(tmp_path, tp, pp, monkeypatch)
+    arch = parse_hf_config(config, "deepseek-v4", "model.configFile")
+    planned = [sum(s) for s in checkpoint_stages(replace(arch, checkpoint_groups=counted_groups(arch)),
+                                                 Layout(tp, pp, 1))]
+    padding = 2 * 24 * DSV4_SMALL["hidden_size"] * 2
+    for stage, (mine, theirs) in enumerate(zip(planned, built, strict=True)):
+        assert mine == pytest.approx(theirs, abs=padding), f"stage {stage}: planned {mine:,.0f}, vLLM {theirs:,.0f}"
+    if tp > 1:
+        plain = [sum(s) for s in checkpoint_stages(replace(arch, o_groups=0, checkpoint_groups=counted_groups(
+            replace(arch, o_groups=0))), Layout(tp, pp, 1))]
+        assert max(abs(a - b) for a, b in zip(plain, built, strict=True)) > 10 * padding
+
+
+def dsv4_tensors(c: dict) -> dict[str, dict]:
+    """The safetensors header of an unquantized DeepSeek V4 checkpoint in its own tensor names (vLLM's
+    hf_to_vllm_mapper and packed_modules_mapping for DeepseekV4ForCausalLM read them: layers.<i>.attn.wq_a, wkv, the
+    compressor's wkv / wgate / ape, the indexer's, ffn.experts.<e>.w1-3, embed / head / hc_head), for config `c`."""
+    h, q, dim, heads = c["hidden_size"], c["q_lora_rank"], c["head_dim"], c["num_attention_heads"]
+    groups, rank, experts, inter = c["o_groups"], c["o_lora_rank"], c["n_routed_experts"], c["moe_intermediate_size"]
+    i_heads, i_dim, streams, vocab = c["index_n_heads"], c["index_head_dim"], c["hc_mult"], c["vocab_size"]
+    mix, shared = (2 + streams) * streams, inter * c["n_shared_experts"]
+    t = {"embed.weight": ((vocab, h), "BF16"), "head.weight": ((vocab, h), "BF16"), "norm.weight": ((h,), "BF16"),
+         "hc_head_fn": ((streams, streams * h), "F32"), "hc_head_base": ((streams,), "F32"),
+         "hc_head_scale": ((1,), "F32")}
+    for i, ratio in enumerate(c["compress_ratios"][:c["num_hidden_layers"]]):
+        p = f"layers.{i}."
+        t.update({p + "attn.wq_a.weight": ((q, h), "BF16"), p + "attn.wkv.weight": ((dim, h), "BF16"),
+                  p + "attn.q_norm.weight": ((q,), "BF16"), p + "attn.kv_norm.weight": ((dim,), "BF16"),
+                  p + "attn.wq_b.weight": ((heads * dim, q), "BF16"),
+                  p + "attn.wo_a.weight": ((groups * rank, heads * dim // groups), "BF16"),
+                  p + "attn.wo_b.weight": ((h, groups * rank), "BF16"), p + "attn.attn_sink": ((heads,), "F32"),
+                  p + "attn_norm.weight": ((h,), "BF16"), p + "ffn_norm.weight": ((h,), "BF16"),
+                  p + "ffn.gate.weight": ((experts, h), "BF16"),
+                  p + "ffn.shared_experts.w1.weight": ((shared, h), "BF16"),
+                  p + "ffn.shared_experts.w3.weight": ((shared, h), "BF16"),
+                  p + "ffn.shared_experts.w2.weight": ((h, shared), "BF16")})
+        t.update({p + f"hc_{part}_{name}": (shape, "F32") for part in ("attn", "ffn")
+                  for name, shape in (("fn", (mix, streams * h)), ("base", (mix,)), ("scale", (3,)))})
+        t.update({p + "ffn.gate.tid2eid": ((vocab, c["num_experts_per_tok"]), "I32")} if i < c["num_hash_layers"]
+                 else {p + "ffn.gate.bias": ((experts,), "F32")})
+        t.update({f"{p}ffn.experts.{e}.{w}.weight": ((h, inter) if w == "w2" else (inter, h), "BF16")
+                  for e in range(experts) for w in ("w1", "w2", "w3")})
+        ratio = max(1, ratio)
+        coff = 2 if ratio == 4 else 1
+        for prefix, width in [("attn.compressor.", dim)] * (ratio > 1) + [("attn.indexer.compressor.", i_dim)] * (
+                ratio == 4):
+            t.update({p + prefix + "wkv.weight": ((coff * width, h), "BF16"),
+                      p + prefix + "wgate.weight": ((coff * width, h), "BF16"),
+                      p + prefix + "ape": ((ratio, coff * width), "F32"),
+                      p + prefix + "norm.weight": ((width,), "BF16")})
+        if ratio == 4:
+            t.update({p + "attn.indexer.wq_b.weight": ((i_heads * i_dim, q), "BF16"),
+                      p + "attn.indexer.weights_proj.weight": ((i_heads, h), "BF16")})
+    return {name: {"dtype": dtype, "shape": list(shape), "data_offsets": [0, 0]} for name, (shape, dtype) in t.items()}
+
+
+def _dsv4_small(tmp_path: Path) -> dict:
+    base = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" /
+                       "deepseek-v4-flash-shaped.json").read_text())
+    config = {k: v for k, v in {**base, **DSV4_SMALL}.items() if k not in ("quantization_config", "expert_dtype")}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return config
+
+
+def test_deepseek_v4_checkpoint_names_are_what_vllm_loads(tmp_path, monkeypatch):
+    """Every tensor of dsv4_tensors loads into vLLM 0.32.0's own DeepseekV4ForCausalLM (built on the CPU, one rank,
+    its load_weights through its own mapper), every parameter is loaded, and the tensors weigh what the parameters do
+    but the vocabulary's padding: the names are the checkpoint's, none left over."""
+    from vllm.config import ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    from planner.checkpoint import DTYPE_BYTES
+
+    config = _dsv4_small(tmp_path)
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model_config = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
+                               dtype="bfloat16", max_model_len=512)
+    for name in ("_TP", "_PP", "_DP", "_EP", "_PCP", "_DCP"):
+        monkeypatch.setattr(parallel_state, name, _Group(1, 0), raising=False)
+    vllm_config = VllmConfig(model_config=model_config, parallel_config=ParallelConfig())
+    dtypes = {"BF16": torch.bfloat16, "F32": torch.float32, "I32": torch.int32}
+    tensors = dsv4_tensors(config)
+    with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
+        cls, _ = get_model_architecture(model_config)
+        model = cls(vllm_config=vllm_config, prefix="")
+        loaded = model.load_weights((name, torch.zeros(e["shape"], dtype=dtypes[e["dtype"]]))
+                                    for name, e in tensors.items())
+    params = dict(model.named_parameters())
+    assert set(params) == set(loaded)
+    stored = sum(math.prod(e["shape"]) * DTYPE_BYTES[e["dtype"]] for e in tensors.values())
+    held = sum(p.numel() * p.element_size() for p in params.values())
+    assert held - stored == 2 * 24 * DSV4_SMALL["hidden_size"] * 2  # embed_tokens and lm_head padded to 1,024 rows
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 3)])
+def test_deepseek_v4_checkpoint_weights_are_what_vllm_builds_on_each_rank(tmp_path, monkeypatch, tp, pp):
+    """DeepSeek V4 planned from its checkpoint's tensors (planner/checkpoint.py tensor_groups on dsv4_tensors' header)
+    against vLLM 0.32.0's own DeepseekV4ForCausalLM on tensor rank 0 of each stage: its own names for the vocabulary
+    tables, the fused q_a / kv projection, compressors and indexers whole on every rank, the head's hyper-connection
+    mixer on every stage. Equal to the byte."""
+    config = _dsv4_small(tmp_path)
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    built = vllm_stage_bytes(tmp_path, tp, pp, monkeypatch)
+    arch = parse_hf_config(config, "deepseek-v4", "model.configFile")
+    arch = replace(arch, checkpoint_groups=tensor_groups(dsv4_tensors(config), arch, "model.tensorsFile"))
+    planned = [sum(s) for s in checkpoint_stages(arch, Layout(tp, pp, 1))]
+    assert planned == pytest.approx(built, abs=0.5)

@@ -529,7 +529,9 @@ def test_deepseek_v4_counts_what_vllm_builds(tmp_path):
     on this machine's CPU build vllm/models/deepseek_v4/cpu, whose weights are the GPU module's): the fused q_a / kv
     projection, wq_b, the grouped output projection, the attention sink, compressors at ratio 4 and 128, the indexer
     at 4, hyper-connections before attention and experts and at the head, the hash-routed layers' token table in the
-    router's place. CPU torch has no CUDA events, which DeepseekV4Attention makes at build: they are stubbed."""
+    router's place; and its two float32 rotary caches (the sliding-window layers' and the compressed layers'), which
+    the planner weighs with the weights. CPU torch has no CUDA events, which DeepseekV4Attention makes at build: they
+    are stubbed."""
     import subprocess
     import sys
 
@@ -540,13 +542,18 @@ def test_deepseek_v4_counts_what_vllm_builds(tmp_path):
     for n, fields in enumerate(DSV4_VARIANTS):
         paths.append(tmp_path / f"v{n}.json")
         paths[-1].write_text(json.dumps({**base, **fields}))
-    script = "import torch\ntorch.cuda.Event = lambda *args, **kwargs: None\n" + VLLM_BUILT
+    script = "import torch\ntorch.cuda.Event = lambda *args, **kwargs: None\n" + VLLM_BUILT.replace(
+        "counts.append(sum(p.numel() for p in cls(vllm_config=config, prefix=\"\").parameters()))",
+        "model = cls(vllm_config=config, prefix=\"\")\n"
+        "        counts.append([sum(p.numel() for p in model.parameters()), sum(b.numel() * b.element_size() "
+        "for n, b in model.named_buffers() if \"cos_sin_cache\" in n)])")
     done = subprocess.run([sys.executable, "-c", script, "vllm.models.deepseek_v4:DeepseekV4ForCausalLM",
                            *map(str, paths)], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    for fields, count in zip(DSV4_VARIANTS, json.loads(done.stdout.strip().splitlines()[-1]), strict=True):
+    for fields, (count, rotary) in zip(DSV4_VARIANTS, json.loads(done.stdout.strip().splitlines()[-1]), strict=True):
         arch = parse_hf_config({**base, **fields}, "deepseek-v4", "model.configFile")
         assert not arch.unsized and arch.parameter_count() == count, \
             f"{fields}: planner {arch.parameter_count()}, vLLM {count}"
+        assert arch.rotary_cache_elements * 2 == rotary, f"{fields}: rotary caches {rotary} bytes in vLLM"
         assert replace(arch, hash_layers=0).parameter_count() != count or not arch.hash_layers
         assert replace(arch, indexer=(0, 0)).parameter_count() != count
