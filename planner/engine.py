@@ -85,6 +85,10 @@ class EngineProfile:
     recurrent state float32 whatever the flag (its vllm/model_executor/layers/mamba/mamba_utils.py, read on the GPU
     host; validation 47, docs/benchmarks.md)."""
 
+    dsv4_auto_kv: bool = True
+    """DeepSeek V4 takes --kv-cache-dtype auto, as FP8 in FlashMLA's fp8_ds_mla layout (0.32.0:
+    vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype). 0.25.1's asserts an FP8 dtype ("DeepseekV4
+    fp8_ds_mla layout only supports fp8 kv-cache, got auto", seen on the GPU host, v99)."""
     mla_workspace_floor: bool = False
     """Latent attention's chunked-prefill workspace has at least max_num_seqs x block_size rows
     (0.25.1 MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size: "at least 1 page per request"), which
@@ -128,7 +132,7 @@ PROFILES = {
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25, router_compile_hold=True,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192, kda_ssm_flag=False,
-                            v2_encoder_profile=False, mla_workspace_floor=True),
+                            v2_encoder_profile=False, mla_workspace_floor=True, dsv4_auto_kv=False),
 }
 
 def forced_v2(profile: EngineProfile) -> EngineProfile:

@@ -72,16 +72,18 @@ DSV4_GPUS = frozenset({"nvidia-h100-80gb", "nvidia-h100-mega-80gb", "nvidia-h200
 
 
 def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture) -> None:
-    """What vLLM 0.32.0 refuses of a DeepSeek V4 model (any "csa", "hca" or "swa" layer): a KV-cache dtype other than
-    auto or FP8, since FlashMLA keeps the cache in its fp8_ds_mla layout (vllm/models/deepseek_v4/attention.py
-    _resolve_dsv4_kv_cache_dtype: "fp8_ds_mla layout only supports fp8 kv-cache"), and a GPU outside DSV4_GPUS on
-    any rung (a fallback runs the same pod)."""
+    """What vLLM refuses of a DeepSeek V4 model (any "csa", "hca" or "swa" layer): a KV-cache dtype other than FP8,
+    or auto where the image's release takes it (EngineProfile.dsv4_auto_kv), since FlashMLA keeps the cache in its
+    fp8_ds_mla layout (vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype: "fp8_ds_mla layout only
+    supports fp8 kv-cache"), and a GPU outside DSV4_GPUS on any rung (a fallback runs the same pod)."""
     if not any(kind in ("swa", "csa", "hca") for kind in arch.kinds):
         return
-    if v.kv_cache_dtype != "auto" and not v.kv_cache_dtype.startswith("fp8"):
+    auto = profile_for_image(v.image).profile.dsv4_auto_kv
+    if not v.kv_cache_dtype.startswith("fp8") and (v.kv_cache_dtype != "auto" or not auto):
         raise ConfigError("vllm.kvCacheDtype", v.kv_cache_dtype,
-                          f"{arch.name} (DeepSeek V4) keeps its KV cache in FlashMLA's fp8_ds_mla layout, and vLLM "
-                          "refuses any other dtype with it; use auto or fp8")
+                          f"{arch.name} (DeepSeek V4) keeps its KV cache in FlashMLA's fp8_ds_mla layout, and "
+                          f"vLLM {'refuses any other dtype' if auto else 'of this image refuses any but fp8'} with "
+                          f"it; use {'auto or ' if auto else ''}fp8")
     for key, gpu in [(r.key, r.type) for r in accelerator.rungs] or [("accelerator", accelerator.type)]:
         if gpu not in DSV4_GPUS:
             raise ConfigError(f"{key}.type", gpu, f"{arch.name} (DeepSeek V4) runs on vLLM's FlashMLA sparse "

@@ -354,15 +354,19 @@ def test_deepseek_v4_settings_vllm_refuses_are_refused_in_one_line(section, key,
 
 def test_deepseek_v4_on_vllm_0_25_plans_with_what_it_cannot_verify(tmp_path):
     """vLLM 0.25.1 groups V4's caches by rules of its own (group_and_unify_kv_cache_specs), which the planner does not
-    hold: on that image the plan takes the stated parallelism and warns in one line, the weights counted as on 0.32."""
+    hold: on that image the plan takes the stated parallelism and warns in one line, the weights counted as on 0.32.
+    That release refuses --kv-cache-dtype auto for V4 (it asserts FP8), so the plan does too."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(DSV4))
     model = {"id": "org/deepseek_v4", "configFile": str(path)}
     on_032 = sizing(model=model, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
                     vllm={"maxModelLen": 8192}, parallelism={"tensor": 8})
     image = "vllm/vllm-openai:v0.25.1"
+    with pytest.raises(ConfigError, match=r"vllm.kvCacheDtype = auto: .* of this image refuses any but fp8"):
+        sizing(model=model, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
+               vllm={"maxModelLen": 8192, "image": image}, parallelism={"tensor": 8})  # v99 on the GPU host
     on_025 = sizing(model=model, accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"),
-                    vllm={"maxModelLen": 8192, "image": image}, parallelism={"tensor": 8})
+                    vllm={"maxModelLen": 8192, "image": image, "kvCacheDtype": "fp8"}, parallelism={"tensor": 8})
     [warning] = [w for w in on_025.warnings if "does not size yet" in w]
     assert "0.25.1" in warning and "\n" not in warning
     assert on_025.weights_gib == on_032.weights_gib and on_025.tensor_parallel_size == 8
