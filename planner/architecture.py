@@ -366,10 +366,7 @@ class ModelArchitecture:
         linear = h * (2 * key + 2 * value) + h * 2 * v_heads + (2 * key + value) * kernel + value * h
         moe_layers = self.moe_layers
         dense_layers = (self.weight_layers or self.num_layers) - moe_layers - self.ffn_free_layers
-        i_heads, i_dim = self.indexer  # vllm/models/deepseek_v32/attention.py DeepseekV32Indexer
-        indexer = self.q_lora_rank * i_heads * i_dim + h * (i_dim + i_heads) + 2 * i_dim
-        if self.indexer_pool > 1:  # the pooling's position embedding and gate (index_kpool_compress_ape / _gate)
-            indexer += self.indexer_pool * i_dim + i_dim * h
+        indexer = self.indexer_parameters()
         streams = self.hyper_connections
         mix = (2 + streams) * streams
         hyper = 2 * (mix * streams * h + mix + 3) if streams else 0
@@ -442,6 +439,14 @@ class ModelArchitecture:
             "hyper_connections": self.num_layers * hyper + (streams * streams * h + streams + 1
                                                             if streams and self.o_groups else 0),
         }
+
+    def indexer_parameters(self) -> int:
+        """An "indexed" layer's lightning indexer (vllm/models/deepseek_v32/attention.py DeepseekV32Indexer: wq_b, the
+        fused wk / weights_proj, k_norm; GLM-5-Next's adds its pooling's position embedding and gate,
+        index_kpool_compress_ape / _gate), which every tensor rank holds whole (ReplicatedLinear, disable_tp)."""
+        i_heads, i_dim = self.indexer
+        pooled = self.indexer_pool * i_dim + i_dim * self.hidden_size if self.indexer_pool > 1 else 0
+        return self.q_lora_rank * i_heads * i_dim + self.hidden_size * (i_dim + i_heads) + 2 * i_dim + pooled
 
     def dsv4_layer_bytes(self, kind: str, unquantized_bytes: float) -> tuple[float, float]:
         """(bytes divided over tensor ranks, bytes every rank holds whole) of a DeepSeek V4 layer of `kind` beside its

@@ -451,15 +451,21 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     them: each decoder layer's share on its stage, the routed experts on the MoE layers (the last moe_layers, after
     the first dense ones), the input table on the first stage and the head on the last (every stage for the families
     of INPUT_ON_EVERY_STAGE / HEAD_ON_EVERY_STAGE; a tied head's copy on the last), and the vision tower and its
-    projector on every stage, since vLLM builds them outside make_layers. Every group but the routed experts is
-    split over tensor ranks (no vocabulary padding or KV-head replication: the count does not know the tensors)."""
+    projector on every stage, since vLLM builds them outside make_layers. Every group but the routed experts and the
+    lightning indexers (whole on every rank) is split over tensor ranks (no vocabulary padding or KV-head
+    replication: the count does not know the tensors)."""
     parts = arch.part_bytes(unquantized_bytes)
     routed = parts["experts"] if arch.num_experts else 0.0
     table = parts["embeddings"] / (1 if arch.tie_word_embeddings else 2)
     vision = parts["vision"]
-    layer = (sum(parts.values()) - routed - vision - parts["embeddings"]) / arch.num_layers
+    # an "indexed" layer's lightning indexer is whole on every tensor rank (ReplicatedLinear, disable_tp)
+    share = dict(arch.quantized_share).get("attention", 0.0)
+    indexer = arch.indexer_parameters() * (share * arch.weight_bytes_per_param + (1 - share) * unquantized_bytes)
+    indexed = [i for i, kind in enumerate(arch.kinds) if kind == "indexed"]
+    layer = (sum(parts.values()) - routed - vision - parts["embeddings"] - indexer * len(indexed)) / arch.num_layers
     first_moe = arch.num_layers - arch.moe_layers
     groups = [TensorGroup(i, "split", layer) for i in range(arch.num_layers)]
+    groups += [TensorGroup(i, "replicated", indexer) for i in indexed]
     if arch.o_groups:  # DeepSeek V4: what each layer keeps whole beside what it divides (dsv4_layer_bytes)
         groups = dsv4_groups(arch, unquantized_bytes)
     groups += [TensorGroup(i, "routed", routed / arch.moe_layers) for i in range(first_moe, arch.num_layers)

@@ -388,3 +388,31 @@ def test_deepseek_v4_checkpoint_weights_are_what_vllm_builds_on_each_rank(tmp_pa
     arch = replace(arch, checkpoint_groups=tensor_groups(dsv4_tensors(config), arch, "model.tensorsFile"))
     planned = [sum(s) for s in checkpoint_stages(arch, Layout(tp, pp, 1))]
     assert planned == pytest.approx(built, abs=0.5)
+
+
+def test_the_submodules_kept_whole_build_no_divided_linear_layer():
+    """planner/checkpoint.py REPLICATED_SUBMODULES held to vLLM 0.32.0's model files: every linear layer the indexers
+    (DeepSeek-V3.2's and V4's) and V4's compressor build is a ReplicatedLinear or passes disable_tp=True, so no tensor
+    rank divides it (V3.2's indexer cannot be built on this machine's CPU platform, which refuses sparse attention)."""
+    import ast
+    import inspect
+
+    from vllm.models.deepseek_v4 import attention as v4_attention
+    from vllm.models.deepseek_v4 import compressor as v4_compressor
+    from vllm.models.deepseek_v32 import attention as v32_attention
+
+    from planner.checkpoint import REPLICATED_SUBMODULES
+
+    assert set(REPLICATED_SUBMODULES) == {".indexer.", ".compressor."}
+    checked = []
+    for module, name in ((v32_attention, "DeepseekV32Indexer"), (v4_attention, "DeepseekV4Indexer"),
+                         (v4_compressor, "DeepseekCompressor")):
+        tree = ast.parse(inspect.getsource(getattr(module, name)))
+        for call in ast.walk(tree):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.endswith("Linear"):
+                whole = call.func.id == "ReplicatedLinear" or any(
+                    k.arg == "disable_tp" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in call.keywords)
+                assert whole, f"{name} builds a {call.func.id} its tensor ranks divide"
+                checked.append((name, call.func.id))
+    assert len({name for name, _ in checked}) == 3 and len(checked) >= 4, checked
