@@ -1003,14 +1003,23 @@ GLM5_NEXT_MUTATIONS = {
 @pytest.mark.parametrize("mutation", sorted(GLM5_NEXT_MUTATIONS))
 def test_a_mutated_glm5_next_rule_disagrees_with_vllm(mutation, monkeypatch):
     arch, text = glm5_next()
+    differing = layouts_a_mutation_moves(arch, GLM5_NEXT_MUTATIONS[mutation], ((1, 1), (4, 2), (8, 3)),
+                                         lambda tp, pp: glm5_next_vllm_tokens(text, 45, tp, pp, 37 * GIB, 32768),
+                                         monkeypatch)
+    assert differing, f"the mutation '{mutation}' went unnoticed"
+
+
+def layouts_a_mutation_moves(arch: ModelArchitecture, mutate, layouts, vllm_tokens, monkeypatch) -> list:
+    """The (tp, pp) of `layouts` at which the planner, with `mutate` applied, no longer counts the tokens vLLM
+    0.32.0 counts (`vllm_tokens(tp, pp)`) at 32,768 tokens and 37 GiB."""
     differing = []
-    for tp, pp in ((1, 1), (4, 2), (8, 3)):
-        expected = glm5_next_vllm_tokens(text, 45, tp, pp, 37 * GIB, 32768)
+    for tp, pp in layouts:
+        expected = vllm_tokens(tp, pp)
         with monkeypatch.context() as mp:
-            GLM5_NEXT_MUTATIONS[mutation](mp)
+            mutate(mp)
             if planner_tokens(arch, tp, pp, 37 * GIB, 32768, 8192) != expected:
                 differing.append((tp, pp))
-    assert differing, f"the mutation '{mutation}' went unnoticed"
+    return differing
 
 
 # ------------------------------------------------------------------------------------------ DeepSeek V4
@@ -1118,14 +1127,9 @@ DSV4_MUTATIONS = {
 
 @pytest.mark.parametrize("mutation", sorted(DSV4_MUTATIONS))
 def test_a_mutated_deepseek_v4_rule_disagrees_with_vllm(mutation, monkeypatch):
-    arch = dsv4(43)
-    differing = []
-    for tp, pp in ((1, 1), (8, 2), (1, 3)):
-        expected = dsv4_vllm_tokens(DSV4, 43, tp, pp, 37 * GIB, 32768)
-        with monkeypatch.context() as mp:
-            DSV4_MUTATIONS[mutation](mp)
-            if planner_tokens(arch, tp, pp, 37 * GIB, 32768, 8192) != expected:
-                differing.append((tp, pp))
+    differing = layouts_a_mutation_moves(dsv4(43), DSV4_MUTATIONS[mutation], ((1, 1), (8, 2), (1, 3)),
+                                         lambda tp, pp: dsv4_vllm_tokens(DSV4, 43, tp, pp, 37 * GIB, 32768),
+                                         monkeypatch)
     assert differing, f"the mutation '{mutation}' went unnoticed"
 
 
