@@ -207,3 +207,16 @@ def test_the_plan_says_where_the_weights_come_from_and_plans_an_unsized_layer_ki
     assert "weights: 57.00 GiB, stated (model.weightsGib)" in planned.stdout
     warnings = [line for line in planned.stdout.splitlines() if "does not size yet" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "indexed_attention" in warnings[0]
+
+
+def test_a_deepseek_v4_stack_plans_sized_with_its_fp8_ds_mla_cache():
+    """DeepSeek V4 on an 8 x H200 node: its layers sized (no unsized warning), the KV cache named as vLLM keeps it
+    (FlashMLA's fp8_ds_mla under vllm.kvCacheDtype auto), the weights counted from config.json."""
+    result = run_plan("--stack", "dev", "--set", "model.id=deepseek-ai/DeepSeek-V4-Flash",
+                      "--set", "model.configFile=bench/configs/deepseek-v4-flash-shaped.json",
+                      "--set", "accelerator.type=nvidia-h200-141gb", "--set", "accelerator.machineType=a3-ultragpu-8g",
+                      "--set", "vllm.maxModelLen=65536")
+    assert result.returncode == 0, result.stderr
+    assert "KV cache fp8_ds_mla, FlashMLA's FP8 layout DeepSeek V4 keeps (vllm.kvCacheDtype auto)" in result.stdout
+    assert "weights: 146.13 GiB, counted from config.json" in result.stdout
+    assert "does not size yet" not in result.stdout
