@@ -13,6 +13,9 @@ ATTENTION_KINDS = ("full", "sliding", "chunked", "indexed", "swa", "csa", "hca")
 """Layer kinds with attention weights and a per-token KV cache ("indexed": latent attention with a sparse indexer's
 key cache beside it, DeepSeek-V3.2 and GLM-5; "swa", "csa", "hca": DeepSeek V4's sliding-window layer and its
 compressed ones at ratio 4, with an indexer, and 128)."""
+DSV4_RATIOS = {"swa": 1, "csa": 4, "hca": 128}
+"""DeepSeek V4's layer kinds by compress ratio (compress_ratios: 0 or 1 the sliding window alone, 4 compressed sparse
+attention with an indexer, 128 heavily compressed attention)."""
 STATE_KINDS = ("linear", "mamba", "mamba1", "kda", "conv", "lightning")
 """Layer kinds with a fixed state per request: Gated DeltaNet ("linear"), Mamba-2 ("mamba"), Mamba-1 ("mamba1"), Kimi
 Delta Attention ("kda"), LFM2's short convolution ("conv") and Ling 2.5's linear attention ("lightning"). A layer of
@@ -331,6 +334,11 @@ class ModelArchitecture:
         return tuple(sorted({kv for kv in self.layer_kv_heads if kv})) or (self.num_kv_heads,)
 
     @property
+    def compressed_attention(self) -> bool:
+        """Whether any layer is DeepSeek V4's (DSV4_RATIOS)."""
+        return any(kind in DSV4_RATIOS for kind in self.kinds)
+
+    @property
     def has_state_layers(self) -> bool:
         """A hybrid whose state layers (STATE_KINDS) keep a fixed state per request."""
         return any(kind in STATE_KINDS for kind in self.kinds)
@@ -448,62 +456,54 @@ class ModelArchitecture:
         pooled = self.indexer_pool * i_dim + i_dim * self.hidden_size if self.indexer_pool > 1 else 0
         return self.q_lora_rank * i_heads * i_dim + self.hidden_size * (i_dim + i_heads) + 2 * i_dim + pooled
 
+    def _dsv4_attention_parts(self, kind: str) -> dict[str, int]:
+        """A DeepSeek V4 layer's attention parameters (vllm/models/deepseek_v4/attention.py) by where vLLM keeps them
+        and how it stores them: "split", the linear layers its tensor ranks divide (wq_b, the grouped output
+        projection: wo_a, each of o_groups groups of heads to o_lora_rank, and wo_b back to the hidden size), at the
+        checkpoint's rate; "sink", the attention sink, one float32 per head, divided; "whole", the linear layers every
+        rank holds whole at the checkpoint's rate (the fused q_a / kv projection, disable_tp; the indexer's wq_b,
+        ReplicatedLinear); "whole_16", those it holds whole unquantized (quant_config None: the compressors' kv and gate
+        projections, the indexer's weights_proj; the norms); "whole_32", the compressors' float32 position bias. At
+        ratio 4 or 128 the compressor (compressor.py DeepseekCompressor: kv and gate projections of coff x head_dim,
+        coff 2 at ratio 4, their position bias of ratio x that, a norm); at 4 the lightning indexer (DeepseekV4Indexer:
+        wq_b, weights_proj and a compressor of its own head dim)."""
+        h, heads, dim, q = self.hidden_size, self.num_attention_heads, self.head_dim, self.q_lora_rank
+        parts = {"split": q * heads * dim + heads * dim * self.o_lora_rank + self.o_groups * self.o_lora_rank * h,
+                 "sink": heads, "whole": h * (q + dim), "whole_16": q + dim, "whole_32": 0}
+        ratio = DSV4_RATIOS.get(kind, 1)
+        if ratio == 1:
+            return parts
+        coff = 2 if ratio == 4 else 1
+        widths = [self.head_dim]
+        if ratio == 4:
+            i_heads, i_dim = self.indexer
+            parts["whole"] += q * i_heads * i_dim
+            parts["whole_16"] += h * i_heads
+            widths.append(i_dim)
+        for width in widths:  # a compressor of each width
+            parts["whole_16"] += 2 * h * coff * width + width
+            parts["whole_32"] += ratio * coff * width
+        return parts
+
+    def _dsv4_attention(self, kind: str) -> int:
+        """A DeepSeek V4 layer's attention parameters, compressors and indexer included (_dsv4_attention_parts)."""
+        return sum(self._dsv4_attention_parts(kind).values())
+
     def dsv4_layer_bytes(self, kind: str, unquantized_bytes: float) -> tuple[float, float]:
         """(bytes divided over tensor ranks, bytes every rank holds whole) of a DeepSeek V4 layer of `kind` beside its
-        routed experts, as vLLM 0.32.0 builds it (vllm/models/deepseek_v4): divided, wq_b, wo_a, wo_b (column- and
-        row-parallel), the attention sink (one float32 per head) and the shared experts; whole, the fused q_a / kv
-        projection and the compressors (disable_tp), the indexer (ReplicatedLinear), the q / kv norms, the router
-        (its float32 score bias, or a hash layer's int32 token table), the hyper-connections (float32) and the layer's
-        two norms. The linear layers vLLM quantizes at the checkpoint's rate (quantized_share), the compressors and the
-        indexer's weights_proj (quant_config None) and the norms at `unquantized_bytes`."""
-        share = dict(self.quantized_share)
-        rate = (share.get("attention", 0.0) * self.weight_bytes_per_param
-                + (1 - share.get("attention", 0.0)) * unquantized_bytes)
-        shared_rate = (share.get("shared", 0.0) * self.weight_bytes_per_param
-                       + (1 - share.get("shared", 0.0)) * unquantized_bytes)
-        h, heads, dim, q = self.hidden_size, self.num_attention_heads, self.head_dim, self.q_lora_rank
-        split = (rate * (q * heads * dim + heads * dim * self.o_lora_rank + self.o_groups * self.o_lora_rank * h)
-                 + 4.0 * heads + shared_rate * self.num_shared_experts * 3 * h * self.moe_intermediate_size)
-        whole = rate * h * (q + dim) + unquantized_bytes * (q + dim + 2 * h)
-        ratio = {"csa": 4, "hca": 128}.get(kind, 1)
-        if ratio > 1:
-            coff = 2 if ratio == 4 else 1
-
-            def compressor(width: int) -> float:
-                return unquantized_bytes * (2 * h * coff * width + width) + 4.0 * ratio * coff * width
-
-            whole += compressor(dim)
-            if ratio == 4:
-                i_heads, i_dim = self.indexer
-                whole += rate * q * i_heads * i_dim + unquantized_bytes * h * i_heads + compressor(i_dim)
+        routed experts, as vLLM 0.32.0 builds it (vllm/models/deepseek_v4): its attention by _dsv4_attention_parts, the
+        shared experts divided, the hyper-connections (float32) and the layer's two norms whole. The router (its
+        float32 score bias, or a hash layer's int32 token table) is counted by planner/memory.py dsv4_groups."""
+        parts = self._dsv4_attention_parts(kind)
+        rate, h = self.part_rate("attention", unquantized_bytes), self.hidden_size
+        split = (rate * parts["split"] + 4.0 * parts["sink"]
+                 + self.part_rate("shared", unquantized_bytes) * self.num_shared_experts * 3 * h
+                 * self.moe_intermediate_size)
+        whole = rate * parts["whole"] + unquantized_bytes * (parts["whole_16"] + 2 * h) + 4.0 * parts["whole_32"]
         streams = self.hyper_connections
         mix = (2 + streams) * streams
         whole += 4.0 * 2 * (mix * streams * h + mix + 3) if streams else 0.0
         return split, whole
-
-    def _dsv4_attention(self, kind: str) -> int:
-        """A DeepSeek V4 layer's attention parameters (vllm/models/deepseek_v4/attention.py): the fused q_a and kv
-        projection, the q and kv norms, wq_b, the grouped output projection (wo_a: each of o_groups groups of heads to
-        o_lora_rank, wo_b back to the hidden size) and the attention sink; at ratio 4 or 128 the compressor
-        (compressor.py DeepseekCompressor: kv and gate projections of coff x head_dim, coff 2 at ratio 4, their
-        position bias of ratio x that, a norm); at 4 the lightning indexer (DeepseekV4Indexer: wq_b, weights_proj and a
-        compressor of its own head dim)."""
-        h, heads, dim, q = self.hidden_size, self.num_attention_heads, self.head_dim, self.q_lora_rank
-        attention = (h * (q + dim) + q + dim + q * heads * dim + heads * dim * self.o_lora_rank
-                     + self.o_groups * self.o_lora_rank * h + heads)
-        ratio = {"csa": 4, "hca": 128}.get(kind, 1)
-        if ratio == 1:
-            return attention
-        coff = 2 if ratio == 4 else 1
-
-        def compressor(width: int) -> int:
-            return 2 * h * coff * width + ratio * coff * width + width
-
-        attention += compressor(dim)
-        if ratio == 4:
-            i_heads, i_dim = self.indexer
-            attention += q * i_heads * i_dim + h * i_heads + compressor(i_dim)
-        return attention
 
     def _gemma4_attention_and_mlp(self) -> tuple[int, int]:
         """Gemma 4's attention and MLP weights over all layers, as vLLM allocates them: the full-attention layers'
@@ -562,11 +562,15 @@ class ModelArchitecture:
     def part_bytes(self, unquantized_bytes: float) -> dict[str, float]:
         """Bytes of each part (parameter_parts): its quantized share at the checkpoint's rate, the rest at
         `unquantized_bytes`."""
-        share = dict(self.quantized_share)
-        rates = {"experts": self.expert_bytes_per_param} if self.expert_bytes_per_param else {}
-        return {part: count * (share.get(part, 0.0) * rates.get(part, self.weight_bytes_per_param)
-                               + (1 - share.get(part, 0.0)) * unquantized_bytes)
-                for part, count in self.parameter_parts().items()}
+        return {part: count * self.part_rate(part, unquantized_bytes) for part, count in self.parameter_parts().items()}
+
+    def part_rate(self, part: str, unquantized_bytes: float) -> float:
+        """Bytes per parameter of a part (parameter_parts): its quantized share at the checkpoint's rate (the routed
+        experts' own where they have one, expert_bytes_per_param), the rest at `unquantized_bytes`."""
+        share = dict(self.quantized_share).get(part, 0.0)
+        quantized = self.expert_bytes_per_param if part == "experts" and self.expert_bytes_per_param \
+            else self.weight_bytes_per_param
+        return share * quantized + (1 - share) * unquantized_bytes
 
     def routed_share(self, unquantized_bytes: float = 2.0) -> float:
         """The fraction of the weights in routed experts, as counted."""

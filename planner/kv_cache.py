@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planner.architecture import ATTENTION_KINDS, DTYPE_BYTES
+from planner.architecture import ATTENTION_KINDS, DSV4_RATIOS, DTYPE_BYTES
 
 if TYPE_CHECKING:
     from planner.architecture import ModelArchitecture
@@ -239,9 +239,6 @@ class CompressedLayer(LayerSpec):
     caches: tuple[PackedCache, ...] = ()
 
 
-DSV4_RATIOS = {"swa": 1, "csa": 4, "hca": 128}
-"""DeepSeek V4's layer kinds by compress ratio (compress_ratios: 0 or 1 the sliding window alone, 4 compressed sparse
-attention with an indexer, 128 heavily compressed attention)."""
 DSV4_BLOCK_TOKENS = 256
 """cache_config.block_size of a DeepSeek V4 model on NVIDIA GPUs: the only kernel block FlashMLA's sparse DSV4 backend
 supports (vllm/models/deepseek_v4/sparse_mla.py get_supported_kernel_block_sizes), which the compressed caches take."""
@@ -255,16 +252,18 @@ DSV4_PAGE_ALIGNMENT = 576
 kv_cache_interface.py _apply_alignment_padding)."""
 
 
-def dsv4_layer(ratio: int, head_dim: int, index_head_dim: int, window: int) -> CompressedLayer:
-    """A DeepSeek V4 layer of compress ratio `ratio` (1: the sliding window alone) as vLLM 0.32.0 declares it on
-    NVIDIA GPUs (FlashMLA, so the fp8_ds_mla layout): each page padded to DSV4_PAGE_ALIGNMENT. The compressor keeps
-    kv and score states of coff x head_dim float32 per token over a window of coff x ratio tokens, coff 2 at ratio 4
-    (overlapping windows) and 1 at 128, in blocks of 4 or 8 (compressor.py CompressorStateCache). The indexer's keys
-    are FP8 with a float32 scale per 128 (its k_cache head_dim + head_dim // 128 x 4 bytes)."""
+def dsv4_layer(kind: str, head_dim: int, index_head_dim: int, window: int) -> CompressedLayer:
+    """A DeepSeek V4 layer of `kind` (its compress ratio DSV4_RATIOS[kind], 1: the sliding window alone) as vLLM
+    0.32.0 declares it on NVIDIA GPUs (FlashMLA, so the fp8_ds_mla layout): each page padded to DSV4_PAGE_ALIGNMENT.
+    The compressor keeps kv and score states of coff x head_dim float32 per token over a window of coff x ratio
+    tokens, coff 2 at ratio 4 (overlapping windows) and 1 at 128, in blocks of 4 or 8 (compressor.py
+    CompressorStateCache). The indexer's keys are FP8 with a float32 scale per 128 (its k_cache head_dim + head_dim //
+    128 x 4 bytes)."""
 
     def page(tokens: int, row: int) -> int:
         return cdiv(tokens * row, DSV4_PAGE_ALIGNMENT) * DSV4_PAGE_ALIGNMENT
 
+    ratio = DSV4_RATIOS[kind]
     caches = [PackedCache(page(DSV4_SWA_BLOCK_TOKENS, DSV4_TOKEN_BYTES), DSV4_SWA_BLOCK_TOKENS, window)]
     if ratio > 1:
         coff = 2 if ratio == 4 else 1
@@ -274,7 +273,7 @@ def dsv4_layer(ratio: int, head_dim: int, index_head_dim: int, window: int) -> C
         if ratio == 4:
             caches += [PackedCache(page(DSV4_BLOCK_TOKENS // ratio, indexer_key_bytes(index_head_dim))),
                        PackedCache(page(state_block, 2 * coff * index_head_dim * 4), state_block, coff * ratio)]
-    return CompressedLayer(kind={1: "swa", 4: "csa", 128: "hca"}[ratio], caches=tuple(caches))
+    return CompressedLayer(kind=kind, caches=tuple(caches))
 
 
 MAMBA_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -372,7 +371,7 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                 made[kind] = ShortConvState(attention.token_bytes,
                                             state_bytes=short_conv_state_bytes(arch, tp, states))
             elif kind in DSV4_RATIOS:
-                made[kind] = dsv4_layer(DSV4_RATIOS[kind], arch.head_dim, arch.indexer[1], arch.window)
+                made[kind] = dsv4_layer(kind, arch.head_dim, arch.indexer[1], arch.window)
             elif kind == "none":
                 made[kind] = NoCache()
             else:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from planner.architecture import ATTENTION_KINDS, EncoderInput
+from planner.architecture import ATTENTION_KINDS, DSV4_RATIOS, EncoderInput
 from planner.errors import ConfigError
 
 PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type", "mlp_layer_types", "block_configs")
@@ -433,10 +433,10 @@ def dsv4_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str, .
                           "layer_types instead, which vLLM 0.32.0 does not read)")
     kinds = []
     for i, ratio in enumerate(ratios[:layers]):
-        if not plain_int(ratio) or max(1, ratio) not in (1, 4, 128):
+        if not plain_int(ratio) or max(1, ratio) not in DSV4_RATIOS.values():
             raise ConfigError(source, ratio, f"compress_ratios[{i}] must be 0 or 1 (the sliding window alone), 4 or "
                                              "128: vLLM's DeepSeek V4 compressor takes those two ratios")
-        kinds.append({1: "swa", 4: "csa", 128: "hca"}[max(1, ratio)])
+        kinds.append(next(kind for kind, r in DSV4_RATIOS.items() if r == max(1, ratio)))
     return tuple(kinds)
 
 

@@ -459,8 +459,7 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     table = parts["embeddings"] / (1 if arch.tie_word_embeddings else 2)
     vision = parts["vision"]
     # an "indexed" layer's lightning indexer is whole on every tensor rank (ReplicatedLinear, disable_tp)
-    share = dict(arch.quantized_share).get("attention", 0.0)
-    indexer = arch.indexer_parameters() * (share * arch.weight_bytes_per_param + (1 - share) * unquantized_bytes)
+    indexer = arch.indexer_parameters() * arch.part_rate("attention", unquantized_bytes)
     indexed = [i for i, kind in enumerate(arch.kinds) if kind == "indexed"]
     layer = (sum(parts.values()) - routed - vision - parts["embeddings"] - indexer * len(indexed)) / arch.num_layers
     first_moe = arch.num_layers - arch.moe_layers

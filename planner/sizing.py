@@ -36,7 +36,6 @@ from planner.engine import (
     engine_settings,
 )
 from planner.errors import ConfigError
-from planner.kv_cache import DSV4_RATIOS
 from planner.layers import GEMMA4_SOFT_TOKENS
 from planner.layout import (
     MEASURED_CROSS_NODE_TCP,
@@ -326,7 +325,7 @@ def plan(settings: Settings) -> Sizing:
                if settings.model.checkpoint_bytes is not None
                else "weights counted from config.json as a plain decoder")
     choice = engine_choice(settings)
-    if choice.profile.kv_pool != "grouped" and any(kind in DSV4_RATIOS for kind in arch.kinds):
+    if choice.profile.kv_pool != "grouped" and arch.compressed_attention:
         settings = unsized_under(settings, "DeepSeek V4's compressed caches as vLLM 0.25.1 groups them by rules of its "
                                            "own (group_and_unify_kv_cache_specs)")
         arch = settings.model.architecture

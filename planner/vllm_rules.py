@@ -66,6 +66,12 @@ def vllm_rules(v: Any, arch: ModelArchitecture) -> list[str]:
     return warnings
 
 
+def rung_gpus(accelerator: AcceleratorSettings) -> list[tuple[str, str]]:
+    """(config key, GPU type) of every rung a replica may run on: accelerator.rungs where the stack has fallbacks (the
+    first is the accelerator's own), else the accelerator alone."""
+    return [(r.key, r.type) for r in accelerator.rungs] or [("accelerator", accelerator.type)]
+
+
 DSV4_GPUS = frozenset({"nvidia-h100-80gb", "nvidia-h100-mega-80gb", "nvidia-h200-141gb", "nvidia-b200"})
 """The catalog's GPUs of compute capability 9.x and 10.x, the only ones DeepSeek V4's FlashMLA sparse backend serves
 (vllm/models/deepseek_v4/sparse_mla.py supports_compute_capability: major 9 or 10; H100 and H200 9.0, B200 10.0)."""
@@ -76,7 +82,7 @@ def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture
     or auto where the image's release takes it (EngineProfile.dsv4_auto_kv), since FlashMLA keeps the cache in its
     fp8_ds_mla layout (vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype: "fp8_ds_mla layout only
     supports fp8 kv-cache"), and a GPU outside DSV4_GPUS on any rung (a fallback runs the same pod)."""
-    if not any(kind in ("swa", "csa", "hca") for kind in arch.kinds):
+    if not arch.compressed_attention:
         return
     auto = profile_for_image(v.image).profile.dsv4_auto_kv
     if not v.kv_cache_dtype.startswith("fp8") and (v.kv_cache_dtype != "auto" or not auto):
@@ -84,7 +90,7 @@ def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture
                           f"{arch.name} (DeepSeek V4) keeps its KV cache in FlashMLA's fp8_ds_mla layout, and "
                           f"vLLM {'refuses any other dtype' if auto else 'of this image refuses any but fp8'} with "
                           f"it; use {'auto or ' if auto else ''}fp8")
-    for key, gpu in [(r.key, r.type) for r in accelerator.rungs] or [("accelerator", accelerator.type)]:
+    for key, gpu in rung_gpus(accelerator):
         if gpu not in DSV4_GPUS:
             raise ConfigError(f"{key}.type", gpu, f"{arch.name} (DeepSeek V4) runs on vLLM's FlashMLA sparse "
                                                   "attention, which serves compute capability 9.x and 10.x only; "
@@ -94,7 +100,7 @@ def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture
 def gpu_rules(accelerator: AcceleratorSettings, v: Any) -> None:
     """What vLLM refuses on a GPU generation, checked on every rung's GPU with the same code: a fallback runs the
     same pod, so a dtype its GPU lacks fails there as it would on the primary."""
-    for key, gpu in [(r.key, r.type) for r in accelerator.rungs] or [("accelerator", accelerator.type)]:
+    for key, gpu in rung_gpus(accelerator):
         catalog = ACCELERATORS[gpu]
         if catalog.bfloat16:
             continue

@@ -20,7 +20,6 @@ from planner.catalog import GIB
 from planner.config import NAMESPACE, PROJECT_DIR, Settings, build_settings, check_namespaces
 from planner.engine import PROFILES
 from planner.errors import ConfigError
-from planner.kv_cache import DSV4_RATIOS
 from planner.memory import resolved_kv_cache_dtype
 from planner.sizing import DOWNLOAD_FLOOR_MIB_S, Sizing, plan
 from planner.versions import chat_ui_image, own_images
@@ -114,7 +113,7 @@ def custom_resource_problems(objects: list[dict[str, Any]]) -> list[str]:
 def kv_cache_dtype_line(settings: Any, sizing: Sizing) -> str:
     """The KV-cache dtype vLLM runs with (planner/sizing.py resolved_kv_cache_dtype) and where it comes from."""
     chosen = settings.vllm.kv_cache_dtype
-    if any(kind in DSV4_RATIOS for kind in settings.model.architecture.kinds):  # DeepSeek V4: FlashMLA's own layout
+    if settings.model.architecture.compressed_attention:  # DeepSeek V4: FlashMLA's own layout
         return f"fp8_ds_mla, FlashMLA's FP8 layout DeepSeek V4 keeps (vllm.kvCacheDtype {chosen})"
     if chosen != "auto":
         return f"{chosen} (vllm.kvCacheDtype)"

@@ -273,10 +273,7 @@ def test_deepseek_v4_counted_weights_are_what_vllm_builds_on_each_rank(tmp_path,
     they are stubbed."""
     from planner.memory import counted_groups
 
-    base = json.loads((Path(__file__).resolve().parents[2] / "bench" / "configs" /
-                       "deepseek-v4-flash-shaped.json").read_text())
-    config = {k: v for k, v in {**base, **DSV4_SMALL}.items() if k not in ("quantization_config", "expert_dtype")}
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    config = _dsv4_small(tmp_path)
     monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
     built = vllm_stage_bytes(tmp_path, tp, pp, monkeypatch)
     arch = parse_hf_config(config, "deepseek-v4", "model.configFile")
