@@ -287,6 +287,11 @@ class ModelArchitecture:
     where the shared attention has q / k / v adapters); (0, 0, 0) for other families. Each block is an attention over
     2 x hidden_size and a gated MLP of intermediate_size, run by every num_mem_blocks-th hybrid layer ("full" in
     kinds), which holds its own adapters and a hidden-size linear."""
+    inkling: tuple[int, ...] = ()
+    """Inkling's layers beside num_attention_heads x num_kv_heads x head_dim (its full layers'; planner/layers.py
+    INKLING_TYPES): d_rel, rel_extent, sconv_kernel_size, the sliding layers' swa_num_attention_heads,
+    swa_num_key_value_heads and swa_head_dim, then 1/0 for q_bias, use_embed_norm, use_gate_bias and use_global_scale
+    (o_bias is refused: planner/model_config.py _inkling_fields); () for every other family."""
     checkpoint_groups: tuple[TensorGroup, ...] = ()
     """The checkpoint's tensors as vLLM places them (planner/checkpoint.py tensor_groups) where they were read (the
     Hub's headers or model.tensorsFile); (): not read, the count decides."""
@@ -331,6 +336,8 @@ class ModelArchitecture:
     @property
     def attention_kv_heads(self) -> tuple[int, ...]:
         """The KV-head counts of the attention layers: each NAS layer's own, else num_kv_heads."""
+        if self.inkling:  # its sliding layers' own
+            return tuple(sorted({self.num_kv_heads, self.inkling[4]}))
         return tuple(sorted({kv for kv in self.layer_kv_heads if kv})) or (self.num_kv_heads,)
 
     @property
@@ -426,6 +433,8 @@ class ModelArchitecture:
         altup = (layers * (n * n + n ** 3 + h * n + h + 2 * h * rank) + 2 * (n - 1) * h * h) if n else 0
         if self.shared_blocks[0]:
             attention, mlp, norms = self._zamba2_shared(attention_layers, norms)
+        if self.inkling:
+            return self._inkling_parts()
         return {
             "attention": attention + kinds.count("indexed") * indexer,
             "altup": altup,
@@ -519,6 +528,45 @@ class ModelArchitecture:
             attention += 2 * h * heads * dim + dim + (0 if shared else 2 * h * kv * dim + dim)
             mlp += self.mlp_matrices * h * self.intermediate_size * (2 if shared and self.double_wide_mlp else 1)
         return attention, mlp
+
+    def inkling_layer(self, index: int) -> dict[str, int]:
+        """Inkling's decoder layer `index` as vLLM 0.32.0 builds it (vllm/models/inkling/nvidia), by part and where each
+        rank keeps it: "attention", the fused q / k / v / relative projection (qkvr: heads x d_rel relative logits
+        beside q, k and v, with its bias where q_bias) and wo_ud, divided; "conv", the K and V short convolutions (KV
+        heads x head dim x kernel) and those of the attention and MLP outputs (hidden x kernel), divided; "whole", the
+        relative-logit projection (d_rel x rel_extent, the window on sliding layers), q / k norms and the layer's two
+        norms, every rank whole; below dense_mlp_idx "mlp", a dense gated MLP, divided; else "experts" (routed),
+        "shared" (the n_shared_experts sink experts of the expert width, InklingSinkExperts, divided) and "router", the
+        gate of routed + shared rows padded to a multiple of 8 (InklingGate, a plain parameter: whole), with a float32
+        score bias per routed expert under use_gate_bias; a global scale per MLP under use_global_scale."""
+        h, heads, kv, dim = self.hidden_size, self.num_attention_heads, self.num_kv_heads, self.head_dim
+        d_rel, extent, kernel, s_heads, s_kv, s_dim, q_bias, _, gate_bias, scale = self.inkling
+        local = self.kinds[index * self.cache_slots] == "sliding"
+        n, k, d, e = (s_heads, s_kv, s_dim, self.window) if local else (heads, kv, dim, extent)
+        parts = {"attention": (h + q_bias) * (n * d + 2 * k * d + n * d_rel) + n * d * h,
+                 "conv": 2 * k * d * kernel + 2 * h * kernel, "whole": d_rel * e + 2 * d + 2 * h}
+        if index < self.num_layers - self.moe_layers:
+            return {**parts, "mlp": 3 * h * self.intermediate_size, "mlp_scale": scale}
+        width, shared = self.moe_intermediate_size, self.num_shared_experts
+        rows = self.num_experts + shared
+        return {**parts, "experts": self.num_experts * 3 * h * width, "shared": shared * 3 * h * width,
+                "router": (rows + -rows % 8) * h, "router_32": scale + gate_bias * self.num_experts}
+
+    def _inkling_parts(self) -> dict[str, int]:
+        """Inkling's parameters (inkling_layer for each layer), the embedding and lm_head of vocab_size rows
+        (padded_vocab_size), the final norm and an embedding norm under use_embed_norm."""
+        layers = [self.inkling_layer(i) for i in range(self.num_layers)]
+
+        def total(*keys: str) -> int:
+            return sum(layer.get(key, 0) for layer in layers for key in keys)
+
+        h = self.hidden_size
+        return {
+            **dict.fromkeys(("altup", "linear", "mamba", "kda", "per_layer_input", "vision", "hyper_connections"), 0),
+            "attention": total("attention"), "mlp": total("mlp", "mlp_scale"), "experts": total("experts"),
+            "shared": total("shared"), "router": total("router", "router_32"), "embeddings": 2 * self.vocab_size * h,
+            "norms": total("conv", "whole") + h + self.inkling[7] * h,
+        }
 
     def _zamba2_block(self) -> tuple[int, int]:
         """(attention, MLP) weights of one of Zamba2's shared blocks (zamba2.py Zamba2AttentionDecoderLayer): a q / k

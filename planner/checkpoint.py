@@ -64,12 +64,12 @@ def read_directory(directory: Path) -> dict[str, dict[str, Any]]:
     return tensors
 
 
-def skipped_by_vllm(name: str, decoder_layers: int, mtp_layers: int) -> bool:
+def skipped_by_vllm(name: str, decoder_layers: int, mtp_layers: int, inkling: bool = False) -> bool:
     """A tensor vLLM's model does not load when speculative decoding is off: the `mtp_layers` multi-token-prediction
     layers after the last of `decoder_layers` (num_nextn_predict_layers; vllm/model_executor/models/utils.py,
     get_spec_layer_idx_from_weight_name: DeepSeek V3, GLM-4.5, ...) and the `mtp.` head that Qwen3-Next and Qwen3.5
-    map to nothing (hf_to_vllm_mapper)."""
-    if name.startswith("mtp."):
+    map to nothing (hf_to_vllm_mapper); Inkling's `model.mtp.` head (INKLING_SKIPPED) where `inkling`."""
+    if name.startswith("mtp.") or (inkling and name.startswith(INKLING_SKIPPED)):
         return True
     prefixes = tuple(f"{p}{decoder_layers + i}." for i in range(mtp_layers)
                      for p in ("model.layers.", "layers.", "model.language_model.layers."))
@@ -103,7 +103,7 @@ def tensor_bytes(tensors: Mapping[str, Mapping[str, Any]], decoder_layers: int, 
     total, skipped = 0.0, 0
     for name, entry in tensors.items():
         copies = held_copies(name, tensors, arch)
-        if skipped_by_vllm(name, decoder_layers, mtp_layers) or not copies:
+        if skipped_by_vllm(name, decoder_layers, mtp_layers, bool(arch and arch.inkling)) or not copies:
             skipped += 1
             continue
         total += copies * _entry_bytes(name, entry, source)
@@ -234,6 +234,29 @@ def tensor_placement(name: str, shape: list[int], heads: int, kv_heads: int) -> 
     return [(position, rule, 1.0, 0)]
 
 
+INKLING_WHOLE = frozenset({"rel_logits_proj", "q_norm", "k_norm", "attn_norm", "mlp_norm", "gate"})
+"""Modules of an Inkling layer every tensor rank keeps whole (vllm/models/inkling/nvidia: plain parameters, not
+divided, beside the divided projections, convolutions and sink experts)."""
+INKLING_SKIPPED = "model.mtp."
+"""The multi-token-prediction head Inkling's checkpoints carry, which vLLM's loader maps to nothing
+(_load_inkling_weights: orig_to_new_prefix {"model.mtp.": None})."""
+
+
+def inkling_placement(name: str, shape: list[int]) -> list[tuple[int, str, float, int]]:
+    """tensor_placement for an Inkling checkpoint (vLLM's InklingForCausalLM, whose hf_to_vllm_mapper reads
+    model.llm.* and language_model.*): outside the layers the input table (embed, embed_tokens) whole on every tensor
+    rank and, as the norms, on every pipeline stage; the head (unembed, lm_head) on every stage, its rows padded and
+    divided; in a layer its routed experts, INKLING_WHOLE whole, the rest divided."""
+    module, _ = _module(name)
+    found = LAYER_INDEX.search(name)
+    if found is None:
+        if module in HEAD_MODULES | {"unembed"} and len(shape) == 2:
+            return [(EVERY_STAGE, "vocab", 1.0, shape[0])]
+        return [(EVERY_STAGE, "replicated", 1.0, 0)]
+    rule = "routed" if routed_expert(name) else "replicated" if module in INKLING_WHOLE else "split"
+    return [(int(found.group(1)), rule, 1.0, 0)]
+
+
 FLOAT32_TENSORS = ("e_score_correction_bias",)
 """Tensors vLLM keeps in float32 whatever the checkpoint stores (deepseek_v2.py, glm4_moe.py, ernie45_moe.py:
 nn.Parameter(torch.empty(n_routed_experts, dtype=torch.float32)))."""
@@ -249,12 +272,13 @@ def tensor_groups(tensors: Mapping[str, Mapping[str, Any]], arch: ModelArchitect
     every_input = arch.architecture in INPUT_ON_EVERY_STAGE
     for name, entry in tensors.items():
         copies = held_copies(name, tensors, arch)
-        if skipped_by_vllm(name, arch.num_layers, arch.mtp_layers) or not copies:
+        if skipped_by_vllm(name, arch.num_layers, arch.mtp_layers, bool(arch.inkling)) or not copies:
             continue
         size = copies * _entry_bytes(name, entry, source)
         if name.endswith(FLOAT32_TENSORS):
             size = math.prod(entry["shape"]) * DTYPE_BYTES["F32"]
-        placed = tensor_placement(name, list(entry["shape"]), arch.num_attention_heads, arch.num_kv_heads)
+        placed = (inkling_placement(name, list(entry["shape"])) if arch.inkling else
+                  tensor_placement(name, list(entry["shape"]), arch.num_attention_heads, arch.num_kv_heads))
         for position, rule, share, rows in placed:
             if position >= arch.num_layers:
                 position = LAST_STAGE

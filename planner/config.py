@@ -39,7 +39,7 @@ from planner.stack_schema import (
     ServingConfig,
     section_defaults,
 )
-from planner.vllm_rules import dsv4_rules, gpu_rules, vllm_rules
+from planner.vllm_rules import dsv4_rules, gpu_rules, inkling_rules, vllm_rules
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -421,6 +421,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
     notes += vllm_rules(v, model.architecture)
     gpu_rules(accelerator, v)
     dsv4_rules(accelerator, v, model.architecture)
+    inkling_rules(v, model.architecture)
 
     w = cfg["weights"]
     types = _weights_disk_types(accelerator, w.disk_type)

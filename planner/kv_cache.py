@@ -128,6 +128,30 @@ class SlidingWindow(LayerSpec):
 
 
 @dataclass(frozen=True)
+class ConvWindow(SlidingWindow):
+    """Inkling's InklingConvState (vllm/models/inkling/nvidia/sconv_swa_attn.py): a SlidingWindowSpec of its own
+    block_size, sliding_window = block_size = sconv_kernel_size, holding the K, V, attention-output and MLP-output
+    convolution streams of the layer's KV heads on this rank, each head's width padded to a power of two (conv_state
+    _bytes); admitted as any sliding window."""
+
+    kind: str = "sconv"
+    own_block: int = 0
+    """Tokens per block of this cache alone (its kernel size), whatever the pool's block_size."""
+
+    def page_bytes(self, block: int) -> float:
+        return self.own_block * self.token_bytes
+
+
+def conv_state(kv_heads: int, head_dim: int, hidden: int, kernel: int, tp: int, kind: str) -> ConvWindow:
+    """An Inkling layer's conv state on one GPU of a TP group: kv_heads // tp heads (vLLM asserts tp <= kv_heads) of
+    the next power of two above 2 x head_dim + 2 x hidden / kv_heads, bfloat16 (the only dtype InklingConvState
+    takes), sconv_kernel_size tokens a block and its window."""
+    raw = 2 * head_dim + 2 * (hidden // kv_heads)
+    width = 1 << (raw - 1).bit_length()
+    return ConvWindow(kv_heads // tp * width * DTYPE_BYTES["bfloat16"], window=kernel, kind=kind, own_block=kernel)
+
+
+@dataclass(frozen=True)
 class ChunkedLocal(LayerSpec):
     """ChunkedLocalAttentionSpec: a request keeps its current chunk and the tokens in flight."""
 
@@ -344,6 +368,11 @@ def layer_specs(arch: ModelArchitecture, tp: int, kv_dtype_bytes: float,
                                      # the ring: index_kpool slots of a key and a gate score, bf16
                                      tail_bytes=pool * 2 * index_dim * 2.0 if pool > 1 else 0.0,
                                      kernel_block=pool * INDEXER_PAGE_STATES if pool > 1 else 0)
+    if arch.inkling:  # its sliding layers' own heads, and the conv state of each kind of layer
+        _, _, kernel, _, s_kv, s_dim = arch.inkling[:6]
+        local = 2 * max(s_kv / tp, 1) * s_dim * kv_dtype_bytes
+        made["sconv"] = conv_state(arch.num_kv_heads, arch.head_dim, arch.hidden_size, kernel, tp, "sconv")
+        made["sconv_local"] = conv_state(s_kv, s_dim, arch.hidden_size, kernel, tp, "sconv_local")
     specs: list[LayerSpec] = []
     for i, kind in enumerate(arch.kinds):
         if kind == "full" and arch.layer_kv_heads:  # NAS: the layer's own KV heads (UniformTypeKVCacheSpecs)
@@ -668,17 +697,18 @@ def approximate_gcd(values: list[int], lower_bound: int = 1) -> int:
 def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], block: int,
                   page: float) -> tuple[float, dict[str, int]]:
     """The page every layer's block takes once vLLM makes pages equal (the largest attention page, else `page`), and
-    the tokens per block of each kind: a kind whose page divides the largest takes that many times more tokens per
-    block, another is padded to the largest page and keeps its tokens (vllm/v1/core/kv_cache_utils.py,
+    the tokens per block of each kind (the pool's block, or a cache's own: Inkling's conv states): a kind whose page
+    divides the largest takes that many times more tokens per block, another is padded to the largest page and keeps
+    its tokens (vllm/v1/core/kv_cache_utils.py,
     unify_kv_cache_spec_page_size: Gemma 4's full layers beside its sliding ones). A state is padded to the
     attention page."""
     pages = {kind: specs[layers[0]].page_bytes(block) for kind, layers in by_kind.items()
              if not isinstance(specs[layers[0]], LinearState)}
     largest = max(pages.values(), default=0)
     blocks = {}
-    for kind in by_kind:
-        own = pages.get(kind, 0)
-        blocks[kind] = block * int(largest // own) if own and largest % own == 0 else block
+    for kind, layers in by_kind.items():
+        own, base = pages.get(kind, 0), getattr(specs[layers[0]], "own_block", 0) or block
+        blocks[kind] = base * int(largest // own) if own and largest % own == 0 else base
     return max(page, largest), blocks
 
 

@@ -113,6 +113,83 @@ the L stack run L_cycles times in each of H_cycles cycles and the H stack once, 
 its own (HrmTextAttention.attn_per_step: one PrefillPrefixLMAttention per step). transformers' HrmTextConfig writes
 num_hidden_layers as those runs (num_layers_per_stack x H_cycles x (L_cycles + 1)), which vLLM reads; the weights are
 the two stacks' layers only (ModelArchitecture.weight_layers)."""
+INKLING_TYPES = frozenset({"inkling_model", "inkling_mm_model"})
+"""Inkling in vLLM's own config classes (vllm/models/inkling/configs.py: InklingModelConfig, and InklingMMConfig, which
+reads its text_config through it; vllm/transformers_utils/config.py _CONFIG_REGISTRY takes them before transformers'
+classes of the same name). Each decoder layer (vllm/models/inkling/nvidia/model.py InklingDecoderLayer) has an
+attention over its own heads, full or, for local_layer_ids, a sliding window of sliding_window_size (swa_* heads), with
+relative-position logits (d_rel per head, projected to rel_extent or the window), and an InklingConvState: the
+short-convolution state of its K, V, attention-output and MLP-output streams kept as a sliding-window cache of
+sconv_kernel_size tokens in blocks of that many (sconv_swa_attn.py). layer_kinds gives it two entries a layer, as
+Falcon-H1: the attention and the conv state."""
+INKLING_TEXT_READS = ("padded_vocab_size", "local_layer_ids", "dense_mlp_idx")
+"""What vLLM 0.32.0's Inkling classes read from the config that transformers' InklingTextConfig (model_type
+inkling_text, which vLLM reads through transformers' class) does not give: InklingModel builds its tables of
+padded_vocab_size, its sliding layers from local_layer_ids and its dense layers below dense_mlp_idx; without them the
+model does not build ("'InklingTextConfig' object has no attribute 'padded_vocab_size'")."""
+
+
+def inkling_reads(text: Mapping[str, Any]) -> dict[str, Any]:
+    """An Inkling text config as vLLM 0.32.0's InklingModelConfig reads it (its __init__ defaults, and the Hugging Face
+    format's names mapped to its own: there intermediate_size is the dense MLP's and moe_intermediate_size the
+    experts', conv_kernel_size the convolution's), in the names the planner reads: intermediate_size the dense MLP's
+    width (dense_intermediate_size), moe_intermediate_size the experts' (its intermediate_size), vocab_size the tables'
+    rows (padded_vocab_size), first_k_dense_replace dense_mlp_idx. layer_types is not read: a config without
+    local_layer_ids has no sliding layer in vLLM."""
+    def get(key: str, default: Any) -> Any:
+        value = text.get(key)
+        return default if value is None else value
+
+    hidden, heads, kv = get("hidden_size", 1536), get("num_attention_heads", 12), get("num_key_value_heads", 4)
+    head_dim = get("head_dim", hidden // heads if plain_int(hidden) and plain_int(heads) and heads else 0)
+    inter, dense, moe = text.get("intermediate_size", 768), text.get("dense_intermediate_size"), \
+        text.get("moe_intermediate_size")
+    if moe is not None and inter is not None and dense is None:
+        dense, inter = inter, moe
+    padded, vocab = text.get("padded_vocab_size"), get("vocab_size", 201024)
+    if padded is None:
+        padded = vocab
+    kernel = text.get("sconv_kernel_size")
+    return {
+        **{k: v for k, v in text.items() if k in ("torch_dtype", "dtype", "quantization_config", "architectures",
+                                                    "max_position_embeddings", "model_max_length")},
+        "model_type": "inkling_model", "hidden_size": hidden, "num_attention_heads": heads,
+        "num_key_value_heads": kv, "head_dim": head_dim, "num_hidden_layers": get("num_hidden_layers", 16),
+        "intermediate_size": inter if dense is None else dense, "moe_intermediate_size": inter,
+        "vocab_size": padded, "tie_word_embeddings": False, "first_k_dense_replace": get("dense_mlp_idx", 0),
+        "n_routed_experts": get("n_routed_experts", 0), "n_shared_experts": get("n_shared_experts", 0),
+        "num_experts_per_tok": get("num_experts_per_tok", 1),
+        # every layer dense (dense_mlp_idx past the last): no InklingMoE is built, whatever the routing keys say
+        **({"n_routed_experts": 0, "num_experts_per_tok": 0} if get("dense_mlp_idx", 0) >= get("num_hidden_layers", 16)
+           else {}),
+        "sliding_window": get("sliding_window_size", 512),
+        "local_layer_ids": get("local_layer_ids", []),
+        "swa_num_attention_heads": get("swa_num_attention_heads", heads),
+        "swa_num_key_value_heads": get("swa_num_key_value_heads", kv),
+        "swa_head_dim": get("swa_head_dim", head_dim), "d_rel": get("d_rel", 16), "rel_extent": get("rel_extent", 1024),
+        "sconv_kernel_size": kernel if kernel is not None else get("conv_kernel_size", 4),
+        **{key: bool(text.get(key)) for key in ("q_bias", "o_bias", "use_embed_norm", "use_gate_bias",
+                                                "use_global_scale")},
+        **{key: get(key, default) for key, default in (("gate_activation", "sigmoid"), ("norm_after_topk", True),
+                                                       ("shared_expert_sink", False),
+                                                       ("inference_moe_w13_interleaved", True))},
+    }
+
+
+def inkling_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[str, ...]:
+    """Two entries a layer (INKLING_TYPES): its attention, "sliding" for local_layer_ids, else "full"; and its conv
+    state, "sconv", or "sconv_local" for a sliding layer where the swa_* heads give its state another shape (vLLM
+    groups layers of equal specs, kv_cache_utils.py _get_kv_cache_groups_uniform_page_size)."""
+    local = cfg.get("local_layer_ids")
+    if not isinstance(local, list) or not all(plain_int(i) for i in local):
+        raise ConfigError(source, local, "local_layer_ids must be a list of layer indices (InklingModel builds a "
+                                         "sliding-window layer for each)")
+    own = (cfg["swa_num_key_value_heads"], cfg["swa_head_dim"]) != (cfg["num_key_value_heads"], cfg["head_dim"])
+    chosen = set(local)
+    return tuple(kind for i in range(layers) for kind in (
+        ("sliding", "sconv_local" if own else "sconv") if i in chosen else ("full", "sconv")))
+
+
 PURE_MAMBA_TYPES = {"mamba": "mamba1", "falcon_mamba": "mamba1", "mamba2": "mamba"}
 """Attention-free models, every layer one Mamba mixer and a norm, no MLP (vllm/model_executor/models/mamba.py
 MambaDecoderLayer: MambaMixer, Falcon-Mamba's with weightless RMS norms on dt, B and C; mamba2.py Mamba2DecoderLayer:
@@ -193,7 +270,8 @@ SIZED_KEYS = {**dict.fromkeys(SIZED_MAMBA_TYPES, MAMBA2_KEYS),
               **dict.fromkeys(SHARED_KV_TYPES, frozenset({"num_kv_shared_layers"})),
               **dict.fromkeys(LONGCAT_TYPES, frozenset({"zero_expert_num"})),
               **dict.fromkeys(HRM_TYPES, frozenset({"H_cycles"})),
-              **dict.fromkeys(DSV4_TYPES, frozenset({"compress_ratios"}))}
+              **dict.fromkeys(DSV4_TYPES, frozenset({"compress_ratios"})),
+              **dict.fromkeys(INKLING_TYPES, frozenset({"rel_extent"}))}
 """model_type -> the UNSIZED_KEYS its config has that the planner sizes for that family (MAMBA2_KEYS for the Mamba
 hybrids, num_kv_shared_layers for SHARED_KV_TYPES, zero_expert_num for LongCat-Flash, H_cycles for HRM-Text)."""
 
@@ -317,6 +395,8 @@ def layer_kinds(cfg: Mapping[str, Any], layers: int, source: str) -> tuple[tuple
         return (PURE_MAMBA_TYPES[str(cfg.get("model_type"))],) * layers, 0
     if str(cfg.get("model_type")) in FALCON_H1_TYPES:  # attention and a Mamba-2 mixer in every layer
         return ("full", "mamba") * layers, 0
+    if str(cfg.get("model_type")) in INKLING_TYPES:  # attention and a conv state in every layer
+        return inkling_kinds(cfg, layers, source), window
     if str(cfg.get("model_type")) in LONGCAT_TYPES:  # two latent-attention blocks in every layer
         return ("full", "full") * layers, 0
     if str(cfg.get("model_type")) in ZAMBA2_TYPES:

@@ -129,11 +129,13 @@ def valid_tensor_sizes(arch: ModelArchitecture, limit: int) -> list[int]:
     layer's, where a NAS decoder gives each its own); a Mamba-2 mixer's heads, and its groups unless there is one
     (vllm/model_executor/layers/mamba/mamba_mixer2.py asserts both); a Mamba-1 mixer's width (mamba_mixer.py splits
     it with divide()); Ling 2.5's group_norm_size, which TP must divide and not exceed (bailing_linear_attn.py asserts
-    both)."""
+    both); Inkling's KV heads, which TP must not exceed (vllm/models/inkling/nvidia/sconv_swa_attn.py InklingConvState
+    asserts tp_size <= num_kv_heads)."""
     return [tp for tp in range(1, limit + 1) if arch.num_attention_heads % tp == 0
             and all(kv % tp == 0 or tp % kv == 0 for kv in arch.attention_kv_heads if kv)
             and (not arch.mamba or (arch.mamba[2] % tp == 0 and (arch.mamba[1] % tp == 0 or arch.mamba[1] == 1)))
             and (not arch.mamba1 or arch.mamba1[0] % tp == 0)
+            and (not arch.inkling or tp <= min(arch.attention_kv_heads))
             and (not arch.lightning[0] or (tp <= arch.lightning[3] and arch.lightning[3] % tp == 0))]
 
 
@@ -150,6 +152,9 @@ def tensor_split_text(arch: ModelArchitecture) -> str:
         parts.append(f"Mamba mixers {arch.mamba1[0]} wide")
     if arch.lightning[0]:
         parts.append(f"linear-attention output norms in group_norm_size {arch.lightning[3]} groups")
+    if arch.inkling:
+        most = min(arch.attention_kv_heads)
+        parts.append(f"short-convolution states of at least one KV head per rank (at most {most} ranks)")
     return " and ".join(parts)
 
 

@@ -453,7 +453,8 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     of INPUT_ON_EVERY_STAGE / HEAD_ON_EVERY_STAGE; a tied head's copy on the last), and the vision tower and its
     projector on every stage, since vLLM builds them outside make_layers. Every group but the routed experts and the
     lightning indexers (whole on every rank) is split over tensor ranks (no vocabulary padding or KV-head
-    replication: the count does not know the tensors)."""
+    replication: the count does not know the tensors). Inkling's and DeepSeek V4's layers are placed by their own
+    rules (inkling_groups, dsv4_groups)."""
     parts = arch.part_bytes(unquantized_bytes)
     routed = parts["experts"] if arch.num_experts else 0.0
     table = parts["embeddings"] / (1 if arch.tie_word_embeddings else 2)
@@ -465,6 +466,8 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     first_moe = arch.num_layers - arch.moe_layers
     groups = [TensorGroup(i, "split", layer) for i in range(arch.num_layers)]
     groups += [TensorGroup(i, "replicated", indexer) for i in indexed]
+    if arch.inkling:  # its own placement, tables on every stage
+        return tuple(g for g in inkling_groups(arch, unquantized_bytes) if g.bytes)
     if arch.o_groups:  # DeepSeek V4: what each layer keeps whole beside what it divides (dsv4_layer_bytes)
         groups = dsv4_groups(arch, unquantized_bytes)
     groups += [TensorGroup(i, "routed", routed / arch.moe_layers) for i in range(first_moe, arch.num_layers)
@@ -498,6 +501,30 @@ def dsv4_groups(arch: ModelArchitecture, unquantized_bytes: float) -> list[Tenso
     groups += [TensorGroup(LAST_STAGE, "replicated", unquantized_bytes * h),
                TensorGroup(EVERY_STAGE, "replicated", 4.0 * (streams * streams * h + streams + 1))]
     return groups
+
+
+def inkling_groups(arch: ModelArchitecture, unquantized_bytes: float) -> list[TensorGroup]:
+    """An Inkling model's counted weights as vLLM 0.32.0 places them (vllm/models/inkling/nvidia/model.py): each layer
+    in three groups (ModelArchitecture.inkling_layer), divided, whole on every tensor rank (the relative-logit
+    projection, norms, the gate; float32 for the gate's score bias and scale) and its routed experts; and on every
+    pipeline stage, since InklingModel and its causal LM build them under no test of the rank: the input table, whole
+    on every tensor rank (InklingReplicatedEmbedding), the embedding and final norms, and the head (ParallelLMHead,
+    its rows padded to 64 and divided)."""
+    rate = arch.part_rate
+    groups = []
+    for i in range(arch.num_layers):
+        part = arch.inkling_layer(i)
+        split = (rate("attention", unquantized_bytes) * part["attention"] + unquantized_bytes * part["conv"]
+                 + rate("mlp", unquantized_bytes) * part.get("mlp", 0)
+                 + rate("shared", unquantized_bytes) * part.get("shared", 0))
+        whole = (unquantized_bytes * (part["whole"] + part.get("router", 0) + part.get("mlp_scale", 0))
+                 + 4.0 * part.get("router_32", 0))
+        groups += [TensorGroup(i, "split", split), TensorGroup(i, "replicated", whole),
+                   TensorGroup(i, "routed", rate("experts", unquantized_bytes) * part.get("experts", 0))]
+    h, vocab = arch.hidden_size, arch.vocab_size
+    norms = (1 + arch.inkling[7]) * h
+    return [*groups, TensorGroup(EVERY_STAGE, "replicated", unquantized_bytes * (vocab * h + norms)),
+            TensorGroup(EVERY_STAGE, "vocab", unquantized_bytes * vocab * h, vocab)]
 
 
 def routed_fraction(arch: ModelArchitecture, layout: Layout) -> float:

@@ -22,6 +22,8 @@ from planner.layers import (
     GEMMA4_TYPES,
     GLM5_NEXT_TYPES,
     HRM_TYPES,
+    INKLING_TEXT_READS,
+    INKLING_TYPES,
     LFM2_TYPES,
     LONGCAT_TYPES,
     MXFP4_BYTES_PER_PARAM,
@@ -36,6 +38,7 @@ from planner.layers import (
     encoder_input,
     first_architecture,
     image_prefix_lm,
+    inkling_reads,
     input_modalities,
     layer_kinds,
     lightning,
@@ -400,6 +403,8 @@ def as_vllm_reads(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     first architecture when there is one (Kimi-K2: DeepseekV3ForCausalLM) or the class REMOTE_CONFIG_BASES names,
     and as config.json writes it otherwise (no defaults filled: the model plans unsized, remote_code_reason)."""
     model_type = cfg.get("model_type")
+    if model_type in INKLING_TYPES:  # read by vLLM's own class (_inkling), which transformers' of that name is not
+        return dict(cfg)
     if model_type in AS_WRITTEN:  # vLLM's own class keeps config.json's keys (transformers' would rewrite them)
         return {**AS_WRITTEN[model_type], **cfg}
     classes = _config_classes()
@@ -471,6 +476,61 @@ def _text_config_named(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg
 
 
+def _inkling(cfg: Mapping[str, Any], source: str) -> tuple[Mapping[str, Any], tuple[str, str] | None]:
+    """(the config, an unsized reason or None). Inkling's configs as vLLM 0.32.0 reads them: an inkling_model or
+    inkling_mm_model config through vLLM's own classes (planner/layers.py inkling_reads; the multimodal wrapper's
+    text_config, its towers built where their config sets decoder_dmodel, inkling_vision_enabled, and not counted
+    here); transformers' inkling_text format refused where vLLM's classes find none of what they read
+    (INKLING_TEXT_READS)."""
+    model_type = cfg.get("model_type")
+    if model_type == "inkling_text":
+        missing = next((key for key in INKLING_TEXT_READS if cfg.get(key) is None), None)
+        if missing:
+            raise ConfigError(source, model_type, f"vLLM 0.32.0 serves Inkling from its own config format "
+                                                  f"(model_type inkling_model or inkling_mm_model): with "
+                                                  f"transformers' InklingTextConfig its InklingForCausalLM does not "
+                                                  f"build, lacking {missing}")
+        return cfg, None
+    if model_type not in INKLING_TYPES:
+        return cfg, None
+    if model_type == "inkling_model":
+        return inkling_reads(cfg), None
+    text = cfg.get("text_config")
+    flat = inkling_reads(text if isinstance(text, Mapping) else {})
+    flat.update({k: v for k, v in cfg.items() if k in (*WRAPPER_KEYS, "architectures") and flat.get(k) is None})
+    flat["model_type"] = "inkling_mm_model"
+    towers = [name for name in ("vision_config", "audio_config")
+              if isinstance(cfg.get(name), Mapping) and cfg[name].get("decoder_dmodel") is not None]
+    return flat, ((towers[0], f"{towers[0]}.decoder_dmodel builds Inkling's {towers[0].split('_')[0]} tower, whose "
+                               "weights the planner does not count") if towers else None)
+
+
+def _inkling_fields(cfg: Mapping[str, Any], moe: bool, source: str) -> dict[str, Any]:
+    """ModelArchitecture.inkling for an Inkling config read by inkling_reads; an output bias refused as vLLM's
+    RowParallelLinear refuses it, and an MoE layer's settings where vLLM's InklingMoE asserts them
+    (vllm/models/inkling/nvidia/moe.py: a sigmoid gate renormalized after top-k, shared sink experts, interleaved w13
+    rows)."""
+    if moe:
+        for key, wanted in (("gate_activation", "sigmoid"), ("norm_after_topk", True), ("shared_expert_sink", True),
+                            ("inference_moe_w13_interleaved", True)):
+            if cfg.get(key) != wanted:
+                raise ConfigError(source, cfg.get(key), f"{key} must be {json.dumps(wanted)}: vLLM's InklingMoE "
+                                                        "asserts it")
+        if not positive_int(cfg.get("n_shared_experts")):
+            raise ConfigError(source, cfg.get("n_shared_experts"), "n_shared_experts must be at least 1: vLLM's "
+                                                                   "InklingMoE asserts shared sink experts")
+    if cfg.get("o_bias") is True:
+        raise ConfigError(source, True, "o_bias must be false: vLLM's InklingAttention builds its output projection "
+                                        "unreduced (wo_ud, reduce_results=False), and RowParallelLinear refuses a "
+                                        "bias there (\"When not reduce the results, adding bias to the results can "
+                                        "lead to incorrect results\")")
+    counts = [_count(cfg, source, (key,)) for key in ("d_rel", "rel_extent", "sconv_kernel_size",
+                                                      "swa_num_attention_heads", "swa_num_key_value_heads",
+                                                      "swa_head_dim")]
+    flags = [int(cfg.get(key) is True) for key in ("q_bias", "use_embed_norm", "use_gate_bias", "use_global_scale")]
+    return {"inkling": (*counts, *flags)}
+
+
 def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArchitecture:
     """Build a ModelArchitecture from a Hugging Face config.json mapping.
 
@@ -479,6 +539,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     if not isinstance(cfg, Mapping):
         raise ConfigError(source, cfg, "expected a Hugging Face config.json object")
     cfg = _text_config_named(cfg)
+    cfg, towers = _inkling(cfg, source)
     raw_text = cfg.get("text_config")
     architectures = cfg.get("architectures")
     unsized = unsized_reason(raw_text if isinstance(raw_text, Mapping) else cfg)  # before transformers rewrites them
@@ -500,7 +561,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
                                              "positive: vLLM's BailingMoeV3VLConfig raises on it (_build_layer_types)")
         outer = {k: v for k, v in cfg.items() if k in WRAPPER_KEYS and text.get(k) is None}
         cfg = {**text, **outer}
-    unsized = unsized or unsized_reason(cfg)
+    unsized = unsized or unsized_reason(cfg) or towers
     per_modality = isinstance(cfg.get("moe_intermediate_size"), list)
     cfg = _per_modality_experts(cfg)
     blocks = cfg.get("layers_block_type")  # NemotronHConfig 5.x keeps no num_hidden_layers: it is this list's length
@@ -585,7 +646,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
     zamba2 = str(cfg.get("model_type")) in ZAMBA2_TYPES
     if zamba2:  # its MLPs are in the shared blocks (ModelArchitecture.shared_blocks), none in a decoder layer
         ffn_free = frozenset(range(layers))
-    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES | LONGCAT_TYPES else 1  # cache_slots
+    slots = 2 if str(cfg.get("model_type")) in FALCON_H1_TYPES | ZAMBA2_TYPES | LONGCAT_TYPES | INKLING_TYPES \
+        else 1  # cache_slots
     method, weight_bytes, share = read_quantization(cfg, DTYPE_BYTES[dtype], source,
                                                     part_layers(kinds[::slots], set(moe), ffn_free))
     linear = tuple(_count(cfg, source, (name,), default=0) for name in (
@@ -660,6 +722,8 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str, source: str) -> ModelArch
         _one_shared_mlp(counts, cfg, source, bool(moe), default=0)
     if zamba2 and not unsized:
         hybrid.update(_zamba2_fields(cfg, source), ffn_free_layers=layers, norms_per_layer=1)
+    if str(cfg.get("model_type")) in INKLING_TYPES and not unsized:
+        hybrid.update(_inkling_fields(cfg, bool(moe), source), norms_per_layer=2)
     if longcat:
         _longcat_keys(cfg, source)
     if str(cfg.get("model_type")) in HRM_TYPES and not unsized:

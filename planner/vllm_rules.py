@@ -97,6 +97,19 @@ def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture
                                                   f"use one of {', '.join(sorted(DSV4_GPUS))}")
 
 
+def inkling_rules(v: Any, arch: ModelArchitecture) -> None:
+    """What vLLM refuses of an Inkling model: a model dtype other than bfloat16 (vllm.dtype, or under auto the
+    checkpoint's float16), since its conv-state cache takes bfloat16 only (vllm/models/inkling/nvidia/sconv_swa_attn.py
+    InklingConvState: "sconv SWA cache supports bfloat16 only")."""
+    if not arch.inkling:
+        return
+    dtype = v.dtype if v.dtype != "auto" else arch.torch_dtype if arch.torch_dtype in ("float16", "half") else ""
+    if dtype in ("float16", "half", "float32", "float"):
+        raise ConfigError("vllm.dtype", v.dtype, f"{arch.name} (Inkling) keeps its short-convolution states in a "
+                                                 f"bfloat16 cache, and vLLM refuses a {dtype} model with it; use "
+                                                 "bfloat16")
+
+
 def gpu_rules(accelerator: AcceleratorSettings, v: Any) -> None:
     """What vLLM refuses on a GPU generation, checked on every rung's GPU with the same code: a fallback runs the
     same pod, so a dtype its GPU lacks fails there as it would on the primary."""

@@ -413,3 +413,137 @@ def test_the_submodules_kept_whole_build_no_divided_linear_layer():
                 assert whole, f"{name} builds a {call.func.id} its tensor ranks divide"
                 checked.append((name, call.func.id))
     assert len({name for name, _ in checked}) == 3 and len(checked) >= 4, checked
+
+
+INKLING_SMALL = {"num_hidden_layers": 5, "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4,
+                 "head_dim": 64, "swa_num_attention_heads": 8, "swa_num_key_value_heads": 4, "swa_head_dim": 32,
+                 "sliding_window_size": 128, "sconv_kernel_size": 4, "n_routed_experts": 6, "n_shared_experts": 2,
+                 "shared_expert_sink": True, "num_experts_per_tok": 2, "intermediate_size": 256,
+                 "dense_intermediate_size": 1024, "vocab_size": 1000, "dense_mlp_idx": 1, "local_layer_ids": [0, 2],
+                 "use_embed_norm": True, "use_gate_bias": True, "max_position_embeddings": 4096,
+                 "torch_dtype": "bfloat16", "model_type": "inkling_model", "architectures": ["InklingForCausalLM"]}
+"""A small Inkling in vLLM's own config format: a dense first layer, four MoE layers (6 routed experts, 2 sink
+experts), sliding layers 0 and 2 of their own head shape, a vocabulary of 1,000 rows (padded to 1,024 in the head)."""
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 3)])
+def test_inkling_counted_weights_are_what_vllm_builds_on_each_rank(tmp_path, monkeypatch, tp, pp):
+    """Inkling planned from config.json (planner/memory.py inkling_groups) against vLLM 0.32.0's own
+    InklingForCausalLM built on tensor rank 0 of each stage: to the byte. Its input table whole on every tensor rank,
+    the tables and final norm on every pipeline stage, the gate, relative-logit projections and norms whole, the
+    rest divided. Placed as a plain decoder's (tables on the first and last stage, divided) the plan misses by more
+    than half a table on any layout of more than one GPU. CPU torch has no CUDA events (InklingMoE makes two) and the
+    Lamport all-reduce buffers need a GPU: both are stubbed, and hold no parameter."""
+    from vllm.models.inkling.nvidia import model as inkling_model
+
+    from planner.architecture import EVERY_STAGE, FIRST_STAGE, LAST_STAGE, TensorGroup
+    from planner.memory import counted_groups
+
+    (tmp_path / "config.json").write_text(json.dumps(INKLING_SMALL))
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    monkeypatch.setattr(inkling_model, "initialize_lamport_rs_conv", lambda *args, **kwargs: None)
+    built = vllm_stage_bytes(tmp_path, tp, pp, monkeypatch)
+    arch = parse_hf_config(INKLING_SMALL, "inkling", "model.configFile")
+    groups = counted_groups(arch)
+    planned = [sum(s) for s in checkpoint_stages(replace(arch, checkpoint_groups=groups), Layout(tp, pp, 1))]
+    assert planned == built
+    table = 2 * INKLING_SMALL["vocab_size"] * INKLING_SMALL["hidden_size"]
+    plain = (*(g for g in groups if g.position != EVERY_STAGE), TensorGroup(FIRST_STAGE, "split", table),
+             TensorGroup(LAST_STAGE, "split", table))
+    moved = [sum(s) for s in checkpoint_stages(replace(arch, checkpoint_groups=plain), Layout(tp, pp, 1))]
+    if tp > 1 or pp > 1:  # one GPU holds everything either way
+        assert max(abs(a - b) for a, b in zip(moved, built, strict=True)) > table / 2
+
+
+def inkling_tensors(c: dict) -> dict[str, dict]:
+    """The safetensors header of an unquantized Inkling checkpoint in its own tensor names (vLLM's hf_to_vllm_mapper
+    for InklingForCausalLM reads them: model.llm.embed / unembed / norm / embed_norm, the layers' wq_du, wk_dv, wv_dv,
+    wr_du, wo_ud, their short convolutions, w13_dn / w2_md of a dense MLP, the gate and the stacked routed and shared
+    experts of an MoE layer), plus a multi-token-prediction tensor vLLM drops, for config `c`."""
+    h, vocab, kernel, d_rel = c["hidden_size"], c["vocab_size"], c["sconv_kernel_size"], c.get("d_rel", 16)
+    routed, shared, width = c["n_routed_experts"], c["n_shared_experts"], c["intermediate_size"]
+    t = {"model.llm.embed.weight": ((vocab, h), "BF16"), "model.llm.embed_norm.weight": ((h,), "BF16"),
+         "model.llm.norm.weight": ((h,), "BF16"), "model.llm.unembed.weight": ((vocab, h), "BF16"),
+         "model.mtp.0.attn_norm.weight": ((h,), "BF16")}
+    local = set(c["local_layer_ids"])
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.llm.layers.{i}."
+        if i in local:
+            heads, kv, dim, extent = (c["swa_num_attention_heads"], c["swa_num_key_value_heads"], c["swa_head_dim"],
+                                      c["sliding_window_size"])
+        else:
+            heads, kv, dim, extent = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], 1024
+        t.update({p + name: (shape, "BF16") for name, shape in (
+            ("attn_norm.weight", (h,)), ("mlp_norm.weight", (h,)), ("attn.wq_du.weight", (heads * dim, h)),
+            ("attn.wk_dv.weight", (kv * dim, h)), ("attn.wv_dv.weight", (kv * dim, h)),
+            ("attn.wr_du.weight", (heads * d_rel, h)), ("attn.wo_ud.weight", (h, heads * dim)),
+            ("attn.rel_logits_proj.proj", (d_rel, extent)), ("attn.q_norm.weight", (dim,)),
+            ("attn.k_norm.weight", (dim,)), ("attn.k_sconv.weight", (kv * dim, 1, kernel)),
+            ("attn.v_sconv.weight", (kv * dim, 1, kernel)), ("attn_sconv.weight", (h, 1, kernel)),
+            ("mlp_sconv.weight", (h, 1, kernel)))})
+        if i < c["dense_mlp_idx"]:
+            dense = c["dense_intermediate_size"]
+            t.update({p + "mlp.w13_dn.weight": ((2 * dense, h), "BF16"), p + "mlp.w2_md.weight": ((h, dense), "BF16")})
+            continue
+        t.update({p + name: (shape, "BF16") for name, shape in (
+            ("mlp.gate.weight", (routed + shared, h)), ("mlp.experts.w13_weight", (routed, 2 * width, h)),
+            ("mlp.experts.w2_weight", (routed, h, width)), ("mlp.shared_experts.w13_weight", (shared, 2 * width, h)),
+            ("mlp.shared_experts.w2_weight", (shared, h, width)))})
+        if c.get("use_gate_bias"):
+            t[p + "mlp.gate.bias"] = ((routed,), "F32")
+    return {name: {"dtype": dtype, "shape": list(shape), "data_offsets": [0, 0]} for name, (shape, dtype) in t.items()}
+
+
+def test_inkling_checkpoint_names_are_what_vllm_loads(tmp_path, monkeypatch):
+    """Every tensor of inkling_tensors but the multi-token-prediction head loads into vLLM 0.32.0's own
+    InklingForCausalLM (built on the CPU, one rank, its load_weights through its own mappers), every parameter is
+    loaded, and the tensors weigh what the parameters do but the head's padding: the names are the checkpoint's, none
+    left over."""
+    from vllm.config import ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.models.inkling.nvidia import model as inkling_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    from planner.checkpoint import DTYPE_BYTES, INKLING_SKIPPED
+
+    (tmp_path / "config.json").write_text(json.dumps(INKLING_SMALL))
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    monkeypatch.setattr(inkling_model, "initialize_lamport_rs_conv", lambda *args, **kwargs: None)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model_config = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
+                               dtype="bfloat16", max_model_len=512)
+    for name in ("_TP", "_PP", "_DP", "_EP", "_PCP", "_DCP"):
+        monkeypatch.setattr(parallel_state, name, _Group(1, 0), raising=False)
+    vllm_config = VllmConfig(model_config=model_config, parallel_config=ParallelConfig())
+    dtypes = {"BF16": torch.bfloat16, "F32": torch.float32}
+    tensors = inkling_tensors(INKLING_SMALL)
+    with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
+        cls, _ = get_model_architecture(model_config)
+        model = cls(vllm_config=vllm_config, prefix="")
+        loaded = model.load_weights((name, torch.zeros(e["shape"], dtype=dtypes[e["dtype"]]))
+                                    for name, e in tensors.items())
+    params = dict(model.named_parameters())
+    assert set(params) == set(loaded)
+    stored = sum(math.prod(e["shape"]) * DTYPE_BYTES[e["dtype"]] for name, e in tensors.items()
+                 if not name.startswith(INKLING_SKIPPED))
+    held = sum(p.numel() * p.element_size() for p in params.values())
+    h = INKLING_SMALL["hidden_size"]
+    assert held - stored == 24 * h * 2  # lm_head padded to 1,024 rows (the gate's 6 + 2 rows need no padding)
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 3)])
+def test_inkling_checkpoint_weights_are_what_vllm_builds_on_each_rank(tmp_path, monkeypatch, tp, pp):
+    """Inkling planned from its checkpoint's tensors (planner/checkpoint.py inkling_placement on inkling_tensors'
+    header) against vLLM 0.32.0's own InklingForCausalLM on tensor rank 0 of each stage: its own names for the
+    tables, the input table whole on every tensor rank and the tables and norms on every stage, the gate and the
+    relative-logit projections whole, the multi-token-prediction head left out. Equal to the byte."""
+    from vllm.models.inkling.nvidia import model as inkling_model
+
+    (tmp_path / "config.json").write_text(json.dumps(INKLING_SMALL))
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    monkeypatch.setattr(inkling_model, "initialize_lamport_rs_conv", lambda *args, **kwargs: None)
+    built = vllm_stage_bytes(tmp_path, tp, pp, monkeypatch)
+    arch = parse_hf_config(INKLING_SMALL, "inkling", "model.configFile")
+    arch = replace(arch, checkpoint_groups=tensor_groups(inkling_tensors(INKLING_SMALL), arch, "model.tensorsFile"))
+    assert [sum(s) for s in checkpoint_stages(arch, Layout(tp, pp, 1))] == built

@@ -1572,3 +1572,95 @@ def test_a_mutated_profiling_cache_rule_disagrees_with_vllm(mutation, monkeypatc
     with pytest.raises(AssertionError):
         for name, tp, pp in PROFILING_CASES:
             test_the_profiling_cache_is_the_one_vllm_0_32_allocates_for_its_graphs(name, tp, pp)
+
+
+# ------------------------------------------------------------------------------------------ Inkling
+
+INKLING = {"num_hidden_layers": 12, "hidden_size": 6144, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 128, "swa_num_key_value_heads": 16, "swa_head_dim": 128, "sliding_window_size": 512,
+           "sconv_kernel_size": 4, "n_routed_experts": 8, "n_shared_experts": 2, "shared_expert_sink": True,
+           "num_experts_per_tok": 2, "intermediate_size": 3072, "dense_intermediate_size": 8192,
+           "model_type": "inkling_model", "architectures": ["InklingForCausalLM"]}
+"""Inkling's widths (transformers' InklingTextConfig defaults: the released model's) cut to 12 layers, in vLLM's own
+config format."""
+INKLING_VARIANTS = {
+    "every layer full (no local_layer_ids, as vLLM reads a transformers-format text_config)": {},
+    "five local layers in six": {"local_layer_ids": [i for i in range(12) if (i + 1) % 6]},
+    "five local layers in twelve": {"local_layer_ids": [0, 1, 2, 3, 4]},
+    "five local layers in twelve, of the full layers' shape": {"local_layer_ids": [0, 1, 2, 3, 4],
+                                                               "swa_num_key_value_heads": 8},
+}
+"""Five local layers in twelve is where the conv states' grouping shows: vLLM keeps the two shapes' states in groups
+of their own (7 layers each, one group per kind) and those of one shape together (groups of 5: 6 groups)."""
+
+
+def inkling_specs(raw: dict, tp: int) -> dict[int, tuple]:
+    """Inkling's caches as vLLM 0.32.0's modules declare them (vllm/models/inkling/nvidia), each layer's read from
+    vLLM's own InklingModelConfig: InklingAttention.get_kv_cache_spec (full, or a SlidingWindowSpec of
+    sliding_window_size for local_layer_ids, the swa_* heads) and InklingConvState built by its own __init__ (its
+    packed, power-of-two head width, its kernel-size block and window)."""
+    from vllm.models.inkling.configs import InklingModelConfig
+    from vllm.models.inkling.nvidia import sconv_swa_attn
+    from vllm.models.inkling.nvidia.attention import InklingAttention
+
+    config = InklingModelConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+    ns = types.SimpleNamespace
+    current = ns(model_config=ns(dtype=torch.bfloat16), compilation_config=ns(static_forward_context={}))
+    vllm_config = ns(cache_config=ns(block_size=kv_cache.BLOCK_TOKENS))
+    local = set(config.local_layer_ids)
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sconv_swa_attn, "get_current_vllm_config", lambda: current)
+        mp.setattr(sconv_swa_attn, "get_tensor_model_parallel_world_size", lambda: tp)
+        for i in range(config.num_hidden_layers):
+            is_local = i in local
+            kv = config.swa_num_key_value_heads if is_local else config.num_key_value_heads
+            dim = config.swa_head_dim if is_local else config.head_dim
+            conv = sconv_swa_attn.InklingConvState(num_kv_heads=kv, head_dim=dim, hidden_size=config.hidden_size,
+                                                   kernel_size=config.sconv_kernel_size, prefix=f"l{i}.conv_state")
+            attention = object.__new__(InklingAttention)  # its projections need vLLM's TP group; its spec does not
+            attention.__dict__.update(is_local=is_local, num_kv_heads=max(1, kv // tp), head_dim=dim,
+                                      local_extent=config.sliding_window_size if is_local else None,
+                                      kv_cache_torch_dtype=torch.bfloat16)
+            out[i] = (attention.get_kv_cache_spec(vllm_config), conv.get_kv_cache_spec(vllm_config))
+    return out
+
+
+INKLING_CASES = [(variant, tp, pp) for variant in sorted(INKLING_VARIANTS) for tp in (1, 2, 8) for pp in (1, 3)]
+
+
+@pytest.mark.parametrize(("variant", "tp", "pp"), INKLING_CASES)
+def test_inkling_counts_the_kv_tokens_vllm_0_32_counts(variant, tp, pp):
+    raw = {**INKLING, **INKLING_VARIANTS[variant]}
+    arch = parse_hf_config(raw, "inkling-shaped", "model.configFile")
+    assert not arch.unsized and arch.cache_slots == 2
+    for max_len in (8192, 32768):
+        ours = planner_tokens(arch, tp, pp, 37 * GIB, max_len, 8192)
+        theirs = vllm_count(EngineConfig(max_len, tp, pp, 8192), inkling_specs(raw, tp), arch.num_layers, pp,
+                            37 * GIB)
+        assert ours == theirs, f"{variant} tp={tp} pp={pp} {max_len}: planner {ours}, vLLM 0.32.0 {theirs}"
+
+
+INKLING_MUTATIONS = {
+    "the conv state's head width not padded to a power of two": lambda mp: mp.setattr(
+        kv_cache, "conv_state", lambda kv, dim, hidden, kernel, tp, kind: kv_cache.ConvWindow(
+            kv // tp * (2 * dim + 2 * (hidden // kv)) * 2.0, window=kernel, kind=kind, own_block=kernel)),
+    "the conv state in the pool's 16-token blocks": lambda mp: mp.setattr(
+        kv_cache.ConvWindow, "page_bytes", lambda self, block: block * self.token_bytes),
+    "the sliding layers' conv states grouped with the full layers'": lambda mp: mp.setattr(
+        kv_cache, "conv_state", lambda kv, dim, hidden, kernel, tp, kind, _real=kv_cache.conv_state: _real(
+            kv, dim, hidden, kernel, tp, "sconv")),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(INKLING_MUTATIONS))
+def test_a_mutated_inkling_rule_disagrees_with_vllm(mutation, monkeypatch):
+    differing = []
+    for variant in sorted(INKLING_VARIANTS):
+        raw = {**INKLING, **INKLING_VARIANTS[variant]}
+        arch = parse_hf_config(raw, "inkling-shaped", "model.configFile")
+        differing += layouts_a_mutation_moves(arch, INKLING_MUTATIONS[mutation], ((1, 1), (8, 3)),
+                                              lambda tp, pp, raw=raw, arch=arch: vllm_count(
+                                                  EngineConfig(32768, tp, pp, 8192), inkling_specs(raw, tp),
+                                                  arch.num_layers, pp, 37 * GIB), monkeypatch)
+    assert differing, f"the mutation '{mutation}' went unnoticed"

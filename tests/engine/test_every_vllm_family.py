@@ -27,8 +27,6 @@ pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
 UNSIZED = {
-    "inkling_mm_model": "Inkling's 'hybrid' layers",
-    "inkling_text": "Inkling's 'hybrid' layers",
     "qwen4_exp": "Qwen4's query-sparse attention without latent attention",
     "qwen4_exp_text": "Qwen4's query-sparse attention without latent attention",
 }
@@ -52,6 +50,8 @@ NOT_DEPLOYABLE = {
                          "text config leaves false",
     "gemma4_unified": "vLLM's Gemma4UnifiedForConditionalGeneration raises without a vision_config, which the "
                       "default config leaves out",
+    "inkling_text": "vLLM 0.32.0's InklingForCausalLM does not build from transformers' InklingTextConfig (no "
+                    "padded_vocab_size, local_layer_ids or dense_mlp_idx); vLLM serves Inkling in its own format",
     "inkling_model": "vLLM's InklingMoE asserts n_shared_experts > 0 and shared_expert_sink, which the default config "
                      "(0 routed experts, none shared) lacks in every layer from dense_mlp_idx 0",
 }
@@ -239,19 +239,46 @@ def test_a_tensor_size_the_mamba_mixer_cannot_split_is_refused_naming_it(tmp_pat
     assert plan(jamba, tmp_path, parallelism={"tensor": 8}).tensor_parallel_size == 8
 
 
-def test_an_inkling_checkpoint_in_vllms_own_format_plans_with_what_it_cannot_verify(tmp_path):
+def test_an_inkling_checkpoint_in_vllms_own_format_plans_sized(tmp_path):
     """Inkling as vLLM's InklingModelConfig reads it (the checkpoint's own format, not transformers' layer_types): an
-    expert model vLLM builds (shared sink experts, local layers) read as a plain decoder planned silently with every
-    layer full attention and no convolution state; it plans with the one-line warning naming rel_extent."""
+    expert model vLLM builds (shared sink experts, local layers) plans sized, each layer its attention (full, or a
+    sliding window for local_layer_ids) and its conv state, without the warning that a layer is unsized. A config
+    whose tower vLLM builds (decoder_dmodel) keeps the one-line warning naming it; an output bias, which vLLM's
+    RowParallelLinear refuses unreduced, and a float16 model, which InklingConvState refuses, are refused naming the
+    key."""
     from vllm.models.inkling.configs import InklingModelConfig
 
     config = InklingModelConfig(n_routed_experts=64, n_shared_experts=1, shared_expert_sink=True,
                                 num_experts_per_tok=4, local_layer_ids=[0, 1, 2, 4, 5, 6], use_sconv=True).to_dict()
     config = json.loads(json.dumps({**config, "model_type": "inkling_model",
                                     "architectures": ["InklingForCausalLM"]}, default=str))
+    arch = parse_hf_config(config, "m", "model.configFile")
+    assert arch.kinds[::2] == ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",) * 9
+    assert set(arch.kinds[1::2]) == {"sconv"} and not arch.unsized
+    from planner.architecture import EVERY_STAGE
+    from planner.layout import Layout
+    from planner.memory import counted_groups, weights_split
+
+    groups = counted_groups(arch)
+    table = arch.vocab_size * arch.hidden_size * 2.0  # InklingReplicatedEmbedding: whole on every tensor rank
+    assert any(g.position == EVERY_STAGE and g.rule == "replicated" and g.bytes > table for g in groups)
+    whole = sum(g.bytes for g in groups if g.rule == "replicated")
+    one, two = (sum(weights_split(arch, Layout(tp, 1, 1), arch.weight_bytes(2.0))) for tp in (1, 2))
+    assert two - one / 2 == pytest.approx(whole / 2) and whole > table
     chosen = plan(config, tmp_path)
-    [warning] = [w for w in chosen.warnings if "does not size yet" in w]
-    assert "rel_extent" in warning and "Inkling" in warning and "\n" not in warning
+    assert chosen.kv_cache_tokens_per_replica >= chosen.max_model_len
+    assert not any("does not size yet" in w for w in chosen.warnings), chosen.warnings
+    wrapper = {"model_type": "inkling_mm_model", "architectures": ["InklingForConditionalGeneration"],
+               "text_config": config, "vision_config": {"decoder_dmodel": 1536, "patch_size": 16}}
+    [warning] = [w for w in plan(wrapper, tmp_path, parallelism={"tensor": 4}).warnings if "does not size yet" in w]
+    assert "vision_config.decoder_dmodel" in warning and "\n" not in warning
+    with pytest.raises(ConfigError, match=r"o_bias must be false") as refused:
+        plan({**config, "o_bias": True}, tmp_path)
+    assert "\n" not in str(refused.value)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"vllm\.dtype = float16: .*bfloat16"):
+        sizing(model={"id": "org/inkling", "configFile": str(tmp_path / "config.json")},
+               accelerator=accel("nvidia-h200-141gb", "a3-ultragpu-8g"), vllm={"dtype": "float16", "maxModelLen": 4096})
 
 
 def test_a_ling3_wrapper_plans_its_decoder_and_tower_sized(tmp_path):

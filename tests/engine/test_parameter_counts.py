@@ -557,3 +557,57 @@ def test_deepseek_v4_counts_what_vllm_builds(tmp_path):
         assert arch.rotary_cache_elements * 2 == rotary, f"{fields}: rotary caches {rotary} bytes in vLLM"
         assert replace(arch, hash_layers=0).parameter_count() != count or not arch.hash_layers
         assert replace(arch, indexer=(0, 0)).parameter_count() != count
+
+
+INKLING_BUILT = ONE_RANK + '''
+from vllm.models.inkling.nvidia import model as inkling_model, moe as inkling_moe
+
+# What holds no parameter and needs a GPU: the sink experts' CUDA events and the Lamport all-reduce buffers
+inkling_moe.torch.cuda.Event = lambda *args, **kwargs: None
+inkling_model.initialize_lamport_rs_conv = lambda *args, **kwargs: None
+counts = []
+for raw in json.loads(sys.argv[1]):
+    config = VllmConfig(model_config=vllm_model_config(raw, Path(tempfile.mkdtemp())))
+    with torch.device("meta"), set_current_vllm_config(config):
+        counts.append(sum(p.numel() for p in inkling_model.InklingForCausalLM(vllm_config=config,
+                                                                              prefix="").parameters()))
+print(json.dumps(counts))
+'''
+
+INKLING_SHAPES = [
+    {"q_bias": True, "use_gate_bias": True, "use_global_scale": True, "use_embed_norm": True},
+    {"n_routed_experts": 13, "local_layer_ids": [], "dense_mlp_idx": 0},
+    {"moe_intermediate_size": 256, "intermediate_size": 1024, "dense_intermediate_size": None, "conv_kernel_size": 3,
+     "sconv_kernel_size": None},
+]
+"""Small Inkling configs in vLLM's own format: every optional weight on; 13 routed experts (the gate padded to 16
+rows), every layer full; the Hugging Face format's names (moe_intermediate_size beside intermediate_size,
+conv_kernel_size), which InklingModelConfig maps to its own."""
+
+
+def test_inkling_counts_what_vllm_builds():
+    """Inkling as vLLM 0.32.0's own InklingForCausalLM builds it on the meta device (vllm/models/inkling/nvidia,
+    read through vLLM's InklingModelConfig): the qkvr projection with its relative logits, wo_ud, the relative-logit
+    projection of each layer's extent, four short convolutions and four norms a layer, a dense MLP below
+    dense_mlp_idx, the routed and shared sink experts and the padded gate above, the replicated input table and the
+    head; exact."""
+    import subprocess
+    import sys
+
+    base = {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "head_dim": 64, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 4, "swa_head_dim": 32,
+            "sliding_window_size": 128, "sconv_kernel_size": 4, "n_routed_experts": 6, "n_shared_experts": 2,
+            "shared_expert_sink": True, "num_experts_per_tok": 2, "intermediate_size": 256,
+            "dense_intermediate_size": 1024, "vocab_size": 1024, "dense_mlp_idx": 1, "local_layer_ids": [0, 2],
+            "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "model_type": "inkling_model",
+            "architectures": ["InklingForCausalLM"]}
+    configs = [{k: v for k, v in {**base, **shape}.items() if v is not None} for shape in INKLING_SHAPES]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", INKLING_BUILT, json.dumps(configs)], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    for raw, count in zip(configs, built, strict=True):
+        arch = parse_hf_config(raw, "inkling", "model.configFile")
+        assert not arch.unsized and arch.inkling
+        assert arch.parameter_count() == count, f"{raw}: planner {arch.parameter_count()}, vLLM {count}"
