@@ -339,27 +339,22 @@ def _dsv4_small(tmp_path: Path) -> dict:
     return config
 
 
-def test_deepseek_v4_checkpoint_names_are_what_vllm_loads(tmp_path, monkeypatch):
-    """Every tensor of dsv4_tensors loads into vLLM 0.32.0's own DeepseekV4ForCausalLM (built on the CPU, one rank,
-    its load_weights through its own mapper), every parameter is loaded, and the tensors weigh what the parameters do
-    but the vocabulary's padding: the names are the checkpoint's, none left over."""
+def loaded_by_vllm(directory: Path, tensors: dict[str, dict], monkeypatch) -> dict:
+    """The parameters of vLLM 0.32.0's class for the config.json in `directory`, built on the CPU as one rank, after
+    its load_weights (through the class's own mappers) took a zero tensor for each of `tensors` (a safetensors
+    header); every parameter must have been loaded."""
     from vllm.config import ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import parallel_state
     from vllm.model_executor.model_loader.utils import get_model_architecture
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    from planner.checkpoint import DTYPE_BYTES
-
-    config = _dsv4_small(tmp_path)
-    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model_config = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
+    model_config = ModelConfig(model=str(directory), tokenizer=str(directory), skip_tokenizer_init=True,
                                dtype="bfloat16", max_model_len=512)
     for name in ("_TP", "_PP", "_DP", "_EP", "_PCP", "_DCP"):
         monkeypatch.setattr(parallel_state, name, _Group(1, 0), raising=False)
     vllm_config = VllmConfig(model_config=model_config, parallel_config=ParallelConfig())
     dtypes = {"BF16": torch.bfloat16, "F32": torch.float32, "I32": torch.int32}
-    tensors = dsv4_tensors(config)
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
         cls, _ = get_model_architecture(model_config)
         model = cls(vllm_config=vllm_config, prefix="")
@@ -367,6 +362,19 @@ def test_deepseek_v4_checkpoint_names_are_what_vllm_loads(tmp_path, monkeypatch)
                                     for name, e in tensors.items())
     params = dict(model.named_parameters())
     assert set(params) == set(loaded)
+    return params
+
+
+def test_deepseek_v4_checkpoint_names_are_what_vllm_loads(tmp_path, monkeypatch):
+    """Every tensor of dsv4_tensors loads into vLLM 0.32.0's own DeepseekV4ForCausalLM (built on the CPU, one rank,
+    its load_weights through its own mapper), every parameter is loaded, and the tensors weigh what the parameters do
+    but the vocabulary's padding: the names are the checkpoint's, none left over."""
+    from planner.checkpoint import DTYPE_BYTES
+
+    config = _dsv4_small(tmp_path)
+    monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
+    tensors = dsv4_tensors(config)
+    params = loaded_by_vllm(tmp_path, tensors, monkeypatch)
     stored = sum(math.prod(e["shape"]) * DTYPE_BYTES[e["dtype"]] for e in tensors.values())
     held = sum(p.numel() * p.element_size() for p in params.values())
     assert held - stored == 2 * 24 * DSV4_SMALL["hidden_size"] * 2  # embed_tokens and lm_head padded to 1,024 rows
@@ -499,32 +507,15 @@ def test_inkling_checkpoint_names_are_what_vllm_loads(tmp_path, monkeypatch):
     InklingForCausalLM (built on the CPU, one rank, its load_weights through its own mappers), every parameter is
     loaded, and the tensors weigh what the parameters do but the head's padding: the names are the checkpoint's, none
     left over."""
-    from vllm.config import ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import parallel_state
-    from vllm.model_executor.model_loader.utils import get_model_architecture
     from vllm.models.inkling.nvidia import model as inkling_model
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
     from planner.checkpoint import DTYPE_BYTES, INKLING_SKIPPED
 
     (tmp_path / "config.json").write_text(json.dumps(INKLING_SMALL))
     monkeypatch.setattr(torch.cuda, "Event", lambda *args, **kwargs: None)
     monkeypatch.setattr(inkling_model, "initialize_lamport_rs_conv", lambda *args, **kwargs: None)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model_config = ModelConfig(model=str(tmp_path), tokenizer=str(tmp_path), skip_tokenizer_init=True,
-                               dtype="bfloat16", max_model_len=512)
-    for name in ("_TP", "_PP", "_DP", "_EP", "_PCP", "_DCP"):
-        monkeypatch.setattr(parallel_state, name, _Group(1, 0), raising=False)
-    vllm_config = VllmConfig(model_config=model_config, parallel_config=ParallelConfig())
-    dtypes = {"BF16": torch.bfloat16, "F32": torch.float32}
     tensors = inkling_tensors(INKLING_SMALL)
-    with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
-        cls, _ = get_model_architecture(model_config)
-        model = cls(vllm_config=vllm_config, prefix="")
-        loaded = model.load_weights((name, torch.zeros(e["shape"], dtype=dtypes[e["dtype"]]))
-                                    for name, e in tensors.items())
-    params = dict(model.named_parameters())
-    assert set(params) == set(loaded)
+    params = loaded_by_vllm(tmp_path, tensors, monkeypatch)
     stored = sum(math.prod(e["shape"]) * DTYPE_BYTES[e["dtype"]] for name, e in tensors.items()
                  if not name.startswith(INKLING_SKIPPED))
     held = sum(p.numel() * p.element_size() for p in params.values())
