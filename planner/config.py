@@ -39,7 +39,7 @@ from planner.stack_schema import (
     ServingConfig,
     section_defaults,
 )
-from planner.vllm_rules import dsv4_rules, gpu_rules, inkling_rules, vllm_rules
+from planner.vllm_rules import dsv4_rules, gpu_rules, inkling_rules, release_rules, vllm_rules
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -418,7 +418,7 @@ def build_settings(raw: Mapping[str, Any], project_dir: Path = PROJECT_DIR) -> S
         code = model.architecture.remote_code
         notes.append("model.trustRemoteCode: vLLM runs the model repository's own Python (--trust-remote-code)"
                      + (f", here its config class {code}" if code else ""))
-    notes += vllm_rules(v, model.architecture)
+    notes += vllm_rules(v, model.architecture) + release_rules(v, model.architecture)
     gpu_rules(accelerator, v)
     dsv4_rules(accelerator, v, model.architecture)
     inkling_rules(v, model.architecture)

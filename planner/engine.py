@@ -89,6 +89,11 @@ class EngineProfile:
     """DeepSeek V4 takes --kv-cache-dtype auto, as FP8 in FlashMLA's fp8_ds_mla layout (0.32.0:
     vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype). 0.25.1's asserts an FP8 dtype ("DeepseekV4
     fp8_ds_mla layout only supports fp8 kv-cache, got auto", seen on the GPU host, v99)."""
+    unserved: frozenset[str] = frozenset()
+    """Generation architectures vLLM 0.32.0 registers that this release has no class for (vllm/model_executor/models/
+    registry.py: _TEXT_GENERATION_MODELS and _MULTIMODAL_MODELS of 0.32.0 less every list of the release's but
+    _PREVIOUSLY_SUPPORTED_MODELS): an image of this release or older refuses such a model (planner/vllm_rules.py
+    release_rules)."""
     mla_workspace_floor: bool = False
     """Latent attention's chunked-prefill workspace has at least max_num_seqs x block_size rows
     (0.25.1 MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size: "at least 1 page per request"), which
@@ -124,6 +129,20 @@ class EngineProfile:
 V2_MOE_ARCHITECTURES_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})
 """vLLM 0.25.1's DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (vllm/config/vllm.py): the MoE classes it runs on V2."""
 
+UNSERVED_0_25 = frozenset({
+    "BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration", "CohereCompassForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration", "DeepseekV41ForCausalLM", "DeepseekV4ForConditionalGeneration",
+    "Dots3NoteForCausalLM", "ExaoneMoeForCausalLM", "Glm5NextForCausalLM", "Glm5NextForConditionalGeneration",
+    "GraniteMoeSWAForCausalLM", "GraniteSWAForCausalLM", "HYV4ForCausalLM", "InklingForCausalLM",
+    "InklingForConditionalGeneration", "InternS2MobiusForConditionalGeneration", "K2HorizonForCausalLM",
+    "KimiK3ForConditionalGeneration", "LongcatFlashNgramForCausalLM", "MiniCPMV4_7ForConditionalGeneration",
+    "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration", "NemotronH_Omni_Reasoning_V3",
+    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration"})
+"""vLLM 0.32.0's generation architectures that vLLM 0.25.1 has no class for: its wheel's
+vllm/model_executor/models/registry.py read against the installed 0.32.0's (every list of 0.25.1's but
+_PREVIOUSLY_SUPPORTED_MODELS; a one-off read of `pip download vllm==0.25.1`, 2026-12-01). tests/engine/
+test_vllm_refusals.py holds each name to 0.32.0's registry."""
+
 PROFILES = {
     "0.32.0": EngineProfile("0.32.0", async_batches=True, linear_state_blocks=2, kv_pool="grouped",
                             cudagraph_reserved=True, checkpoint_kv_dtype=True, v2_moe_architectures=None,
@@ -132,7 +151,8 @@ PROFILES = {
                             cudagraph_reserved=False, checkpoint_kv_dtype=False,
                             v2_moe_architectures=V2_MOE_ARCHITECTURES_0_25, router_compile_hold=True,
                             large_gpu_max_num_seqs=1024, huge_gpu_batched_tokens=8192, kda_ssm_flag=False,
-                            v2_encoder_profile=False, mla_workspace_floor=True, dsv4_auto_kv=False),
+                            v2_encoder_profile=False, mla_workspace_floor=True, dsv4_auto_kv=False,
+                            unserved=UNSERVED_0_25),
 }
 
 def forced_v2(profile: EngineProfile) -> EngineProfile:

@@ -10,8 +10,9 @@ from planner import vllm_flags
 from planner.architecture import ModelArchitecture
 from planner.catalog import ACCELERATORS
 from planner.commands import flag_value
-from planner.engine import profile_for_image
+from planner.engine import DEFAULT_PROFILE, profile_for_image
 from planner.errors import ConfigError
+from planner.vllm_flags import version_key
 
 if TYPE_CHECKING:
     from planner.config import AcceleratorSettings
@@ -95,6 +96,19 @@ def dsv4_rules(accelerator: AcceleratorSettings, v: Any, arch: ModelArchitecture
             raise ConfigError(f"{key}.type", gpu, f"{arch.name} (DeepSeek V4) runs on vLLM's FlashMLA sparse "
                                                   "attention, which serves compute capability 9.x and 10.x only; "
                                                   f"use one of {', '.join(sorted(DSV4_GPUS))}")
+
+
+def release_rules(v: Any, arch: ModelArchitecture) -> list[str]:
+    """A one-line warning where vllm.image is a release (or older) that has no class for the model's architecture
+    (EngineProfile.unserved): vLLM 0.32.0 serves it, that release would only try its Transformers backend, which
+    the plan does not verify."""
+    choice = profile_for_image(v.image)
+    if choice.image_version is None or arch.architecture not in choice.profile.unserved \
+            or version_key(choice.image_version) > version_key(choice.profile.version):
+        return []
+    return [f"vllm.image = {v.image}: vLLM {choice.image_version} has no class for {arch.architecture} ({arch.name}); "
+            f"vLLM {DEFAULT_PROFILE} serves it, and this release could start it only through its Transformers "
+            "backend, if at all: the plan is not verified for this image"]
 
 
 def inkling_rules(v: Any, arch: ModelArchitecture) -> None:

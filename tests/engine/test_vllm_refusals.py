@@ -233,3 +233,32 @@ def test_a_switch_given_both_ways_is_read_at_its_last_as_vllms_parser_keeps_it(w
     assert engine.cudagraphs == (not parsed.enforce_eager)
     assert engine.text_only == parsed.language_model_only
     assert engine.chunked_mm_input == (not parsed.disable_chunked_mm_input)
+
+
+def test_the_architectures_0_25_lacks_are_vllm_0_32s_generation_models():
+    """planner/engine.py UNSERVED_0_25 names only generation architectures vLLM 0.32.0 registers (its text-generation
+    and multimodal lists): the list was read against this registry, so a name it drops or renames shows here."""
+    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS, _TEXT_GENERATION_MODELS
+
+    from planner.engine import PROFILES, UNSERVED_0_25
+
+    assert UNSERVED_0_25 <= set(_TEXT_GENERATION_MODELS) | set(_MULTIMODAL_MODELS)
+    assert PROFILES["0.25.1"].unserved == UNSERVED_0_25 and not PROFILES["0.32.0"].unserved
+
+
+def test_an_image_whose_release_has_no_class_for_the_model_warns_in_one_line(tmp_path):
+    """Inkling (InklingForCausalLM, which vLLM 0.25.1's registry lacks) on a v0.25.1 image plans with one line naming
+    vllm.image and the class; on v0.32.0 and on a release newer than 0.25.1 that the 0.25.1 profile stands for (whose
+    registry the list was not read from) it does not."""
+    from tests.engine.test_engine_kv_vllm import INKLING
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(INKLING))
+    found = {}
+    for image in ("vllm/vllm-openai:v0.25.1", "vllm/vllm-openai:v0.32.0", "vllm/vllm-openai:v0.28.0"):
+        s = settings(model={"id": "org/inkling", "configFile": str(path)}, vllm={"image": image})
+        found[image] = [w for w in s.warnings if "has no class for" in w]
+    [warning] = found["vllm/vllm-openai:v0.25.1"]
+    assert warning.startswith("vllm.image = vllm/vllm-openai:v0.25.1: vLLM 0.25.1 has no class for InklingForCausalLM")
+    assert "\n" not in warning
+    assert not found["vllm/vllm-openai:v0.32.0"] and not found["vllm/vllm-openai:v0.28.0"]
