@@ -248,6 +248,10 @@ def test_an_inkling_checkpoint_in_vllms_own_format_plans_sized(tmp_path):
     key."""
     from vllm.models.inkling.configs import InklingModelConfig
 
+    from planner.architecture import EVERY_STAGE
+    from planner.layout import Layout
+    from planner.memory import counted_groups, weights_split
+
     config = InklingModelConfig(n_routed_experts=64, n_shared_experts=1, shared_expert_sink=True,
                                 num_experts_per_tok=4, local_layer_ids=[0, 1, 2, 4, 5, 6], use_sconv=True).to_dict()
     config = json.loads(json.dumps({**config, "model_type": "inkling_model",
@@ -255,10 +259,6 @@ def test_an_inkling_checkpoint_in_vllms_own_format_plans_sized(tmp_path):
     arch = parse_hf_config(config, "m", "model.configFile")
     assert arch.kinds[::2] == ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",) * 9
     assert set(arch.kinds[1::2]) == {"sconv"} and not arch.unsized
-    from planner.architecture import EVERY_STAGE
-    from planner.layout import Layout
-    from planner.memory import counted_groups, weights_split
-
     groups = counted_groups(arch)
     table = arch.vocab_size * arch.hidden_size * 2.0  # InklingReplicatedEmbedding: whole on every tensor rank
     assert any(g.position == EVERY_STAGE and g.rule == "replicated" and g.bytes > table for g in groups)
