@@ -361,6 +361,8 @@ class ModelArchitecture:
     def parameter_parts(self) -> dict[str, int]:
         """Parameters by part (every expert counted, since all are loaded): attention, linear (attention), mlp
         (dense layers), experts (routed and shared), router, embeddings, vision, norms."""
+        if self.inkling:  # its own layers (inkling_layer)
+            return self._inkling_parts()
         h = self.hidden_size
         kinds = self.kinds
         attention_layers = self.weight_layers or sum(kind in ATTENTION_KINDS for kind in kinds)
@@ -433,8 +435,6 @@ class ModelArchitecture:
         altup = (layers * (n * n + n ** 3 + h * n + h + 2 * h * rank) + 2 * (n - 1) * h * h) if n else 0
         if self.shared_blocks[0]:
             attention, mlp, norms = self._zamba2_shared(attention_layers, norms)
-        if self.inkling:
-            return self._inkling_parts()
         return {
             "attention": attention + kinds.count("indexed") * indexer,
             "altup": altup,

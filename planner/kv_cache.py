@@ -699,9 +699,8 @@ def unified_pages(specs: tuple[LayerSpec, ...], by_kind: dict[str, list[int]], b
     """The page every layer's block takes once vLLM makes pages equal (the largest attention page, else `page`), and
     the tokens per block of each kind (the pool's block, or a cache's own: Inkling's conv states): a kind whose page
     divides the largest takes that many times more tokens per block, another is padded to the largest page and keeps
-    its tokens (vllm/v1/core/kv_cache_utils.py,
-    unify_kv_cache_spec_page_size: Gemma 4's full layers beside its sliding ones). A state is padded to the
-    attention page."""
+    its tokens (vllm/v1/core/kv_cache_utils.py, unify_kv_cache_spec_page_size: Gemma 4's full layers beside its
+    sliding ones). A state is padded to the attention page."""
     pages = {kind: specs[layers[0]].page_bytes(block) for kind, layers in by_kind.items()
              if not isinstance(specs[layers[0]], LinearState)}
     largest = max(pages.values(), default=0)

@@ -455,6 +455,8 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     lightning indexers (whole on every rank) is split over tensor ranks (no vocabulary padding or KV-head
     replication: the count does not know the tensors). Inkling's and DeepSeek V4's layers are placed by their own
     rules (inkling_groups, dsv4_groups)."""
+    if arch.inkling:  # its own placement, tables on every stage
+        return tuple(g for g in inkling_groups(arch, unquantized_bytes) if g.bytes)
     parts = arch.part_bytes(unquantized_bytes)
     routed = parts["experts"] if arch.num_experts else 0.0
     table = parts["embeddings"] / (1 if arch.tie_word_embeddings else 2)
@@ -466,8 +468,6 @@ def counted_groups(arch: ModelArchitecture, unquantized_bytes: float = 2.0) -> t
     first_moe = arch.num_layers - arch.moe_layers
     groups = [TensorGroup(i, "split", layer) for i in range(arch.num_layers)]
     groups += [TensorGroup(i, "replicated", indexer) for i in indexed]
-    if arch.inkling:  # its own placement, tables on every stage
-        return tuple(g for g in inkling_groups(arch, unquantized_bytes) if g.bytes)
     if arch.o_groups:  # DeepSeek V4: what each layer keeps whole beside what it divides (dsv4_layer_bytes)
         groups = dsv4_groups(arch, unquantized_bytes)
     groups += [TensorGroup(i, "routed", routed / arch.moe_layers) for i in range(first_moe, arch.num_layers)
